@@ -1,0 +1,92 @@
+"""Supervisor configuration and corral's well-known paths.
+
+Grace periods and deadlines are policy, so they live here as config fields rather
+than as ``timeout=`` arguments scattered through the code.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+__all__ = ["HostInfo", "RestartPolicy", "SupervisorConfig", "corral_home"]
+
+RestartPolicy = Literal["on-failure", "always", "never"]
+
+
+def corral_home() -> Path:
+    """``$CORRAL_HOME``, else the platform default.
+
+    Linux: ``$XDG_STATE_HOME/corral`` or ``~/.local/state/corral``; macOS:
+    ``~/Library/Application Support/corral``.
+    """
+    env = os.environ.get("CORRAL_HOME")
+    if env:
+        return Path(env).expanduser().absolute()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "corral"
+    state = os.environ.get("XDG_STATE_HOME")
+    base = Path(state) if state else Path.home() / ".local" / "state"
+    return (base / "corral").absolute()
+
+
+class HostInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``hello_ack`` tells extensions about the host."""
+
+    provider: str = ""
+    model: str = ""
+    cwd: str = ""
+
+
+class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Policy of one supervisor. Every duration is in seconds."""
+
+    #: corral's home: ``extensions/``, ``logs/``, ``data/``, ``state/`` live under it.
+    home: str = msgspec.field(default_factory=lambda: str(corral_home()))
+    #: The first frame must be a valid ``hello`` within this time.
+    handshake_timeout: float = 10.0
+    #: Without a ``ready`` frame, ready is this long after the last registration...
+    ready_quiet: float = 0.25
+    #: ...and at most this long after ``hello``.
+    ready_cap: float = 3.0
+    #: Deadline of a tool call, covering the write of the request.
+    tool_timeout: float = 60.0
+    #: Deadline of a slash command.
+    command_timeout: float = 60.0
+    #: Deadline of each subscriber in an intercept chain (then: allow).
+    intercept_timeout: float = 5.0
+    #: After ``shutdown`` and closing stdin, wait this long for a voluntary exit.
+    shutdown_grace: float = 2.0
+    #: After SIGTERM to the process group, wait this long before SIGKILL.
+    term_grace: float = 1.0
+    #: Largest stdout line accepted from an extension, in bytes.
+    max_frame_bytes: int = 16 * 1024 * 1024
+    #: First restart delay after a crash; doubles per consecutive crash...
+    restart_backoff: float = 0.5
+    #: ...up to this ceiling (each delay gets ±20% jitter).
+    restart_backoff_max: float = 30.0
+    #: This many crashes within ``quarantine_window`` quarantine the extension.
+    quarantine_crashes: int = 5
+    quarantine_window: float = 300.0
+    #: Interpreter for Python extensions (absolute; the host's own by default).
+    python: str = sys.executable
+    #: Node for JavaScript extensions; None means the ``node`` found on PATH.
+    node: str | None = None
+    #: ``auto`` (best available, flagged when none), ``required`` or ``off``.
+    sandbox: Literal["auto", "required", "off"] = "auto"
+    #: Rotate an extension's stderr log past this size (one backup kept).
+    log_max_bytes: int = 1024 * 1024
+    #: Lines of stderr kept in memory for crash reports.
+    stderr_tail_lines: int = 20
+    #: Tool names extensions may not take (the agent's built-ins win).
+    reserved_tools: tuple[str, ...] = ("read", "write", "edit", "bash")
+    #: Command names extensions may not take (the host's slash commands win).
+    reserved_commands: tuple[str, ...] = (
+        "help", "reload-ext", "ext", "clear", "compact", "model", "quit", "exit",
+    )
+    #: Frames queued for an extension that is not reading its stdin before calls fail.
+    write_backlog: int = 1024

@@ -1,0 +1,140 @@
+"""Exceptions of the supervisor package.
+
+::
+
+    SupervisorError
+    ├── ManifestError            a manifest is missing, malformed or invalid
+    ├── SupervisorClosed         the supervisor is not running any more
+    ├── UnknownExtension         no extension of that name
+    ├── UnknownTool              no extension offers that tool
+    ├── UnknownCommand           no extension offers that command
+    └── CallFailed               a call reached an extension and did not succeed
+        ├── CallTimeout          ...the deadline passed ("it was too slow")
+        ├── ExtensionGone        ...the extension died or was stopped first
+        │   └── ExtensionStopping    ...because the host is stopping it ("we stopped it")
+        └── ProtocolViolation    ...the extension broke the protocol (oversize line, ...)
+
+"It broke" (:class:`ExtensionGone`) and "we stopped it" (:class:`ExtensionStopping`)
+are different types so callers can tell a crash from a reload.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CallFailed",
+    "CallTimeout",
+    "ExtensionGone",
+    "ExtensionStopping",
+    "ManifestError",
+    "ProtocolViolation",
+    "SupervisorClosed",
+    "SupervisorError",
+    "UnknownCommand",
+    "UnknownExtension",
+    "UnknownTool",
+]
+
+
+class SupervisorError(Exception):
+    """Base of every supervisor error."""
+
+
+class ManifestError(SupervisorError):
+    """A manifest cannot be used.
+
+    Attributes:
+        path: the manifest file (or directory) at fault.
+        field: the offending field, e.g. ``"exec"`` or ``"permissions.read_only[0]"``,
+            or ``""`` when the whole file is at fault.
+        message: what is wrong and, where possible, how to fix it.
+    """
+
+    def __init__(self, path: str, field: str, message: str) -> None:
+        where = f"{path}: {field}: " if field else f"{path}: "
+        super().__init__(where + message)
+        self.path = path
+        self.field = field
+        self.message = message
+
+
+class SupervisorClosed(SupervisorError):
+    """The supervisor has stopped; no request can be served."""
+
+    def __init__(self) -> None:
+        super().__init__("the supervisor is not running")
+
+
+class UnknownExtension(SupervisorError):
+    """No extension has this name."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no extension named {name!r}")
+        self.name = name
+
+
+class UnknownTool(SupervisorError):
+    """No running extension offers this tool."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no extension offers the tool {name!r}")
+        self.name = name
+
+
+class UnknownCommand(SupervisorError):
+    """No running extension offers this command."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no extension offers the command /{name}")
+        self.name = name
+
+
+class CallFailed(SupervisorError):
+    """A request reached an extension and did not succeed.
+
+    Attributes:
+        extension: the extension's name.
+        what: the call, e.g. ``"tool weather"`` or ``"command /clock"``.
+    """
+
+    def __init__(self, extension: str, what: str, message: str) -> None:
+        super().__init__(f"{what} in extension {extension!r}: {message}")
+        self.extension = extension
+        self.what = what
+
+
+class CallTimeout(CallFailed):
+    """The call's deadline passed."""
+
+    def __init__(self, extension: str, what: str, seconds: float) -> None:
+        super().__init__(extension, what, f"no answer within {seconds:g} s")
+        self.seconds = seconds
+
+
+class ExtensionGone(CallFailed):
+    """The extension exited (or was refused) before answering.
+
+    Attributes:
+        returncode: exit status when known (negative: killed by a signal).
+    """
+
+    def __init__(
+        self, extension: str, what: str, message: str, *, returncode: int | None = None
+    ) -> None:
+        super().__init__(extension, what, message)
+        self.returncode = returncode
+
+
+class ExtensionStopping(ExtensionGone):
+    """The host is stopping or reloading the extension."""
+
+
+class ProtocolViolation(CallFailed):
+    """The extension answered with something the protocol forbids.
+
+    Attributes:
+        excerpt: the first bytes of the offending line.
+    """
+
+    def __init__(self, extension: str, what: str, message: str, excerpt: str = "") -> None:
+        super().__init__(extension, what, message)
+        self.excerpt = excerpt

@@ -1,0 +1,790 @@
+"""One extension: the owner task of its processes, across restarts.
+
+:meth:`Extension.supervise` is the only task that spawns the extension's process,
+owns its pipes and reaps it (with reader, writer and stderr tasks in its own
+nursery). Everyone else talks to it through :meth:`Extension.call`,
+:meth:`Extension.send_event` and :meth:`Extension.stop`, which never block.
+
+One incarnation goes: spawn → ``hello`` within the handshake deadline (raced
+against exit) → ``hello_ack`` → registrations until ``ready`` or a quiet period →
+serving → exit. An exit we did not ask for is a crash: pending calls fail at once,
+and the restart policy, backoff and quarantine decide what happens next.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+import re
+import signal
+import time
+import typing
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+import trio
+
+from sandbox import LaunchPlan, Sandbox, SandboxError
+
+from . import _frames as f
+from ._api import (
+    CommandOutcome,
+    ExtensionCrashed,
+    ExtensionStats,
+    Notified,
+    Quarantined,
+    Reply,
+    SupervisorEvent,
+    ToolOutcome,
+)
+from ._config import HostInfo, SupervisorConfig
+from ._exceptions import (
+    CallTimeout,
+    ExtensionGone,
+    ExtensionStopping,
+    ProtocolViolation,
+)
+from ._io import LineReader, Oversize, StderrLog
+from ._manifest import ExtensionSpec
+from ._process import ChildProcess
+from ._reap import descendants, find_by_tokens, kill_pids, signal_group
+from ._spawn import launch_request, spawn
+
+__all__ = ["Extension", "ExtensionState"]
+
+log = structlog.get_logger("corral.supervisor")
+
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
+_INTERCEPTABLE = frozenset({"tool_call", "turn_start", "assistant_message"})
+#: Bad frames logged per incarnation before logging goes quiet (they are still counted).
+_BAD_FRAME_LOG_LIMIT = 10
+#: After the process exits, how long the reader may take to reach EOF on stdout (a
+#: grandchild can hold the pipe open forever).
+_EOF_AFTER_EXIT = 0.5
+
+
+class ExtensionState(enum.Enum):
+    """Lifecycle of one extension."""
+
+    #: ``enabled: false`` in its manifest; never started.
+    DISABLED = "disabled"
+    #: Spawned; waiting for ``hello``.
+    STARTING = "starting"
+    #: ``hello`` accepted; collecting registrations until ready.
+    REGISTERING = "registering"
+    #: Ready and serving.
+    RUNNING = "running"
+    #: Crashed; waiting out the restart delay.
+    BACKOFF = "backoff"
+    #: The shutdown ladder is running.
+    STOPPING = "stopping"
+    #: Exited after a stop, or exited cleanly under a policy that does not restart.
+    STOPPED = "stopped"
+    #: Refused (handshake) or could not be spawned; not restarted.
+    FAILED = "failed"
+    #: Crashed too often; not restarted until enabled or reloaded.
+    QUARANTINED = "quarantined"
+
+
+_TERMINAL = frozenset(
+    {ExtensionState.STOPPED, ExtensionState.FAILED, ExtensionState.QUARANTINED}
+)
+
+
+@typing.final
+class _Pending:
+    __slots__ = ("kind", "reply", "t0", "what")
+
+    def __init__(self, kind: str, what: str, reply: Reply[Any]) -> None:
+        self.kind = kind
+        self.what = what
+        self.reply = reply
+        self.t0 = time.perf_counter()
+
+
+class _Exit(typing.NamedTuple):
+    returncode: int | None
+    refused: str | None
+
+
+@typing.final
+class Extension:
+    """Supervises one extension (see the module docstring)."""
+
+    def __init__(
+        self,
+        spec: ExtensionSpec,
+        index: int,
+        config: SupervisorConfig,
+        sandbox: Sandbox,
+        *,
+        host_info: Callable[[], HostInfo],
+        publish: Callable[[SupervisorEvent], None],
+        on_change: Callable[[Extension], None],
+        quarantine_file: Path,
+    ) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.index = index
+        self._config = config
+        self._sandbox = sandbox
+        self._host_info = host_info
+        self._publish = publish
+        self._on_change = on_change
+        self._quarantine_file = quarantine_file
+
+        self.state = ExtensionState.STOPPED
+        self.problem = ""
+        self.pid: int | None = None
+        self.plan: LaunchPlan | None = None
+        self.tools: dict[str, f.RegisterTool] = {}
+        self.commands: dict[str, f.RegisterCommand] = {}
+        self.events: frozenset[str] = frozenset()
+        self.intercepts: frozenset[str] = frozenset()
+        #: Set when the current :meth:`supervise` run reached ready or gave up.
+        self.settled = trio.Event()
+        #: Set when :meth:`supervise` returned.
+        self.finished = trio.Event()
+        self.ever_ready = False
+        self.restarts = 0
+        self.started_at: float | None = None
+        #: Instance tokens of incarnations that exited, for the final sweep.
+        self.tokens: list[str] = []
+        #: When True the supervisor sweeps descendants once for everyone at stop.
+        self.defer_sweep = False
+
+        self._stats = {"calls": 0, "errors": 0, "timeouts": 0, "bad_frames": 0}
+        self._latencies: deque[float] = deque(maxlen=2048)
+        self._crashes: deque[float] = deque()
+        self._pending: dict[str, _Pending] = {}
+        self._ids = 0
+        self._out: trio.MemorySendChannel[bytes] | None = None
+        self._proc: ChildProcess | None = None
+        self._stop_requested = False
+        self._interruptible: trio.CancelScope | None = None
+        self._writer_scope: trio.CancelScope | None = None
+        self._writing = False
+        self._ready = False
+        self._refused: str | None = None
+        self._stderr = StderrLog(
+            Path(config.home) / "logs" / f"ext-{spec.name}.log",
+            config.log_max_bytes,
+            config.stderr_tail_lines,
+        )
+
+    def __repr__(self) -> str:
+        return f"<Extension {self.name!r} {self.state.name} pid={self.pid}>"
+
+    # --- state ---------------------------------------------------------------
+
+    def _set_state(self, new: ExtensionState) -> None:
+        log.debug("extension_state", old=self.state.value, new=new.value)
+        self.state = new
+
+    @property
+    def serving(self) -> bool:
+        """True when calls can be sent (registered and not stopping)."""
+        return self.state in (ExtensionState.RUNNING, ExtensionState.REGISTERING)
+
+    # --- the owner task ---------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Reset for a new :meth:`supervise` run; call before starting it."""
+        self._stop_requested = False
+        self.settled = trio.Event()
+        self.finished = trio.Event()
+        self.problem = ""
+
+    async def supervise(self) -> None:
+        """Run the extension until it is stopped, refused or quarantined.
+
+        Call :meth:`prepare` first. Never raises for anything the extension does.
+
+        Cancellation: runs the shutdown ladder (shielded, bounded by the configured
+        grace periods) and reaps every process before re-raising.
+        """
+        with structlog.contextvars.bound_contextvars(extension=self.name):
+            try:
+                await self._supervise_loop()
+            finally:
+                self.settled.set()
+                self.finished.set()
+
+    async def _supervise_loop(self) -> None:
+        if not self.spec.manifest.enabled:
+            self._set_state(ExtensionState.DISABLED)  # STOPPED -> DISABLED
+            return
+        if self._quarantine_file.exists():
+            self.problem = self._quarantine_file.read_text(errors="replace").strip()
+            self._set_state(ExtensionState.QUARANTINED)  # STOPPED -> QUARANTINED
+            return
+        self._stderr.open()
+        try:
+            while True:
+                exit_ = await self._incarnation()
+                if self._stop_requested or self.state is ExtensionState.FAILED:
+                    if self.state is not ExtensionState.FAILED:
+                        self._set_state(ExtensionState.STOPPED)  # STOPPING -> STOPPED
+                    return
+                delay = self._after_crash(exit_)
+                if delay is None:
+                    return
+                self._set_state(ExtensionState.BACKOFF)  # RUNNING -> BACKOFF
+                with trio.CancelScope() as scope:
+                    self._interruptible = scope
+                    if self._stop_requested:
+                        scope.cancel()
+                    await trio.sleep(delay)
+                self._interruptible = None
+                if self._stop_requested:
+                    self._set_state(ExtensionState.STOPPED)  # BACKOFF -> STOPPED
+                    return
+                self.restarts += 1
+        finally:
+            self._stderr.close()
+
+    def reset_crashes(self) -> None:
+        """Forget the crash history (a quarantine was lifted)."""
+        self._crashes.clear()
+
+    def stop(self) -> None:
+        """Ask the owner task to stop the extension (returns at once).
+
+        Pending calls fail with :class:`ExtensionStopping`; await :attr:`finished`
+        to know the process is gone.
+        """
+        self._stop_requested = True
+        if self._interruptible is not None:
+            self._interruptible.cancel()
+
+    # --- one incarnation -----------------------------------------------------------
+
+    async def _incarnation(self) -> _Exit:
+        request, token = launch_request(self.spec, self._config)
+        try:
+            plan = self._sandbox.plan(request)
+        except SandboxError as exc:
+            return self._refuse_start(f"cannot sandbox: {exc}")
+        self.plan = plan
+        try:
+            proc = await spawn(plan)
+        except OSError as exc:
+            self._sandbox.cleanup(plan)
+            return self._refuse_start(f"cannot start {plan.argv[0]}: {exc.strerror or exc}")
+        self._proc = proc
+        self.pid = proc.pid
+        self.started_at = time.monotonic()
+        self._ready = False
+        self._refused = None
+        self._set_state(ExtensionState.STARTING)  # STOPPED/BACKOFF -> STARTING
+        sandboxed = "sandboxed" if plan.sandboxed else "UNSANDBOXED"
+        self._stderr.note(f"started pid {proc.pid} ({plan.backend}, {sandboxed})")
+        log.info("extension_spawned", pid=proc.pid, backend=plan.backend, sandboxed=plan.sandboxed)
+        send, recv = trio.open_memory_channel[bytes](self._config.write_backlog)
+        self._out = send
+        reader_done = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                assert proc.stdin and proc.stdout and proc.stderr
+                nursery.start_soon(self._stderr.drain, proc.stderr)
+                nursery.start_soon(self._write_loop, proc.stdin, recv)
+                nursery.start_soon(self._read_loop, proc.stdout, reader_done)
+                with trio.CancelScope() as scope:
+                    self._interruptible = scope
+                    if self._stop_requested:
+                        scope.cancel()
+                    await proc.wait()
+                self._interruptible = None
+                if proc.returncode is None:
+                    with trio.CancelScope(shield=True):
+                        await self._ladder(proc)
+                # Frames written just before exit are still in the pipe: let the
+                # reader reach EOF, but not forever (a grandchild may hold stdout).
+                with trio.move_on_after(_EOF_AFTER_EXIT):
+                    await reader_done.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._reap(proc, plan, token)
+        return _Exit(proc.returncode, self._refused)
+
+    def _refuse_start(self, reason: str) -> _Exit:
+        self.problem = reason
+        self._stderr.note(f"refused: {reason}")
+        log.error("extension_refused", reason=reason)
+        self._set_state(ExtensionState.FAILED)  # STOPPED/BACKOFF -> FAILED
+        self._publish(
+            ExtensionCrashed(
+                extension=self.name, returncode=None, signal=None, reason=reason,
+                stderr_tail=[], restart_in=None,
+            )
+        )
+        self.settled.set()
+        return _Exit(None, reason)
+
+    async def _reap(self, proc: ChildProcess, plan: LaunchPlan, token: str) -> None:
+        """Kill whatever is left of an incarnation and reap it; bounded."""
+        if proc.returncode is None:
+            await self._ladder(proc)
+        # The extension is gone; its group (ordinary children) has no reason to live.
+        signal_group(proc.pid, signal.SIGKILL)
+        if self.defer_sweep:
+            self.tokens.append(token)
+        else:
+            leftovers = await trio.to_thread.run_sync(find_by_tokens, [token])
+            kill_pids(leftovers.get(token, ()), signal.SIGKILL)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                await stream.aclose()
+        self._sandbox.cleanup(plan)
+        self._out = None
+        self._proc = None
+        self._fail_pending(self._gone_error(proc.returncode))
+
+    async def _ladder(self, proc: ChildProcess) -> None:
+        """The shutdown ladder: ``shutdown`` + close stdin, SIGTERM, SIGKILL; always reaps.
+
+        Bounded by ``shutdown_grace + term_grace`` plus the time to reap a killed
+        process. Callers shield it.
+        """
+        self._set_state(ExtensionState.STOPPING)  # * -> STOPPING
+        self._fail_pending(ExtensionStopping(self.name, "call", "the extension is being stopped"))
+        cfg = self._config
+        with trio.move_on_after(cfg.shutdown_grace):
+            if self._writer_scope is not None:
+                self._writer_scope.cancel()
+            assert proc.stdin is not None
+            # A write cut short by the cancel leaves half a line: end it first.
+            frame = (b"\n" if self._writing else b"") + f.encode_frame(f.Shutdown())
+            try:
+                await proc.stdin.send_all(frame)
+                await proc.stdin.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                pass
+            await proc.wait()
+        if proc.returncode is not None:
+            return
+        tree = await trio.to_thread.run_sync(descendants, proc.pid)
+        log.warning("extension_sigterm", pid=proc.pid)
+        signal_group(proc.pid, signal.SIGTERM)
+        kill_pids(tree, signal.SIGTERM)
+        with trio.move_on_after(cfg.term_grace):
+            await proc.wait()
+        if proc.returncode is None:
+            log.warning("extension_sigkill", pid=proc.pid)
+            tree += await trio.to_thread.run_sync(descendants, proc.pid)
+        signal_group(proc.pid, signal.SIGKILL)
+        kill_pids(tree, signal.SIGKILL)
+        await proc.wait()
+
+    def _after_crash(self, exit_: _Exit) -> float | None:
+        """Decide what follows an exit we did not ask for; None means "do not restart"."""
+        code = exit_.returncode
+        tail = self._stderr.flush_tail()
+        sig = signal.Signals(-code).name if code is not None and code < 0 else None
+        status = f"killed by {sig}" if sig else f"exit status {code}"
+        reason = exit_.refused or status
+        policy = self.spec.manifest.restart
+        self._stderr.note(f"exited: {reason}")
+        # Whoever waits for start-up learns of the crash now; restarts go on behind it.
+        self.settled.set()
+        if exit_.refused is not None:
+            self.problem = exit_.refused
+            self._set_state(ExtensionState.FAILED)  # STARTING -> FAILED
+            log.error("extension_refused", reason=exit_.refused, returncode=code)
+            self._publish(
+                ExtensionCrashed(
+                    extension=self.name, returncode=code, signal=sig, reason=exit_.refused,
+                    stderr_tail=tail, restart_in=None,
+                )
+            )
+            return None
+        clean = code == 0
+        if policy == "never" or (clean and policy == "on-failure"):
+            self.problem = "" if clean else reason
+            self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
+            self._publish(
+                ExtensionCrashed(
+                    extension=self.name, returncode=code, signal=sig, reason=reason,
+                    stderr_tail=tail, restart_in=None,
+                )
+            )
+            self._on_change(self)
+            return None
+        now = time.monotonic()
+        self._crashes.append(now)
+        while self._crashes and now - self._crashes[0] > self._config.quarantine_window:
+            self._crashes.popleft()
+        crashes = len(self._crashes)
+        if crashes >= self._config.quarantine_crashes:
+            window = self._config.quarantine_window
+            why = (
+                f"crashed {crashes} times in {window:g} s (last: {reason}); "
+                f"run `corral ext enable {self.name}` or reload to try again"
+            )
+            self.problem = why
+            self._quarantine_file.parent.mkdir(parents=True, exist_ok=True)
+            self._quarantine_file.write_text(why + "\n")
+            self._set_state(ExtensionState.QUARANTINED)  # RUNNING -> QUARANTINED
+            log.error("extension_quarantined", reason=why, stderr_tail=tail)
+            self._publish(Quarantined(extension=self.name, reason=why, crashes=crashes))
+            self._on_change(self)
+            return None
+        base = min(self._config.restart_backoff_max, self._config.restart_backoff * 2 ** (crashes - 1))
+        delay = base * random.uniform(0.8, 1.2)
+        self.problem = reason
+        log.warning("extension_crashed", reason=reason, restart_in=round(delay, 3), stderr_tail=tail)
+        self._publish(
+            ExtensionCrashed(
+                extension=self.name, returncode=code, signal=sig, reason=reason,
+                stderr_tail=tail, restart_in=delay,
+            )
+        )
+        return delay
+
+    # --- writing -----------------------------------------------------------------------
+
+    async def _write_loop(
+        self, stdin: trio.abc.SendStream, frames: trio.MemoryReceiveChannel[bytes]
+    ) -> None:
+        with trio.CancelScope() as scope:
+            self._writer_scope = scope
+            try:
+                async for data in frames:
+                    # Coalesce what is already queued into one write.
+                    chunks = [data]
+                    while len(chunks) < 64:
+                        try:
+                            chunks.append(frames.receive_nowait())
+                        except trio.WouldBlock:
+                            break
+                    self._writing = True
+                    await stdin.send_all(b"".join(chunks) if len(chunks) > 1 else data)
+                    self._writing = False
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                # The extension closed its stdin or exited: the exit path reports it.
+                pass
+        self._writer_scope = None
+
+    def _send(self, data: bytes) -> str | None:
+        """Queue a frame; returns an error text when it cannot be queued."""
+        out = self._out
+        if out is None:
+            return "the extension is not running"
+        try:
+            out.send_nowait(data)
+        except trio.WouldBlock:
+            return "the extension is not reading its stdin (write backlog full)"
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            return "the extension is not running"
+        return None
+
+    # --- calls ---------------------------------------------------------------------------
+
+    def call(self, kind: str, what: str, frame_for: Callable[[str], f.HostFrame], reply: Reply[Any]) -> None:
+        """Send a request frame and answer ``reply`` when the extension does.
+
+        ``kind`` is ``"tool"``, ``"command"`` or ``"intercept"``; ``frame_for(id)``
+        builds the frame. Never blocks: failures answer the reply at once.
+        """
+        if reply.done:
+            return
+        self._stats["calls"] += 1
+        if not self.serving:
+            self._stats["errors"] += 1
+            reply.fail(self._unavailable(what))
+            return
+        self._ids += 1
+        rid = f"{kind[0]}{self._ids}"
+        pending = _Pending(kind, what, reply)
+        error = self._send(f.encode_frame(frame_for(rid)))
+        if error is not None:
+            self._stats["errors"] += 1
+            reply.fail(ExtensionGone(self.name, what, error))
+            return
+        self._pending[rid] = pending
+        reply.bind(lambda seconds: self._give_up(rid, seconds))
+
+    def _give_up(self, rid: str, seconds: float | None) -> None:
+        pending = self._pending.pop(rid, None)
+        if pending is None:
+            return
+        if seconds is None:
+            pending.reply.fail(ExtensionGone(self.name, pending.what, "the caller gave up"))
+            return
+        self._stats["timeouts"] += 1
+        log.warning("call_timeout", call=pending.what, seconds=seconds)
+        pending.reply.fail(CallTimeout(self.name, pending.what, seconds))
+
+    def send_event(self, frame: f.Event) -> None:
+        """Queue a one-way lifecycle event if the extension subscribed to it."""
+        if self.serving and frame.event in self.events:
+            self._send(f.encode_frame(frame))
+
+    def _unavailable(self, what: str) -> ExtensionGone:
+        state = self.state
+        if state is ExtensionState.STOPPING or self._stop_requested:
+            return ExtensionStopping(self.name, what, "the extension is being stopped")
+        if state in (ExtensionState.BACKOFF, ExtensionState.STARTING):
+            why = f" (last exit: {self.problem})" if self.problem else ""
+            return ExtensionGone(self.name, what, f"the extension is restarting{why}")
+        return ExtensionGone(self.name, what, f"the extension is {state.value}")
+
+    def _gone_error(self, returncode: int | None) -> ExtensionGone:
+        if self._stop_requested:
+            return ExtensionStopping(self.name, "call", "the extension was stopped")
+        if returncode is None:
+            return ExtensionGone(self.name, "call", "the extension closed its stdout")
+        tail = self._stderr.tail[-1] if self._stderr.tail else ""
+        status = (
+            f"killed by {signal.Signals(-returncode).name}"
+            if returncode is not None and returncode < 0
+            else f"exit status {returncode}"
+        )
+        msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")
+        return ExtensionGone(self.name, "call", msg, returncode=returncode)
+
+    def _fail_pending(self, error: ExtensionGone) -> None:
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            self._stats["errors"] += 1
+            err = type(error)(self.name, p.what, str(error).split(": ", 1)[-1])
+            err.returncode = error.returncode
+            p.reply.fail(err)
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def _read_loop(self, stdout: trio.abc.ReceiveStream, done: trio.Event) -> None:
+        reader = LineReader(stdout, self._config.max_frame_bytes)
+        try:
+            if await self._handshake(reader):
+                await self._registration(reader)
+                while True:
+                    item = await reader.next()
+                    if item is None:
+                        break
+                    self._handle(item)
+        finally:
+            done.set()
+        # EOF: the extension is going away; nothing pending can be answered now.
+        self._fail_pending(self._gone_error(self._proc.returncode if self._proc else None))
+
+    def _refuse(self, reason: str) -> None:
+        self._refused = reason
+        log.error("extension_refused", reason=reason)
+        if self._proc is not None:
+            signal_group(self._proc.pid, signal.SIGKILL)
+
+    async def _handshake(self, reader: LineReader) -> bool:
+        timeout = self._config.handshake_timeout
+        item: bytes | Oversize | None = None
+        with trio.move_on_after(timeout):
+            item = await reader.next()
+            if item is None:
+                self._refused = "exited before sending hello"
+                return False
+        if item is None:
+            self._refuse(f"no hello within {timeout:g} s")
+            return False
+        if isinstance(item, Oversize):
+            self._refuse(f"first frame is larger than {self._config.max_frame_bytes} bytes")
+            return False
+        try:
+            frame = f.decode_ext_frame(item)
+        except f.FrameError as exc:
+            self._refuse(f"first frame is not a valid hello ({exc.detail}): {exc.excerpt}")
+            return False
+        if not isinstance(frame, f.Hello):
+            self._refuse(f"first frame must be hello, got {type(frame).__name__}")
+            return False
+        if frame.name != self.name:
+            self._refuse(f"hello names {frame.name!r} but the manifest names {self.name!r}")
+            return False
+        self.tools, self.commands = {}, {}
+        self.events = self.intercepts = frozenset()
+        self._set_state(ExtensionState.REGISTERING)  # STARTING -> REGISTERING
+        info = self._host_info()
+        ack = f.HelloAck(
+            corral_version=_VERSION, zot_version=_VERSION, provider=info.provider,
+            model=info.model, cwd=info.cwd,
+        )
+        self._send(f.encode_frame(ack))
+        return True
+
+    async def _registration(self, reader: LineReader) -> None:
+        cfg = self._config
+        cap = trio.current_time() + cfg.ready_cap
+        last = trio.current_time()
+        while not self._ready:
+            item: bytes | Oversize | None = None
+            with trio.move_on_at(min(cap, last + cfg.ready_quiet)) as scope:
+                item = await reader.next()
+            if scope.cancelled_caught:
+                self._mark_ready("quiet period" if trio.current_time() < cap else "cap")
+                return
+            if item is None:
+                return
+            self._handle(item)
+            last = trio.current_time()
+
+    def _mark_ready(self, how: str) -> None:
+        if self._ready:
+            return
+        self._ready = True
+        self._set_state(ExtensionState.RUNNING)  # REGISTERING -> RUNNING
+        self.problem = ""
+        log.info(
+            "extension_ready", how=how, tools=sorted(self.tools), commands=sorted(self.commands)
+        )
+        self._on_change(self)
+        self.ever_ready = True
+        self.settled.set()
+
+    def _bad_frame(self, message: str, excerpt: str, frame_id: str | None) -> None:
+        self._stats["bad_frames"] += 1
+        n = self._stats["bad_frames"]
+        if n <= _BAD_FRAME_LOG_LIMIT or n % 1000 == 0:
+            log.warning("bad_frame", problem=message, excerpt=excerpt, count=n)
+        if frame_id is not None:
+            pending = self._pending.pop(frame_id, None)
+            if pending is not None:
+                self._stats["errors"] += 1
+                pending.reply.fail(ProtocolViolation(self.name, pending.what, message, excerpt))
+
+    def _handle(self, item: bytes | Oversize) -> None:
+        if isinstance(item, Oversize):
+            match = _ID_RE.search(item.head)
+            fid = match.group(1).decode("utf-8", "replace") if match else None
+            self._bad_frame(
+                f"line of {item.size} bytes exceeds the {self._config.max_frame_bytes}-byte limit",
+                f.excerpt(item.head),
+                fid,
+            )
+            return
+        if not item.strip():
+            return
+        try:
+            frame = f.decode_ext_frame(item)
+        except f.FrameError as exc:
+            self._bad_frame(exc.detail, exc.excerpt, exc.frame_id)
+            return
+        if isinstance(frame, f.ToolResult):
+            self._resolve(frame.id, "tool", frame)
+        elif isinstance(frame, f.EventInterceptResponse):
+            self._resolve(frame.id, "intercept", frame)
+        elif isinstance(frame, f.CommandResponse):
+            self._resolve(frame.id, "command", frame)
+        elif isinstance(frame, f.Notify):
+            self._publish(Notified(extension=self.name, level=frame.level, message=frame.message))
+        elif isinstance(frame, f.RegisterTool | f.RegisterCommand | f.Subscribe):
+            self._register(frame)
+        elif isinstance(frame, f.Ready):
+            self._mark_ready("ready frame")
+        elif isinstance(frame, f.ShutdownAck):
+            log.debug("shutdown_ack")
+        else:  # a second hello
+            self._bad_frame("hello sent twice", f.excerpt(item), None)
+
+    def _register(self, frame: f.RegisterTool | f.RegisterCommand | f.Subscribe) -> None:
+        if isinstance(frame, f.Subscribe):
+            unknown = set(frame.intercept) - _INTERCEPTABLE
+            if unknown:
+                log.warning("subscribe_unknown_intercept", events=sorted(unknown))
+            self.events = frozenset(frame.events)
+            self.intercepts = frozenset(e for e in frame.intercept if e in _INTERCEPTABLE)
+        elif isinstance(frame, f.RegisterTool):
+            schema = frame.schema
+            if not _TOOL_NAME_RE.match(frame.name):
+                log.warning("tool_rejected", tool=frame.name, problem="name is not an identifier")
+                return
+            if not isinstance(schema, dict) or schema.get("type") != "object":
+                log.warning(
+                    "tool_rejected", tool=frame.name,
+                    problem="schema must be a JSON object schema with type: object",
+                )
+                return
+            self.tools[frame.name] = frame
+        else:
+            name = frame.name.lstrip("/")
+            if not name or any(c.isspace() for c in name):
+                log.warning("command_rejected", command=frame.name, problem="invalid name")
+                return
+            self.commands[name] = f.RegisterCommand(name=name, description=frame.description)
+        if self._ready:
+            self._on_change(self)
+
+    def _resolve(self, rid: str, kind: str, frame: Any) -> None:
+        pending = self._pending.get(rid)
+        if pending is None or pending.kind != kind:
+            self._bad_frame(f"reply to unknown id {rid!r}", rid, None)
+            return
+        del self._pending[rid]
+        self._latencies.append(time.perf_counter() - pending.t0)
+        reply = pending.reply
+        if kind == "tool":
+            if frame.is_error:
+                self._stats["errors"] += 1
+            reply.set(
+                ToolOutcome(
+                    content=list(frame.content), is_error=frame.is_error,
+                    tool=pending.what.split(" ", 1)[-1], extension=self.name,
+                )
+            )
+        elif kind == "command":
+            reply.set(
+                CommandOutcome(
+                    action=frame.action, prompt=frame.prompt, insert=frame.insert,
+                    display=frame.display, error=frame.error, extension=self.name,
+                )
+            )
+        else:
+            reply.set(frame)
+
+    # --- stats -----------------------------------------------------------------------------
+
+    def stats(self, proc_figures: dict[str, Any] | None = None) -> ExtensionStats:
+        """Counters, latency percentiles and (given) psutil figures."""
+        lat = sorted(self._latencies)
+
+        def pct(q: float) -> float | None:
+            if not lat:
+                return None
+            return round(lat[min(len(lat) - 1, math.ceil(q * len(lat)) - 1)] * 1000, 3)
+
+        uptime = (
+            round(time.monotonic() - self.started_at, 3)
+            if self.started_at is not None and self.pid is not None and self.serving
+            else None
+        )
+        figures = proc_figures or {}
+        return ExtensionStats(
+            calls=self._stats["calls"],
+            errors=self._stats["errors"],
+            timeouts=self._stats["timeouts"],
+            bad_frames=self._stats["bad_frames"],
+            restarts=self.restarts,
+            latency_p50_ms=pct(0.50),
+            latency_p95_ms=pct(0.95),
+            latency_p99_ms=pct(0.99),
+            rss_bytes=figures.get("rss"),
+            cpu_percent=figures.get("cpu"),
+            open_fds=figures.get("fds"),
+            uptime_s=uptime,
+        )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+_VERSION = _version()

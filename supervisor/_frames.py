@@ -1,0 +1,324 @@
+"""Wire frames of the extension protocol (NDJSON over stdio).
+
+Every frame of the seed protocol is a :class:`msgspec.Struct` tagged on ``"type"``.
+Frames the extension sends form :data:`ExtFrame`; frames the host sends form
+:data:`HostFrame`. Unknown fields are tolerated (peers may extend frames); unknown
+frame types are reported by :func:`decode_ext_frame` as :class:`FrameError` with
+``kind="unknown_type"`` so the caller can log and skip them.
+
+One module-level encoder and decoder are built once and reused.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "CommandInvoked",
+    "ContentBlock",
+    "CommandResponse",
+    "Event",
+    "EventIntercept",
+    "EventInterceptResponse",
+    "ExtFrame",
+    "FrameError",
+    "Hello",
+    "HelloAck",
+    "HostFrame",
+    "ImageBlock",
+    "Notify",
+    "Ready",
+    "RegisterCommand",
+    "RegisterTool",
+    "Shutdown",
+    "ShutdownAck",
+    "Subscribe",
+    "TextBlock",
+    "ToolCall",
+    "ToolResult",
+    "decode_ext_frame",
+    "encode_frame",
+]
+
+PROTOCOL_VERSION = 1
+
+NotifyLevel = Literal["info", "success", "warn", "error"]
+CommandAction = Literal["prompt", "insert", "display", "noop"]
+
+
+class _Frame(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every frame: tagged on ``type``, unknown fields ignored."""
+
+
+# --- content blocks ---------------------------------------------------------
+
+
+class TextBlock(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
+    """A text block of a tool result."""
+
+    text: str = ""
+
+
+class ImageBlock(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="image"):
+    """An image block of a tool result; ``data`` is base64."""
+
+    mime_type: str = "image/png"
+    data: str = ""
+
+
+ContentBlock = TextBlock | ImageBlock
+
+
+# --- extension -> host -------------------------------------------------------
+
+
+class Hello(_Frame, tag="hello"):
+    """First frame an extension sends."""
+
+    name: str
+    version: str = ""
+    capabilities: list[str] = []
+
+
+class RegisterCommand(_Frame, tag="register_command"):
+    """Registers a slash command."""
+
+    name: str
+    description: str = ""
+
+
+class RegisterTool(_Frame, tag="register_tool"):
+    """Registers a model-callable tool; ``schema`` is a JSON object schema."""
+
+    name: str
+    description: str = ""
+    schema: Any = None
+
+
+class Ready(_Frame, tag="ready"):
+    """All initial registrations are flushed."""
+
+
+class ToolResult(_Frame, tag="tool_result"):
+    """Reply to a :class:`ToolCall`."""
+
+    id: str
+    content: list[ContentBlock] = []
+    is_error: bool = False
+
+
+class Subscribe(_Frame, tag="subscribe"):
+    """Events to observe and events to intercept."""
+
+    events: list[str] = []
+    intercept: list[str] = []
+
+
+class EventInterceptResponse(_Frame, tag="event_intercept_response"):
+    """Reply to an :class:`EventIntercept`; every field defaults to "allow, unchanged"."""
+
+    id: str
+    block: bool = False
+    reason: str = ""
+    modified_args: Any = None
+    replace_text: str | None = None
+
+
+class CommandResponse(_Frame, tag="command_response"):
+    """Reply to a :class:`CommandInvoked`."""
+
+    id: str
+    action: CommandAction = "noop"
+    prompt: str = ""
+    insert: str = ""
+    display: str = ""
+    error: str = ""
+
+
+class Notify(_Frame, tag="notify"):
+    """One-way note for the user."""
+
+    message: str = ""
+    level: NotifyLevel = "info"
+
+
+class ShutdownAck(_Frame, tag="shutdown_ack"):
+    """The extension is about to exit."""
+
+
+ExtFrame = (
+    Hello
+    | RegisterCommand
+    | RegisterTool
+    | Ready
+    | ToolResult
+    | Subscribe
+    | EventInterceptResponse
+    | CommandResponse
+    | Notify
+    | ShutdownAck
+)
+
+
+# --- host -> extension -------------------------------------------------------
+
+
+class HelloAck(_Frame, tag="hello_ack"):
+    """Sent right after a valid ``hello``."""
+
+    protocol_version: int = PROTOCOL_VERSION
+    corral_version: str = ""
+    # Seed-compatible alias: extensions written for the seed read ``zot_version``.
+    zot_version: str = ""
+    provider: str = ""
+    model: str = ""
+    cwd: str = ""
+
+
+class CommandInvoked(_Frame, tag="command_invoked"):
+    """The user ran one of the extension's commands."""
+
+    id: str
+    name: str
+    args: str = ""
+
+
+class ToolCall(_Frame, tag="tool_call"):
+    """The model called one of the extension's tools."""
+
+    id: str
+    name: str
+    args: Any = msgspec.field(default_factory=dict)
+
+
+class Event(_Frame, tag="event", omit_defaults=True):
+    """One-way lifecycle notification."""
+
+    event: str
+    step: int | None = None
+    tool_id: str | None = None
+    tool_name: str | None = None
+    tool_args: Any = None
+    stop: str | None = None
+    text: str | None = None
+
+
+class EventIntercept(_Frame, tag="event_intercept", omit_defaults=True):
+    """Gives the extension a chance to block or rewrite an event."""
+
+    id: str
+    event: str
+    step: int | None = None
+    tool_id: str | None = None
+    tool_name: str | None = None
+    tool_args: Any = None
+    text: str | None = None
+
+
+class Shutdown(_Frame, tag="shutdown"):
+    """Asks the extension to acknowledge and exit."""
+
+
+HostFrame = HelloAck | CommandInvoked | ToolCall | Event | EventIntercept | Shutdown
+
+
+# --- codec --------------------------------------------------------------------
+
+
+class FrameError(Exception):
+    """A line from an extension that is not a valid frame.
+
+    Attributes:
+        kind: ``"json"`` (not JSON / not an object), ``"unknown_type"`` or ``"invalid"``
+            (a known type with wrong fields).
+        excerpt: the first bytes of the offending line, for logs.
+        frame_type: the ``type`` field when one could be read.
+        frame_id: the ``id`` field when one could be read.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        excerpt: str,
+        *,
+        frame_type: str | None = None,
+        frame_id: str | None = None,
+    ) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+        self.excerpt = excerpt
+        self.frame_type = frame_type
+        self.frame_id = frame_id
+
+
+_EXT_TYPES = frozenset(
+    {
+        "hello",
+        "register_command",
+        "register_tool",
+        "ready",
+        "tool_result",
+        "subscribe",
+        "event_intercept_response",
+        "command_response",
+        "notify",
+        "shutdown_ack",
+    }
+)
+
+_encoder = msgspec.json.Encoder()
+_ext_decoder: msgspec.json.Decoder[ExtFrame] = msgspec.json.Decoder(ExtFrame)
+_any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
+
+
+def encode_frame(frame: HostFrame | ExtFrame) -> bytes:
+    """Encode one frame as a JSON line (with the trailing newline)."""
+    buf = _encoder.encode(frame)
+    return buf + b"\n"
+
+
+def excerpt(line: bytes, limit: int = 120) -> str:
+    """A short printable excerpt of a raw line, for logs and errors."""
+    text = line[:limit].decode("utf-8", "replace")
+    return text + ("…" if len(line) > limit else "")
+
+
+def decode_ext_frame(line: bytes) -> ExtFrame:
+    """Decode one line sent by an extension.
+
+    Raises:
+        FrameError: the line is not JSON, not an object, has an unknown ``type`` or
+            wrong field types.
+    """
+    try:
+        return _ext_decoder.decode(line)
+    except msgspec.ValidationError as exc:
+        # Slow path, only for bad frames: find out what exactly is wrong.
+        try:
+            obj = _any_decoder.decode(line)
+        except msgspec.DecodeError:
+            raise FrameError("json", "not valid JSON", excerpt(line)) from None
+        if not isinstance(obj, dict):
+            raise FrameError("json", "not a JSON object", excerpt(line)) from None
+        ftype = obj.get("type")
+        fid = obj.get("id")
+        fid = str(fid) if isinstance(fid, str | int) else None
+        if not isinstance(ftype, str):
+            raise FrameError(
+                "invalid", "missing string field 'type'", excerpt(line), frame_id=fid
+            ) from None
+        if ftype not in _EXT_TYPES:
+            raise FrameError(
+                "unknown_type", f"unknown frame type {ftype!r}", excerpt(line),
+                frame_type=ftype, frame_id=fid,
+            ) from None
+        raise FrameError(
+            "invalid", str(exc), excerpt(line), frame_type=ftype, frame_id=fid
+        ) from None
+    except msgspec.DecodeError:
+        raise FrameError("json", "not valid JSON", excerpt(line)) from None

@@ -1,0 +1,176 @@
+"""Stdio plumbing for one extension process: bounded line reading and the stderr log.
+
+:class:`LineReader` splits a byte stream into lines without ever buffering more
+than ``max_bytes`` of one line: an oversize line is reported once (with its first
+bytes, so the caller can match it to a call) and the rest of it is skipped.
+:class:`StderrLog` appends to ``logs/ext-<name>.log`` (rotated by size) and keeps a
+short in-memory tail for crash reports.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import typing
+from pathlib import Path
+
+import trio
+
+__all__ = ["LineReader", "Oversize", "StderrLog"]
+
+_CHUNK = 65536
+
+
+@typing.final
+class Oversize:
+    """Marker returned by :meth:`LineReader.next` for a line over the limit."""
+
+    __slots__ = ("head", "size")
+
+    def __init__(self, head: bytes, size: int) -> None:
+        self.head = head
+        self.size = size
+
+
+@typing.final
+class LineReader:
+    """Reads newline-terminated lines from a trio receive stream."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, max_bytes: int) -> None:
+        self._stream = stream
+        self._max = max_bytes
+        self._buf = bytearray()
+        self._start = 0
+        self._eof = False
+
+    async def next(self) -> bytes | Oversize | None:
+        """The next line without its newline, an :class:`Oversize`, or None at EOF.
+
+        A final unterminated line at EOF is returned as a line.
+
+        Cancellation: safe at any point; no received byte is lost, so the next call
+        continues where this one stopped.
+        """
+        while True:
+            buf = self._buf
+            nl = buf.find(b"\n", self._start)
+            if nl >= 0:
+                line = bytes(buf[self._start : nl])
+                self._start = nl + 1
+                if self._start > _CHUNK and self._start * 2 > len(buf):
+                    del buf[: self._start]
+                    self._start = 0
+                return line
+            pending = len(buf) - self._start
+            if pending > self._max:
+                return await self._skip_oversize()
+            if self._eof:
+                if pending:
+                    line = bytes(buf[self._start :])
+                    self._buf = bytearray()
+                    self._start = 0
+                    return line
+                return None
+            if self._start:
+                del buf[: self._start]
+                self._start = 0
+            chunk = await self._stream.receive_some(_CHUNK)
+            if not chunk:
+                self._eof = True
+            else:
+                buf += chunk
+
+    async def _skip_oversize(self) -> Oversize:
+        head = bytes(self._buf[self._start : self._start + 4096])
+        size = len(self._buf) - self._start
+        self._buf = bytearray()
+        self._start = 0
+        while True:
+            chunk = await self._stream.receive_some(_CHUNK)
+            if not chunk:
+                self._eof = True
+                return Oversize(head, size)
+            nl = chunk.find(b"\n")
+            if nl >= 0:
+                self._buf += chunk[nl + 1 :]
+                return Oversize(head, size + nl)
+            size += len(chunk)
+
+
+@typing.final
+class StderrLog:
+    """An extension's stderr: appended to its log file and kept as a short tail."""
+
+    def __init__(self, path: Path, max_bytes: int, tail_lines: int) -> None:
+        self.path = path
+        self._max = max_bytes
+        self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self._partial = b""
+        self._fd: int | None = None
+        self._size = 0
+
+    def open(self) -> None:
+        """Open the log for appending (creating its directory)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._size = os.fstat(self._fd).st_size
+
+    def note(self, text: str) -> None:
+        """Write a host-side line (start, exit, refusal) into the log."""
+        self._write(f"[corral] {text}\n".encode())
+
+    def feed(self, chunk: bytes) -> None:
+        """Record a chunk of stderr."""
+        self._write(chunk)
+        data = self._partial + chunk
+        *lines, self._partial = data.split(b"\n")
+        if len(self._partial) > 4096:
+            lines.append(self._partial)
+            self._partial = b""
+        for line in lines[-(self.tail.maxlen or 1) :]:
+            self.tail.append(line.decode("utf-8", "replace")[:500])
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None:
+            return
+        if self._size + len(data) > self._max and self._size > 0:
+            self._rotate()
+        try:
+            os.write(self._fd, data)
+            self._size += len(data)
+        except OSError:
+            pass  # a full disk must not take the extension (or the host) down
+
+    def _rotate(self) -> None:
+        assert self._fd is not None
+        os.close(self._fd)
+        try:
+            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+        except OSError:
+            pass
+        self._fd = None
+        self.open()
+
+    def flush_tail(self) -> list[str]:
+        """The tail including a last unterminated line."""
+        if self._partial:
+            self.tail.append(self._partial.decode("utf-8", "replace")[:500])
+            self._partial = b""
+        return list(self.tail)
+
+    def close(self) -> None:
+        """Close the log file."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    async def drain(self, stream: trio.abc.ReceiveStream) -> None:
+        """Copy ``stream`` into the log until EOF.
+
+        Cancellation: stops copying; what was received is already written.
+        """
+        while True:
+            chunk = await stream.receive_some(_CHUNK)
+            if not chunk:
+                return
+            self.feed(chunk)

@@ -1,0 +1,218 @@
+"""Extension manifests (``extension.json``) and discovery.
+
+A manifest is validated field by field; every problem is a
+:class:`~supervisor._exceptions.ManifestError` naming the file and the field.
+Discovery order is ``--ext`` paths, then ``./.corral/extensions``, then
+``$CORRAL_HOME/extensions``; the first extension of a name wins and later ones are
+reported as duplicates, never started.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from sandbox import Permissions, PermissionsError, validate_permissions
+
+from ._config import RestartPolicy
+from ._exceptions import ManifestError
+
+__all__ = [
+    "MANIFEST_NAME",
+    "Discovery",
+    "ExtensionSpec",
+    "Manifest",
+    "Source",
+    "discover",
+    "load_manifest",
+]
+
+MANIFEST_NAME = "extension.json"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_FIELD_RE = re.compile(r"at `\$\.?([^`]*)`")
+
+Source = Literal["cli", "project", "global"]
+
+
+class Manifest(msgspec.Struct, frozen=True, kw_only=True):
+    """The contents of ``extension.json`` (the seed's fields plus corral's own)."""
+
+    name: str
+    exec: str
+    version: str = ""
+    args: list[str] = []
+    language: str = ""
+    description: str = ""
+    enabled: bool = True
+    #: corral: restart policy after the process exits on its own.
+    restart: RestartPolicy = "on-failure"
+    #: corral: what the sandbox lets the extension do.
+    permissions: Permissions = Permissions()
+
+
+_KNOWN_FIELDS = frozenset(Manifest.__struct_fields__)
+_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dict[str, Any])
+
+
+class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A validated manifest and where it came from."""
+
+    manifest: Manifest
+    #: Absolute directory of the extension.
+    dir: str
+    #: Absolute path of ``extension.json``.
+    manifest_path: str
+    source: Source
+    #: Absolute path of the executable (``exec`` resolved against ``dir``).
+    exec_path: str
+    #: Fields present in the file that corral does not know (reported, not fatal).
+    unknown_fields: list[str] = []
+
+    @property
+    def name(self) -> str:
+        """The extension's name."""
+        return self.manifest.name
+
+
+class Discovery(msgspec.Struct, frozen=True, kw_only=True):
+    """Result of scanning the extension directories."""
+
+    #: Extensions to run (or show), in load order.
+    specs: list[ExtensionSpec]
+    #: Manifests that could not be loaded.
+    problems: list[ManifestError]
+    #: Later extensions shadowed by an earlier one of the same name: (shadowed, winner).
+    duplicates: list[tuple[ExtensionSpec, ExtensionSpec]]
+
+
+def _field_of(exc: msgspec.ValidationError) -> str:
+    match = _FIELD_RE.search(str(exc))
+    return match.group(1) if match else ""
+
+
+def load_manifest(
+    path: str | os.PathLike[str],
+    source: Source = "cli",
+    *,
+    home: str | None = None,
+) -> ExtensionSpec:
+    """Load and validate one manifest.
+
+    Args:
+        path: the ``extension.json`` file or the directory holding it.
+        source: where it was found (shown in ``ext list``).
+        home: corral's home, which permissions may never grant.
+
+    Raises:
+        ManifestError: naming the file and the field at fault.
+    """
+    p = Path(path).expanduser().absolute()
+    if p.is_dir():
+        p = p / MANIFEST_NAME
+    where = str(p)
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError(where, "", "no extension.json here") from None
+    except OSError as exc:
+        raise ManifestError(where, "", f"cannot read: {exc.strerror}") from exc
+    try:
+        data = _decoder.decode(raw)
+    except msgspec.ValidationError:
+        raise ManifestError(where, "", "must be a JSON object") from None
+    except msgspec.DecodeError as exc:
+        raise ManifestError(where, "", f"not valid JSON ({exc})") from None
+    try:
+        manifest = msgspec.convert(data, Manifest)
+    except msgspec.ValidationError as exc:
+        field = _field_of(exc)
+        message = str(exc).split(" - at ")[0]
+        if "missing required field" in message:
+            field = message.rsplit("`", 2)[-2]
+            message = "is required"
+        raise ManifestError(where, field, message) from None
+
+    if not _NAME_RE.match(manifest.name):
+        raise ManifestError(
+            where, "name", f"{manifest.name!r} is not a valid name (letters, digits, . _ -)"
+        )
+    if not manifest.exec.strip():
+        raise ManifestError(where, "exec", "must not be empty")
+    ext_dir = p.parent
+    exec_path = Path(manifest.exec)
+    if not exec_path.is_absolute():
+        exec_path = ext_dir / exec_path
+    exec_path = exec_path.absolute()
+    if not exec_path.is_file():
+        raise ManifestError(where, "exec", f"{manifest.exec!r} does not exist ({exec_path})")
+    try:
+        permissions = validate_permissions(
+            manifest.permissions,
+            str(ext_dir),
+            home=str(Path.home()),
+            corral_home=home or "",
+        )
+    except PermissionsError as exc:
+        raise ManifestError(where, exc.field, exc.message) from None
+    manifest = msgspec.structs.replace(manifest, permissions=permissions)
+    return ExtensionSpec(
+        manifest=manifest,
+        dir=str(ext_dir),
+        manifest_path=where,
+        source=source,
+        exec_path=str(exec_path),
+        unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
+    )
+
+
+def _scan(root: Path) -> list[Path]:
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return []
+    return [e for e in entries if e.is_dir() and (e / MANIFEST_NAME).exists()]
+
+
+def discover(
+    ext_paths: list[str] | tuple[str, ...] = (),
+    *,
+    project_dir: str | None = None,
+    home: str,
+    include_installed: bool = True,
+) -> Discovery:
+    """Find every extension, in load order.
+
+    Args:
+        ext_paths: ``--ext`` paths (directory or ``extension.json``), loaded first.
+        project_dir: directory whose ``.corral/extensions`` holds project-local ones.
+        home: corral's home; ``<home>/extensions`` holds global ones.
+        include_installed: scan project-local and global directories too.
+    """
+    candidates: list[tuple[Path, Source]] = [(Path(p), "cli") for p in ext_paths]
+    if include_installed:
+        if project_dir is not None:
+            local = Path(project_dir) / ".corral" / "extensions"
+            candidates += [(d, "project") for d in _scan(local)]
+        candidates += [(d, "global") for d in _scan(Path(home) / "extensions")]
+
+    specs: list[ExtensionSpec] = []
+    problems: list[ManifestError] = []
+    duplicates: list[tuple[ExtensionSpec, ExtensionSpec]] = []
+    by_name: dict[str, ExtensionSpec] = {}
+    for path, source in candidates:
+        try:
+            spec = load_manifest(path, source, home=home)
+        except ManifestError as exc:
+            problems.append(exc)
+            continue
+        winner = by_name.get(spec.name)
+        if winner is not None:
+            duplicates.append((spec, winner))
+            continue
+        by_name[spec.name] = spec
+        specs.append(spec)
+    return Discovery(specs=specs, problems=problems, duplicates=duplicates)

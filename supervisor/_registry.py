@@ -1,0 +1,116 @@
+"""Which extension owns which tool and command name.
+
+Pure bookkeeping, rebuilt from the extensions in load order whenever a registration
+changes. Built-in names always win; among extensions the first loaded wins
+(load order, not registration timing, so the outcome is deterministic). Every
+clash is logged once.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Iterable
+from typing import Protocol
+
+import structlog
+
+from . import _frames as f
+from ._api import CommandInfo, ToolInfo
+
+__all__ = ["Owner", "Registry"]
+
+log = structlog.get_logger("corral.supervisor")
+
+
+class Owner(Protocol):
+    """What the registry needs of an extension."""
+
+    name: str
+    index: int
+    tools: dict[str, f.RegisterTool]
+    commands: dict[str, f.RegisterCommand]
+
+    @property
+    def listed(self) -> bool:
+        """Its registrations count (running, or restarting after a crash)."""
+        ...
+
+
+O = typing.TypeVar("O", bound=Owner)
+
+
+@typing.final
+class Registry(typing.Generic[O]):
+    """Name → owner maps for tools and commands."""
+
+    def __init__(self, reserved_tools: Iterable[str], reserved_commands: Iterable[str]) -> None:
+        self._reserved_tools = frozenset(reserved_tools)
+        self._reserved_commands = frozenset(reserved_commands)
+        self._tools: dict[str, tuple[O, f.RegisterTool]] = {}
+        self._commands: dict[str, tuple[O, f.RegisterCommand]] = {}
+        self._logged: set[tuple[str, str, str]] = set()
+
+    def rebuild(self, owners: Iterable[O]) -> bool:
+        """Recompute both maps; returns True when what the agent sees changed."""
+        before = (self.tool_infos(), self.command_infos())
+        tools: dict[str, tuple[O, f.RegisterTool]] = {}
+        commands: dict[str, tuple[O, f.RegisterCommand]] = {}
+        for owner in sorted(owners, key=lambda o: o.index):
+            if not owner.listed:
+                continue
+            for name, tool in owner.tools.items():
+                self._claim(tools, self._reserved_tools, "tool", name, owner, tool)
+            for name, cmd in owner.commands.items():
+                self._claim(commands, self._reserved_commands, "command", name, owner, cmd)
+        self._tools, self._commands = tools, commands
+        return before != (self.tool_infos(), self.command_infos())
+
+    def _claim(
+        self,
+        table: dict[str, tuple[O, typing.Any]],
+        reserved: frozenset[str],
+        kind: str,
+        name: str,
+        owner: O,
+        item: object,
+    ) -> None:
+        if name in reserved:
+            self._log_once(kind, name, owner.name, "built-in")
+            return
+        held = table.get(name)
+        if held is not None:
+            self._log_once(kind, name, owner.name, held[0].name)
+            return
+        table[name] = (owner, item)
+
+    def _log_once(self, kind: str, name: str, loser: str, winner: str) -> None:
+        key = (f"{kind}:{name}", loser, winner)
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning("name_clash", kind=kind, name=name, shadowed=loser, winner=winner)
+
+    def tool_owner(self, name: str) -> O | None:
+        """The extension that runs tool ``name``."""
+        held = self._tools.get(name)
+        return held[0] if held else None
+
+    def command_owner(self, name: str) -> O | None:
+        """The extension that runs command ``name``."""
+        held = self._commands.get(name)
+        return held[0] if held else None
+
+    def tool_infos(self) -> list[ToolInfo]:
+        """Every extension tool, in load order."""
+        return [
+            ToolInfo(
+                name=name, description=t.description, schema=t.schema, extension=owner.name
+            )
+            for name, (owner, t) in self._tools.items()
+        ]
+
+    def command_infos(self) -> list[CommandInfo]:
+        """Every extension command, in load order."""
+        return [
+            CommandInfo(name=name, description=c.description, extension=owner.name)
+            for name, (owner, c) in self._commands.items()
+        ]

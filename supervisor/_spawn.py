@@ -1,0 +1,121 @@
+"""The spawn seam: from an :class:`ExtensionSpec` to a running process.
+
+:func:`launch_request` builds what the sandbox needs (argv with an absolute
+interpreter, the allowlisted environment, the data directory); the sandbox turns it
+into a :class:`~sandbox.LaunchPlan`; :func:`spawn` starts the plan in its own
+session and process group, with the limits applied in the child before ``exec``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from sandbox import LaunchPlan, LaunchRequest, preexec_for
+
+from ._config import SupervisorConfig
+from ._frames import PROTOCOL_VERSION
+from ._manifest import ExtensionSpec
+from ._process import ChildProcess, open_child
+
+__all__ = ["INSTANCE_VAR", "SDK_DIR", "interpreter_argv", "launch_request", "spawn"]
+
+#: Directory holding the stdlib-only Python SDK (``import corral_ext``).
+SDK_DIR = str(Path(__file__).with_name("_sdk"))
+
+#: Environment variable carrying a per-incarnation token; descendants inherit it,
+#: which lets the supervisor find daemons that left the extension's process group.
+INSTANCE_VAR = "CORRAL_EXT_INSTANCE"
+
+_ENV_ALLOW = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER")
+_PY_LANGS = frozenset({"python", "python3", "py"})
+_JS_LANGS = frozenset({"javascript", "js", "node", "nodejs"})
+_JS_EXTS = (".js", ".mjs", ".cjs")
+
+
+def _is_python(spec: ExtensionSpec) -> bool:
+    return spec.manifest.language.lower() in _PY_LANGS or spec.exec_path.endswith(".py")
+
+
+def _is_node(spec: ExtensionSpec) -> bool:
+    lang = spec.manifest.language.lower()
+    return lang in _JS_LANGS or spec.exec_path.endswith(_JS_EXTS)
+
+
+def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]:
+    """The argv that runs the extension, never through a shell or ``env`` shim.
+
+    Python extensions run with ``config.python`` (the host's own interpreter by
+    default); JavaScript ones with the real path of ``node``; anything else is
+    executed directly.
+    """
+    if _is_python(spec):
+        return [os.path.abspath(config.python), spec.exec_path, *spec.manifest.args]
+    if _is_node(spec):
+        node = config.node or shutil.which("node")
+        if node is None:
+            # Fall back to executing the script (its shebang) and let spawn fail clearly.
+            return [spec.exec_path, *spec.manifest.args]
+        return [os.path.realpath(node), spec.exec_path, *spec.manifest.args]
+    return [spec.exec_path, *spec.manifest.args]
+
+
+def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:
+    host = os.environ
+    env = {k: host[k] for k in _ENV_ALLOW if k in host}
+    env.update({k: v for k, v in host.items() if k.startswith("LC_")})
+    env.update({k: host[k] for k in spec.manifest.permissions.env if k in host})
+    env["CORRAL_EXT_NAME"] = spec.name
+    env["CORRAL_EXT_DIR"] = spec.dir
+    env["CORRAL_PROTOCOL_VERSION"] = str(PROTOCOL_VERSION)
+    env[INSTANCE_VAR] = token
+    if data_dir is not None:
+        env["CORRAL_DATA_DIR"] = data_dir
+    if _is_python(spec):
+        env["PYTHONPATH"] = SDK_DIR
+        # print() without flush would otherwise sit in a block buffer forever.
+        env["PYTHONUNBUFFERED"] = "1"
+        # The SDK directory is shared (and read-only in a sandbox): no __pycache__ there.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def launch_request(spec: ExtensionSpec, config: SupervisorConfig) -> tuple[LaunchRequest, str]:
+    """Build the sandbox's input for one incarnation; returns it with its instance token.
+
+    Creates the extension's data directory when its permissions ask for one.
+    """
+    data_dir: str | None = None
+    if spec.manifest.permissions.data_dir:
+        data = Path(config.home) / "data" / spec.name
+        data.mkdir(parents=True, exist_ok=True)
+        data_dir = str(data)
+    token = f"{spec.name}:{secrets.token_hex(8)}"
+    request = LaunchRequest(
+        name=spec.name,
+        argv=interpreter_argv(spec, config),
+        env=_environment(spec, data_dir, token),
+        ext_dir=spec.dir,
+        data_dir=data_dir,
+        permissions=spec.manifest.permissions,
+        runtime_paths=[SDK_DIR] if _is_python(spec) else [],
+    )
+    return request, token
+
+
+async def spawn(plan: LaunchPlan) -> ChildProcess:
+    """Start a plan with piped stdio, in a new session (its own process group).
+
+    The new session detaches the extension from the user's terminal, so it cannot
+    read from it or inject input; the process group lets the shutdown ladder signal
+    the extension and its children at once.
+
+    Raises:
+        OSError: the executable could not be started.
+
+    Cancellation: not cancellable once started (milliseconds); the process is
+    returned and its caller owns reaping it.
+    """
+    return await open_child(plan.argv, env=plan.env, cwd=plan.cwd, preexec_fn=preexec_for(plan))

@@ -1,0 +1,492 @@
+"""The supervisor: one nursery, one owner task per extension, one request router.
+
+:func:`open_supervisor` discovers extensions, starts them all in parallel, waits
+until each is ready or has failed (every wait is bounded), and yields a
+:class:`~supervisor._api.SupervisorClient`. Leaving the block runs the shutdown
+ladder for every extension in parallel and sweeps anything they left behind.
+"""
+
+from __future__ import annotations
+
+import signal
+import typing
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+import structlog
+import trio
+
+from sandbox import (
+    LaunchPlan,
+    LaunchRequest,
+    Sandbox,
+    SandboxUnavailable,
+    select_sandbox,
+)
+
+from . import _frames as f
+from ._api import (
+    CallTool,
+    EmitEvent,
+    EnableExtension,
+    ExtensionInfo,
+    ExtensionRestarted,
+    ExtensionStarted,
+    ExtensionStopped,
+    Intercept,
+    InterceptOutcome,
+    InvokeCommand,
+    ListExtensions,
+    Reload,
+    ReloadStats,
+    Reply,
+    Request,
+    SetHostInfo,
+    SupervisorClient,
+    SupervisorEvent,
+    ToolsChanged,
+)
+from ._config import HostInfo, SupervisorConfig
+from ._exceptions import (
+    SupervisorError,
+    UnknownCommand,
+    UnknownExtension,
+    UnknownTool,
+)
+from ._extension import Extension, ExtensionState
+from ._intercept import run_chain
+from ._manifest import Discovery, discover
+from ._reap import find_by_tokens, kill_pids
+from ._registry import Registry
+
+__all__ = ["open_supervisor"]
+
+log = structlog.get_logger("corral.supervisor")
+
+_LISTED = frozenset(
+    {
+        ExtensionState.STARTING,
+        ExtensionState.REGISTERING,
+        ExtensionState.RUNNING,
+        ExtensionState.BACKOFF,
+    }
+)
+
+
+@typing.final
+class _Refusing:
+    """Stands in for the sandbox when ``required`` found none: refuses every start."""
+
+    backend = "none"
+
+    def __init__(self, error: SandboxUnavailable) -> None:
+        self._error = error
+
+    def plan(self, request: LaunchRequest) -> LaunchPlan:
+        raise self._error
+
+    def cleanup(self, plan: LaunchPlan) -> None:
+        pass
+
+
+def _listed(ext: Extension) -> bool:
+    return ext.state in _LISTED
+
+
+@typing.final
+class _Supervisor:
+    def __init__(
+        self,
+        config: SupervisorConfig,
+        sandbox: Sandbox,
+        *,
+        ext_paths: Sequence[str],
+        project_dir: str | None,
+        discover: bool,
+        host: HostInfo,
+    ) -> None:
+        self.config = config
+        self._sandbox = sandbox
+        self._ext_paths = list(ext_paths)
+        self._project_dir = project_dir
+        self._discover = discover
+        self._host = host
+        self._exts: list[Extension] = []
+        self._discovery = Discovery(specs=[], problems=[], duplicates=[])
+        self._registry: Registry[_RegOwner] = Registry(
+            config.reserved_tools, config.reserved_commands
+        )
+        self._subscribers: list[trio.MemorySendChannel[SupervisorEvent]] = []
+        self._dropped = 0
+        self._announced: dict[str, int] = {}
+        self._reload_lock = trio.Lock()
+        self._psutil: dict[int, psutil.Process] = {}
+        self._nursery: trio.Nursery | None = None
+        send, self._requests = trio.open_memory_channel[Request](1024)
+        self.client = SupervisorClient(
+            send,
+            self._subscribe,
+            self._registry.tool_infos,
+            self._registry.command_infos,
+            tool_timeout=config.tool_timeout,
+            command_timeout=config.command_timeout,
+        )
+        self._send = send
+
+    # --- events -------------------------------------------------------------------
+
+    def _subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
+        send, recv = trio.open_memory_channel[SupervisorEvent](buffer)
+        self._subscribers.append(send)
+        return recv
+
+    def _publish(self, event: SupervisorEvent) -> None:
+        for chan in list(self._subscribers):
+            try:
+                chan.send_nowait(event)
+            except trio.WouldBlock:
+                self._dropped += 1
+                if self._dropped <= 10 or self._dropped % 1000 == 0:
+                    log.warning("event_dropped", kind=type(event).__name__, total=self._dropped)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                self._subscribers.remove(chan)
+
+    def _on_change(self, ext: Extension) -> None:
+        """An extension became ready, changed registrations, or left the registry."""
+        if ext.serving and ext.pid is not None and self._announced.get(ext.name) != ext.pid:
+            first = ext.name not in self._announced
+            self._announced[ext.name] = ext.pid
+            plan = ext.plan
+            if first:
+                note = "; ".join(plan.notes) if plan else ""
+                if plan is not None and not plan.sandboxed:
+                    log.warning("extension_unsandboxed", extension=ext.name, why=note)
+                self._publish(
+                    ExtensionStarted(
+                        extension=ext.name, pid=ext.pid,
+                        sandboxed=bool(plan and plan.sandboxed),
+                        backend=plan.backend if plan else "none",
+                        tools=sorted(ext.tools), commands=sorted(ext.commands), note=note,
+                    )
+                )
+            else:
+                self._publish(
+                    ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts)
+                )
+        if self._registry.rebuild(self._owners()):
+            self._publish(
+                ToolsChanged(
+                    extension="*", tools=self._registry.tool_infos(),
+                    commands=self._registry.command_infos(),
+                )
+            )
+
+    def _owners(self) -> list[_RegOwner]:
+        return [_RegOwner(e) for e in self._exts]
+
+    # --- start and stop -----------------------------------------------------------------
+
+    def _quarantine_file(self, name: str) -> Path:
+        return Path(self.config.home) / "state" / "quarantine" / f"{name}.txt"
+
+    async def _start_all(self) -> None:
+        assert self._nursery is not None
+        self._discovery = discover(
+            self._ext_paths,
+            project_dir=self._project_dir,
+            home=self.config.home,
+            include_installed=self._discover,
+        )
+        for problem in self._discovery.problems:
+            log.error("manifest_invalid", path=problem.path, field=problem.field, problem=problem.message)
+        for shadowed, winner in self._discovery.duplicates:
+            log.warning(
+                "extension_duplicate", extension=shadowed.name, ignored=shadowed.manifest_path,
+                winner=winner.manifest_path,
+            )
+        self._exts = [
+            Extension(
+                spec, i, self.config, self._sandbox,
+                host_info=lambda: self._host, publish=self._publish,
+                on_change=self._on_change, quarantine_file=self._quarantine_file(spec.name),
+            )
+            for i, spec in enumerate(self._discovery.specs)
+        ]
+        for ext in self._exts:
+            ext.prepare()
+            self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
+        for ext in self._exts:
+            await ext.settled.wait()
+
+    async def _stop_all(self, exts: list[Extension]) -> int:
+        """Stop extensions in parallel, then sweep their leftovers in one pass."""
+        running = sum(1 for e in exts if e.pid is not None and not e.finished.is_set())
+        for ext in exts:
+            ext.defer_sweep = True
+            ext.stop()
+        for ext in exts:
+            await ext.finished.wait()
+        tokens = [t for e in exts for t in e.tokens]
+        for ext in exts:
+            ext.tokens.clear()
+        if tokens:
+            found = await trio.to_thread.run_sync(find_by_tokens, tokens)
+            leftovers = [pid for pids in found.values() for pid in pids]
+            if leftovers:
+                log.warning("leftovers_killed", pids=leftovers)
+                kill_pids(leftovers, signal.SIGKILL)
+        for ext in exts:
+            self._publish(ExtensionStopped(extension=ext.name, returncode=None))
+        return running
+
+    async def aclose(self) -> None:
+        """Stop serving and stop every extension. Callers shield it; it is bounded."""
+        self._send.close()
+        cfg = self.config
+        with trio.move_on_after(cfg.shutdown_grace + cfg.term_grace + 5):
+            await self._stop_all(self._exts)
+        for chan in self._subscribers:
+            chan.close()
+
+    # --- requests ------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Route requests until the client side is closed."""
+        async for req in self._requests:
+            try:
+                self._dispatch(req)
+            except Exception:  # a bug here must not take every extension down
+                log.exception("dispatch_failed", request=type(req).__name__)
+                reply = getattr(req, "reply", None)
+                if isinstance(reply, Reply):
+                    reply.fail(SupervisorError("internal error; see the log"))
+
+    def _dispatch(self, req: Request) -> None:
+        assert self._nursery is not None
+        if isinstance(req, CallTool):
+            owner = self._registry.tool_owner(req.name)
+            if owner is None:
+                req.reply.fail(UnknownTool(req.name))
+                return
+            name, args = req.name, req.args
+            owner.ext.call(
+                "tool", f"tool {name}",
+                lambda rid: f.ToolCall(id=rid, name=name, args=args), req.reply,
+            )
+        elif isinstance(req, InvokeCommand):
+            cowner = self._registry.command_owner(req.name)
+            if cowner is None:
+                req.reply.fail(UnknownCommand(req.name))
+                return
+            cname, cargs = req.name, req.args.strip()
+            cowner.ext.call(
+                "command", f"command /{cname}",
+                lambda rid: f.CommandInvoked(id=rid, name=cname, args=cargs), req.reply,
+            )
+        elif isinstance(req, Intercept):
+            subs = [e for e in self._exts if req.event in e.intercepts and e.serving]
+            if not subs:
+                req.reply.set(InterceptOutcome(args=req.tool_args))
+            else:
+                self._nursery.start_soon(self._chain, req, subs)
+        elif isinstance(req, EmitEvent):
+            frame = f.Event(
+                event=req.event, step=req.step, tool_id=req.tool_id, tool_name=req.tool_name,
+                tool_args=req.tool_args, stop=req.stop, text=req.text,
+            )
+            for ext in self._exts:
+                ext.send_event(frame)
+        elif isinstance(req, Reload):
+            self._nursery.start_soon(self._reload, req.reply)
+        elif isinstance(req, ListExtensions):
+            self._nursery.start_soon(self._list, req.reply)
+        elif isinstance(req, EnableExtension):
+            self._nursery.start_soon(self._enable, req.name, req.reply)
+        else:
+            assert isinstance(req, SetHostInfo)
+            self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
+
+    async def _chain(self, req: Intercept, subs: list[Extension]) -> None:
+        try:
+            req.reply.set(await run_chain(req, subs, self.config.intercept_timeout))
+        except Exception as exc:  # a bug here must not take every extension down
+            log.exception("intercept_chain_failed")
+            req.reply.fail(SupervisorError(f"intercept chain failed: {exc}"))
+
+    async def _reload(self, reply: Reply[ReloadStats]) -> None:
+        async with self._reload_lock:
+            log.info("reload_started")
+            old = self._exts
+            stopped = await self._stop_all(old)
+            for ext in old:
+                self._quarantine_file(ext.name).unlink(missing_ok=True)
+            self._announced.clear()
+            await self._start_all()
+            self._on_change_all()
+            errors = [str(p) for p in self._discovery.problems]
+            errors += [
+                f"{e.name}: {e.problem}"
+                for e in self._exts
+                if e.problem and e.state is not ExtensionState.RUNNING
+            ]
+            stats = ReloadStats(
+                stopped=stopped,
+                loaded=sum(1 for e in self._exts if e.spec.manifest.enabled),
+                ready=sum(1 for e in self._exts if e.state is ExtensionState.RUNNING),
+                errors=errors,
+            )
+            log.info("reload_done", stopped=stats.stopped, loaded=stats.loaded, ready=stats.ready)
+            reply.set(stats)
+
+    def _on_change_all(self) -> None:
+        if self._registry.rebuild(self._owners()):
+            self._publish(
+                ToolsChanged(
+                    extension="*", tools=self._registry.tool_infos(),
+                    commands=self._registry.command_infos(),
+                )
+            )
+
+    async def _enable(self, name: str, reply: Reply[ExtensionInfo]) -> None:
+        ext = next((e for e in self._exts if e.name == name), None)
+        if ext is None:
+            reply.fail(UnknownExtension(name))
+            return
+        self._quarantine_file(name).unlink(missing_ok=True)
+        if ext.finished.is_set() and ext.state is not ExtensionState.DISABLED:
+            assert self._nursery is not None
+            ext.reset_crashes()
+            ext.prepare()
+            self._nursery.start_soon(ext.supervise, name=f"extension:{name}")
+            await ext.settled.wait()
+        reply.set((await self._infos([ext]))[0])
+
+    async def _list(self, reply: Reply[list[ExtensionInfo]]) -> None:
+        infos = await self._infos(self._exts)
+        infos += [
+            ExtensionInfo(
+                name=Path(p.path).parent.name, version="", source="", path=p.path,
+                state="invalid", enabled=False, problem=f"{p.field}: {p.message}" if p.field else p.message,
+            )
+            for p in self._discovery.problems
+        ]
+        infos += [
+            ExtensionInfo(
+                name=s.name, version=s.manifest.version, source=s.source, path=s.dir,
+                state="duplicate", enabled=s.manifest.enabled,
+                problem=f"shadowed by {w.dir} ({w.source})",
+            )
+            for s, w in self._discovery.duplicates
+        ]
+        reply.set(infos)
+
+    async def _infos(self, exts: list[Extension]) -> list[ExtensionInfo]:
+        pids = [e.pid for e in exts if e.pid is not None and e.serving]
+        figures = await trio.to_thread.run_sync(self._figures, pids)
+        out = []
+        for e in exts:
+            plan = e.plan
+            out.append(
+                ExtensionInfo(
+                    name=e.name, version=e.spec.manifest.version, source=e.spec.source,
+                    path=e.spec.dir, state=e.state.value, enabled=e.spec.manifest.enabled,
+                    pid=e.pid if e.serving else None,
+                    sandboxed=bool(plan and plan.sandboxed),
+                    backend=plan.backend if plan else self._sandbox.backend,
+                    tools=sorted(e.tools), commands=sorted(e.commands), problem=e.problem,
+                    stats=e.stats(figures.get(e.pid) if e.pid is not None else None),
+                )
+            )
+        return out
+
+    def _figures(self, pids: list[int]) -> dict[int, dict[str, Any]]:
+        """psutil figures per pid (blocking; runs in a worker thread)."""
+        out: dict[int, dict[str, Any]] = {}
+        for pid in pids:
+            try:
+                proc = self._psutil.get(pid)
+                if proc is None:
+                    proc = self._psutil[pid] = psutil.Process(pid)
+                with proc.oneshot():
+                    out[pid] = {
+                        "rss": proc.memory_info().rss,
+                        "cpu": proc.cpu_percent(None),
+                        "fds": proc.num_fds() if hasattr(proc, "num_fds") else None,
+                    }
+            except psutil.Error:
+                self._psutil.pop(pid, None)
+        return out
+
+
+@typing.final
+class _RegOwner:
+    """Adapts an :class:`Extension` to the registry's :class:`Owner` protocol."""
+
+    __slots__ = ("commands", "ext", "index", "name", "tools")
+
+    def __init__(self, ext: Extension) -> None:
+        self.ext = ext
+        self.name = ext.name
+        self.index = ext.index
+        self.tools = ext.tools
+        self.commands = ext.commands
+
+    @property
+    def listed(self) -> bool:
+        return _listed(self.ext)
+
+
+@asynccontextmanager
+async def open_supervisor(
+    config: SupervisorConfig | None = None,
+    *,
+    ext_paths: Sequence[str] = (),
+    project_dir: str | None = None,
+    discover: bool = True,
+    host: HostInfo = HostInfo(),
+    sandbox: Sandbox | None = None,
+) -> AsyncIterator[SupervisorClient]:
+    """Start every extension and yield a client; stop them all on exit.
+
+    Args:
+        config: policy (deadlines, grace periods, home); defaults are the SPEC's.
+        ext_paths: ``--ext`` paths, loaded first and winning over installed ones.
+        project_dir: directory whose ``.corral/extensions`` is scanned.
+        discover: scan project-local and global extensions too.
+        host: what ``hello_ack`` reports until :meth:`SupervisorClient.set_host_info`.
+        sandbox: a backend to use instead of ``select_sandbox(config.sandbox)``.
+
+    Entering returns once every extension is ready, failed, or crashed once (each
+    wait is bounded by the handshake deadline and the ready cap). Bad manifests and
+    refused extensions are reported (``list_extensions``, logs), never raised.
+
+    Cancellation: leaving the block, normally, by an exception or by cancellation,
+    runs the shutdown ladder for all extensions in parallel (shielded, bounded by
+    ``shutdown_grace + term_grace`` plus reaping) and kills anything they left.
+    """
+    config = config or SupervisorConfig()
+    if sandbox is None:
+        try:
+            sandbox = select_sandbox(config.sandbox)
+        except SandboxUnavailable as exc:
+            log.error("sandbox_unavailable", problem=str(exc))
+            sandbox = _Refusing(exc)
+    sup = _Supervisor(
+        config, sandbox, ext_paths=ext_paths, project_dir=project_dir, discover=discover,
+        host=host,
+    )
+    async with trio.open_nursery() as nursery:
+        sup._nursery = nursery
+        try:
+            await sup._start_all()
+            sup._on_change_all()
+            nursery.start_soon(sup.serve, name="supervisor:router")
+            yield sup.client
+        finally:
+            with trio.CancelScope(shield=True):
+                await sup.aclose()
+            nursery.cancel_scope.cancel()
+
