@@ -27,7 +27,7 @@ from ._api import (
     ToolOutcome,
     ToolsChanged,
 )
-from ._config import HostInfo, RestartPolicy, SupervisorConfig, corral_home
+from ._config import HostInfo, RestartPolicy, SupervisorConfig, corral_home, quarantine_file
 from ._exceptions import (
     CallFailed,
     CallTimeout,
@@ -42,10 +42,11 @@ from ._exceptions import (
     UnknownTool,
 )
 from ._frames import PROTOCOL_VERSION, ImageBlock, TextBlock
-from ._manifest import Discovery, Manifest, discover, load_manifest
+from ._manifest import MANIFEST_NAME, Discovery, ExtensionSpec, Manifest, discover, load_manifest
 from ._supervisor import open_supervisor
 
 __all__ = [
+    "MANIFEST_NAME",
     "PROTOCOL_VERSION",
     "CallFailed",
     "CallTimeout",
@@ -58,6 +59,7 @@ __all__ = [
     "ExtensionGone",
     "ExtensionInfo",
     "ExtensionRestarted",
+    "ExtensionSpec",
     "ExtensionStarted",
     "ExtensionStats",
     "ExtensionStopped",
@@ -88,4 +90,5 @@ __all__ = [
     "discover",
     "load_manifest",
     "open_supervisor",
+    "quarantine_file",
 ]

@@ -439,21 +439,19 @@ class SupervisorClient:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             raise SupervisorClosed() from None
 
-    async def _ask(self, request: Request, reply: Reply[T], timeout: float = math.inf) -> T:
+    async def _ask(self, request: Request, reply: Reply[T], seconds: float = math.inf) -> T:
         try:
-            with trio.move_on_after(timeout):
+            with trio.move_on_after(seconds):
                 await self._send(request)
                 return await reply.wait()
         except trio.Cancelled:
             reply.give_up(None)
             raise
         # The deadline covers queueing and writing the request as well as the answer.
-        reply.give_up(timeout)
+        reply.give_up(seconds)
         return await reply.wait()
 
-    async def call_tool(
-        self, name: str, args: dict[str, Any], *, call_id: str = ""
-    ) -> ToolOutcome:
+    async def call_tool(self, name: str, args: dict[str, Any], *, call_id: str = "") -> ToolOutcome:
         """Call an extension tool and wait for its result.
 
         The supervisor applies its tool deadline (60 s by default, covering the write
@@ -491,7 +489,10 @@ class SupervisorClient:
         """
         reply: Reply[InterceptOutcome] = Reply()
         req = Intercept(
-            event="tool_call", reply=reply, tool_id=tool_id, tool_name=tool_name,
+            event="tool_call",
+            reply=reply,
+            tool_id=tool_id,
+            tool_name=tool_name,
             tool_args=tool_args,
         )
         return await self._ask(req, reply)
@@ -555,4 +556,3 @@ class SupervisorClient:
         Cancellation: the update may or may not have been queued.
         """
         await self._send(SetHostInfo(provider=provider, model=model, cwd=cwd))
-

@@ -13,7 +13,7 @@ from typing import Literal
 
 import msgspec
 
-__all__ = ["HostInfo", "RestartPolicy", "SupervisorConfig", "corral_home"]
+__all__ = ["HostInfo", "RestartPolicy", "SupervisorConfig", "corral_home", "quarantine_file"]
 
 RestartPolicy = Literal["on-failure", "always", "never"]
 
@@ -32,6 +32,11 @@ def corral_home() -> Path:
     state = os.environ.get("XDG_STATE_HOME")
     base = Path(state) if state else Path.home() / ".local" / "state"
     return (base / "corral").absolute()
+
+
+def quarantine_file(home: str | Path, name: str) -> Path:
+    """Where a quarantine is recorded; it persists until ``ext enable`` or a reload."""
+    return Path(home) / "state" / "quarantine" / f"{name}.txt"
 
 
 class HostInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,7 +91,14 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     reserved_tools: tuple[str, ...] = ("read", "write", "edit", "bash")
     #: Command names extensions may not take (the host's slash commands win).
     reserved_commands: tuple[str, ...] = (
-        "help", "reload-ext", "ext", "clear", "compact", "model", "quit", "exit",
+        "help",
+        "reload-ext",
+        "ext",
+        "clear",
+        "compact",
+        "model",
+        "quit",
+        "exit",
     )
     #: Frames queued for an extension that is not reading its stdin before calls fail.
     write_backlog: int = 1024

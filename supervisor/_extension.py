@@ -91,9 +91,7 @@ class ExtensionState(enum.Enum):
     QUARANTINED = "quarantined"
 
 
-_TERMINAL = frozenset(
-    {ExtensionState.STOPPED, ExtensionState.FAILED, ExtensionState.QUARANTINED}
-)
+_TERMINAL = frozenset({ExtensionState.STOPPED, ExtensionState.FAILED, ExtensionState.QUARANTINED})
 
 
 @typing.final
@@ -290,7 +288,6 @@ class Extension:
         reader_done = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                assert proc.stdin and proc.stdout and proc.stderr
                 nursery.start_soon(self._stderr.drain, proc.stderr)
                 nursery.start_soon(self._write_loop, proc.stdin, recv)
                 nursery.start_soon(self._read_loop, proc.stdout, reader_done)
@@ -320,8 +317,12 @@ class Extension:
         self._set_state(ExtensionState.FAILED)  # STOPPED/BACKOFF -> FAILED
         self._publish(
             ExtensionCrashed(
-                extension=self.name, returncode=None, signal=None, reason=reason,
-                stderr_tail=[], restart_in=None,
+                extension=self.name,
+                returncode=None,
+                signal=None,
+                reason=reason,
+                stderr_tail=[],
+                restart_in=None,
             )
         )
         self.settled.set()
@@ -399,8 +400,12 @@ class Extension:
             log.error("extension_refused", reason=exit_.refused, returncode=code)
             self._publish(
                 ExtensionCrashed(
-                    extension=self.name, returncode=code, signal=sig, reason=exit_.refused,
-                    stderr_tail=tail, restart_in=None,
+                    extension=self.name,
+                    returncode=code,
+                    signal=sig,
+                    reason=exit_.refused,
+                    stderr_tail=tail,
+                    restart_in=None,
                 )
             )
             return None
@@ -410,8 +415,12 @@ class Extension:
             self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
             self._publish(
                 ExtensionCrashed(
-                    extension=self.name, returncode=code, signal=sig, reason=reason,
-                    stderr_tail=tail, restart_in=None,
+                    extension=self.name,
+                    returncode=code,
+                    signal=sig,
+                    reason=reason,
+                    stderr_tail=tail,
+                    restart_in=None,
                 )
             )
             self._on_change(self)
@@ -435,14 +444,22 @@ class Extension:
             self._publish(Quarantined(extension=self.name, reason=why, crashes=crashes))
             self._on_change(self)
             return None
-        base = min(self._config.restart_backoff_max, self._config.restart_backoff * 2 ** (crashes - 1))
+        base = min(
+            self._config.restart_backoff_max, self._config.restart_backoff * 2 ** (crashes - 1)
+        )
         delay = base * random.uniform(0.8, 1.2)
         self.problem = reason
-        log.warning("extension_crashed", reason=reason, restart_in=round(delay, 3), stderr_tail=tail)
+        log.warning(
+            "extension_crashed", reason=reason, restart_in=round(delay, 3), stderr_tail=tail
+        )
         self._publish(
             ExtensionCrashed(
-                extension=self.name, returncode=code, signal=sig, reason=reason,
-                stderr_tail=tail, restart_in=delay,
+                extension=self.name,
+                returncode=code,
+                signal=sig,
+                reason=reason,
+                stderr_tail=tail,
+                restart_in=delay,
             )
         )
         return delay
@@ -486,7 +503,9 @@ class Extension:
 
     # --- calls ---------------------------------------------------------------------------
 
-    def call(self, kind: str, what: str, frame_for: Callable[[str], f.HostFrame], reply: Reply[Any]) -> None:
+    def call(
+        self, kind: str, what: str, frame_for: Callable[[str], f.HostFrame], reply: Reply[Any]
+    ) -> None:
         """Send a request frame and answer ``reply`` when the extension does.
 
         ``kind`` is ``"tool"``, ``"command"`` or ``"intercept"``; ``frame_for(id)``
@@ -610,8 +629,11 @@ class Extension:
         self._set_state(ExtensionState.REGISTERING)  # STARTING -> REGISTERING
         info = self._host_info()
         ack = f.HelloAck(
-            corral_version=_VERSION, zot_version=_VERSION, provider=info.provider,
-            model=info.model, cwd=info.cwd,
+            corral_version=_VERSION,
+            zot_version=_VERSION,
+            provider=info.provider,
+            model=info.model,
+            cwd=info.cwd,
         )
         self._send(f.encode_frame(ack))
         return True
@@ -704,7 +726,8 @@ class Extension:
                 return
             if not isinstance(schema, dict) or schema.get("type") != "object":
                 log.warning(
-                    "tool_rejected", tool=frame.name,
+                    "tool_rejected",
+                    tool=frame.name,
                     problem="schema must be a JSON object schema with type: object",
                 )
                 return
@@ -731,15 +754,21 @@ class Extension:
                 self._stats["errors"] += 1
             reply.set(
                 ToolOutcome(
-                    content=list(frame.content), is_error=frame.is_error,
-                    tool=pending.what.split(" ", 1)[-1], extension=self.name,
+                    content=list(frame.content),
+                    is_error=frame.is_error,
+                    tool=pending.what.split(" ", 1)[-1],
+                    extension=self.name,
                 )
             )
         elif kind == "command":
             reply.set(
                 CommandOutcome(
-                    action=frame.action, prompt=frame.prompt, insert=frame.insert,
-                    display=frame.display, error=frame.error, extension=self.name,
+                    action=frame.action,
+                    prompt=frame.prompt,
+                    insert=frame.insert,
+                    display=frame.display,
+                    error=frame.error,
+                    extension=self.name,
                 )
             )
         else:

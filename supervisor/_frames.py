@@ -18,8 +18,8 @@ import msgspec
 __all__ = [
     "PROTOCOL_VERSION",
     "CommandInvoked",
-    "ContentBlock",
     "CommandResponse",
+    "ContentBlock",
     "Event",
     "EventIntercept",
     "EventInterceptResponse",
@@ -314,8 +314,11 @@ def decode_ext_frame(line: bytes) -> ExtFrame:
             ) from None
         if ftype not in _EXT_TYPES:
             raise FrameError(
-                "unknown_type", f"unknown frame type {ftype!r}", excerpt(line),
-                frame_type=ftype, frame_id=fid,
+                "unknown_type",
+                f"unknown frame type {ftype!r}",
+                excerpt(line),
+                frame_type=ftype,
+                frame_id=fid,
             ) from None
         raise FrameError(
             "invalid", str(exc), excerpt(line), frame_type=ftype, frame_id=fid

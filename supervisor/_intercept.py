@@ -39,7 +39,7 @@ class Subscriber(Protocol):
 
 
 async def run_chain(
-    req: Intercept, subscribers: list[Any], timeout: float
+    req: Intercept, subscribers: list[Subscriber], seconds_each: float
 ) -> InterceptOutcome:
     """Fold the answers of ``subscribers`` to one intercept request.
 
@@ -60,14 +60,19 @@ async def run_chain(
             rid: str, a: dict[str, Any] | None = current_args, t: str | None = current_text
         ) -> f.EventIntercept:
             return f.EventIntercept(
-                id=rid, event=req.event, step=req.step, tool_id=req.tool_id,
-                tool_name=req.tool_name, tool_args=a, text=t,
+                id=rid,
+                event=req.event,
+                step=req.step,
+                tool_id=req.tool_id,
+                tool_name=req.tool_name,
+                tool_args=a,
+                text=t,
             )
 
         ext.call("intercept", what, frame_for, reply)
         answer: f.EventInterceptResponse | None = None
         try:
-            with trio.move_on_after(timeout):
+            with trio.move_on_after(seconds_each):
                 answer = await reply.wait()
         except SupervisorError as exc:
             log.warning("intercept_allowed", extension=ext.name, why=str(exc))
@@ -76,22 +81,29 @@ async def run_chain(
             reply.give_up(None)
             raise
         if answer is None:
-            reply.give_up(timeout)
-            log.warning("intercept_allowed", extension=ext.name, why=f"no answer in {timeout:g} s")
+            reply.give_up(seconds_each)
+            log.warning(
+                "intercept_allowed", extension=ext.name, why=f"no answer in {seconds_each:g} s"
+            )
             continue
         if answer.block:
             reason = answer.reason or f"blocked by extension {ext.name}"
             log.info("intercept_blocked", extension=ext.name, intercept=req.event, reason=reason)
             return InterceptOutcome(
-                block=True, reason=reason, blocked_by=ext.name, args=args,
-                text=text if rewritten else None, consulted=consulted,
+                block=True,
+                reason=reason,
+                blocked_by=ext.name,
+                args=args,
+                text=text if rewritten else None,
+                consulted=consulted,
             )
         if req.event == "tool_call" and answer.modified_args is not None:
             if isinstance(answer.modified_args, dict):
                 args = answer.modified_args
             else:
                 log.warning(
-                    "intercept_args_dropped", extension=ext.name,
+                    "intercept_args_dropped",
+                    extension=ext.name,
                     why="modified_args is not a JSON object",
                 )
         if req.event == "assistant_message" and answer.replace_text is not None:

@@ -10,6 +10,7 @@ short in-memory tail for crash reports.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import typing
 from pathlib import Path
@@ -144,10 +145,8 @@ class StderrLog:
     def _rotate(self) -> None:
         assert self._fd is not None
         os.close(self._fd)
-        try:
+        with contextlib.suppress(OSError):
             os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        except OSError:
-            pass
         self._fd = None
         self.open()
 

@@ -13,6 +13,7 @@ These functions block (they read ``/proc``); call them with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -37,10 +38,8 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
 def kill_pids(pids: Iterable[int], sig: signal.Signals) -> None:
     """Send ``sig`` to each pid, ignoring ones that already exited."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def descendants(pid: int) -> list[int]:

@@ -36,25 +36,25 @@ class Owner(Protocol):
         ...
 
 
-O = typing.TypeVar("O", bound=Owner)
+OwnerT = typing.TypeVar("OwnerT", bound=Owner)
 
 
 @typing.final
-class Registry(typing.Generic[O]):
+class Registry(typing.Generic[OwnerT]):
     """Name → owner maps for tools and commands."""
 
     def __init__(self, reserved_tools: Iterable[str], reserved_commands: Iterable[str]) -> None:
         self._reserved_tools = frozenset(reserved_tools)
         self._reserved_commands = frozenset(reserved_commands)
-        self._tools: dict[str, tuple[O, f.RegisterTool]] = {}
-        self._commands: dict[str, tuple[O, f.RegisterCommand]] = {}
+        self._tools: dict[str, tuple[OwnerT, f.RegisterTool]] = {}
+        self._commands: dict[str, tuple[OwnerT, f.RegisterCommand]] = {}
         self._logged: set[tuple[str, str, str]] = set()
 
-    def rebuild(self, owners: Iterable[O]) -> bool:
+    def rebuild(self, owners: Iterable[OwnerT]) -> bool:
         """Recompute both maps; returns True when what the agent sees changed."""
         before = (self.tool_infos(), self.command_infos())
-        tools: dict[str, tuple[O, f.RegisterTool]] = {}
-        commands: dict[str, tuple[O, f.RegisterCommand]] = {}
+        tools: dict[str, tuple[OwnerT, f.RegisterTool]] = {}
+        commands: dict[str, tuple[OwnerT, f.RegisterCommand]] = {}
         for owner in sorted(owners, key=lambda o: o.index):
             if not owner.listed:
                 continue
@@ -67,11 +67,11 @@ class Registry(typing.Generic[O]):
 
     def _claim(
         self,
-        table: dict[str, tuple[O, typing.Any]],
+        table: dict[str, tuple[OwnerT, typing.Any]],
         reserved: frozenset[str],
         kind: str,
         name: str,
-        owner: O,
+        owner: OwnerT,
         item: object,
     ) -> None:
         if name in reserved:
@@ -89,12 +89,12 @@ class Registry(typing.Generic[O]):
             self._logged.add(key)
             log.warning("name_clash", kind=kind, name=name, shadowed=loser, winner=winner)
 
-    def tool_owner(self, name: str) -> O | None:
+    def tool_owner(self, name: str) -> OwnerT | None:
         """The extension that runs tool ``name``."""
         held = self._tools.get(name)
         return held[0] if held else None
 
-    def command_owner(self, name: str) -> O | None:
+    def command_owner(self, name: str) -> OwnerT | None:
         """The extension that runs command ``name``."""
         held = self._commands.get(name)
         return held[0] if held else None
@@ -102,9 +102,7 @@ class Registry(typing.Generic[O]):
     def tool_infos(self) -> list[ToolInfo]:
         """Every extension tool, in load order."""
         return [
-            ToolInfo(
-                name=name, description=t.description, schema=t.schema, extension=owner.name
-            )
+            ToolInfo(name=name, description=t.description, schema=t.schema, extension=owner.name)
             for name, (owner, t) in self._tools.items()
         ]
 

@@ -49,7 +49,7 @@ from ._api import (
     SupervisorEvent,
     ToolsChanged,
 )
-from ._config import HostInfo, SupervisorConfig
+from ._config import HostInfo, SupervisorConfig, quarantine_file
 from ._exceptions import (
     SupervisorError,
     UnknownCommand,
@@ -166,10 +166,13 @@ class _Supervisor:
                     log.warning("extension_unsandboxed", extension=ext.name, why=note)
                 self._publish(
                     ExtensionStarted(
-                        extension=ext.name, pid=ext.pid,
+                        extension=ext.name,
+                        pid=ext.pid,
                         sandboxed=bool(plan and plan.sandboxed),
                         backend=plan.backend if plan else "none",
-                        tools=sorted(ext.tools), commands=sorted(ext.commands), note=note,
+                        tools=sorted(ext.tools),
+                        commands=sorted(ext.commands),
+                        note=note,
                     )
                 )
             else:
@@ -179,7 +182,8 @@ class _Supervisor:
         if self._registry.rebuild(self._owners()):
             self._publish(
                 ToolsChanged(
-                    extension="*", tools=self._registry.tool_infos(),
+                    extension="*",
+                    tools=self._registry.tool_infos(),
                     commands=self._registry.command_infos(),
                 )
             )
@@ -190,7 +194,7 @@ class _Supervisor:
     # --- start and stop -----------------------------------------------------------------
 
     def _quarantine_file(self, name: str) -> Path:
-        return Path(self.config.home) / "state" / "quarantine" / f"{name}.txt"
+        return quarantine_file(self.config.home, name)
 
     async def _start_all(self) -> None:
         assert self._nursery is not None
@@ -201,17 +205,26 @@ class _Supervisor:
             include_installed=self._discover,
         )
         for problem in self._discovery.problems:
-            log.error("manifest_invalid", path=problem.path, field=problem.field, problem=problem.message)
+            log.error(
+                "manifest_invalid", path=problem.path, field=problem.field, problem=problem.message
+            )
         for shadowed, winner in self._discovery.duplicates:
             log.warning(
-                "extension_duplicate", extension=shadowed.name, ignored=shadowed.manifest_path,
+                "extension_duplicate",
+                extension=shadowed.name,
+                ignored=shadowed.manifest_path,
                 winner=winner.manifest_path,
             )
         self._exts = [
             Extension(
-                spec, i, self.config, self._sandbox,
-                host_info=lambda: self._host, publish=self._publish,
-                on_change=self._on_change, quarantine_file=self._quarantine_file(spec.name),
+                spec,
+                i,
+                self.config,
+                self._sandbox,
+                host_info=lambda: self._host,
+                publish=self._publish,
+                on_change=self._on_change,
+                quarantine_file=self._quarantine_file(spec.name),
             )
             for i, spec in enumerate(self._discovery.specs)
         ]
@@ -273,8 +286,10 @@ class _Supervisor:
                 return
             name, args = req.name, req.args
             owner.ext.call(
-                "tool", f"tool {name}",
-                lambda rid: f.ToolCall(id=rid, name=name, args=args), req.reply,
+                "tool",
+                f"tool {name}",
+                lambda rid: f.ToolCall(id=rid, name=name, args=args),
+                req.reply,
             )
         elif isinstance(req, InvokeCommand):
             cowner = self._registry.command_owner(req.name)
@@ -283,8 +298,10 @@ class _Supervisor:
                 return
             cname, cargs = req.name, req.args.strip()
             cowner.ext.call(
-                "command", f"command /{cname}",
-                lambda rid: f.CommandInvoked(id=rid, name=cname, args=cargs), req.reply,
+                "command",
+                f"command /{cname}",
+                lambda rid: f.CommandInvoked(id=rid, name=cname, args=cargs),
+                req.reply,
             )
         elif isinstance(req, Intercept):
             subs = [e for e in self._exts if req.event in e.intercepts and e.serving]
@@ -294,8 +311,13 @@ class _Supervisor:
                 self._nursery.start_soon(self._chain, req, subs)
         elif isinstance(req, EmitEvent):
             frame = f.Event(
-                event=req.event, step=req.step, tool_id=req.tool_id, tool_name=req.tool_name,
-                tool_args=req.tool_args, stop=req.stop, text=req.text,
+                event=req.event,
+                step=req.step,
+                tool_id=req.tool_id,
+                tool_name=req.tool_name,
+                tool_args=req.tool_args,
+                stop=req.stop,
+                text=req.text,
             )
             for ext in self._exts:
                 ext.send_event(frame)
@@ -345,7 +367,8 @@ class _Supervisor:
         if self._registry.rebuild(self._owners()):
             self._publish(
                 ToolsChanged(
-                    extension="*", tools=self._registry.tool_infos(),
+                    extension="*",
+                    tools=self._registry.tool_infos(),
                     commands=self._registry.command_infos(),
                 )
             )
@@ -368,15 +391,24 @@ class _Supervisor:
         infos = await self._infos(self._exts)
         infos += [
             ExtensionInfo(
-                name=Path(p.path).parent.name, version="", source="", path=p.path,
-                state="invalid", enabled=False, problem=f"{p.field}: {p.message}" if p.field else p.message,
+                name=Path(p.path).parent.name,
+                version="",
+                source="",
+                path=p.path,
+                state="invalid",
+                enabled=False,
+                problem=f"{p.field}: {p.message}" if p.field else p.message,
             )
             for p in self._discovery.problems
         ]
         infos += [
             ExtensionInfo(
-                name=s.name, version=s.manifest.version, source=s.source, path=s.dir,
-                state="duplicate", enabled=s.manifest.enabled,
+                name=s.name,
+                version=s.manifest.version,
+                source=s.source,
+                path=s.dir,
+                state="duplicate",
+                enabled=s.manifest.enabled,
                 problem=f"shadowed by {w.dir} ({w.source})",
             )
             for s, w in self._discovery.duplicates
@@ -391,12 +423,18 @@ class _Supervisor:
             plan = e.plan
             out.append(
                 ExtensionInfo(
-                    name=e.name, version=e.spec.manifest.version, source=e.spec.source,
-                    path=e.spec.dir, state=e.state.value, enabled=e.spec.manifest.enabled,
+                    name=e.name,
+                    version=e.spec.manifest.version,
+                    source=e.spec.source,
+                    path=e.spec.dir,
+                    state=e.state.value,
+                    enabled=e.spec.manifest.enabled,
                     pid=e.pid if e.serving else None,
                     sandboxed=bool(plan and plan.sandboxed),
                     backend=plan.backend if plan else self._sandbox.backend,
-                    tools=sorted(e.tools), commands=sorted(e.commands), problem=e.problem,
+                    tools=sorted(e.tools),
+                    commands=sorted(e.commands),
+                    problem=e.problem,
                     stats=e.stats(figures.get(e.pid) if e.pid is not None else None),
                 )
             )
@@ -446,7 +484,7 @@ async def open_supervisor(
     ext_paths: Sequence[str] = (),
     project_dir: str | None = None,
     discover: bool = True,
-    host: HostInfo = HostInfo(),
+    host: HostInfo | None = None,
     sandbox: Sandbox | None = None,
 ) -> AsyncIterator[SupervisorClient]:
     """Start every extension and yield a client; stop them all on exit.
@@ -475,8 +513,12 @@ async def open_supervisor(
             log.error("sandbox_unavailable", problem=str(exc))
             sandbox = _Refusing(exc)
     sup = _Supervisor(
-        config, sandbox, ext_paths=ext_paths, project_dir=project_dir, discover=discover,
-        host=host,
+        config,
+        sandbox,
+        ext_paths=ext_paths,
+        project_dir=project_dir,
+        discover=discover,
+        host=host or HostInfo(),
     )
     async with trio.open_nursery() as nursery:
         sup._nursery = nursery
@@ -489,4 +531,3 @@ async def open_supervisor(
             with trio.CancelScope(shield=True):
                 await sup.aclose()
             nursery.cancel_scope.cancel()
-
