@@ -51,6 +51,7 @@ from ._api import (
 )
 from ._config import HostInfo, SupervisorConfig, quarantine_file
 from ._exceptions import (
+    SupervisorClosed,
     SupervisorError,
     UnknownCommand,
     UnknownExtension,
@@ -125,16 +126,15 @@ class _Supervisor:
         self._reload_lock = trio.Lock()
         self._psutil: dict[int, psutil.Process] = {}
         self._nursery: trio.Nursery | None = None
-        send, self._requests = trio.open_memory_channel[Request](1024)
+        self._closed = False
         self.client = SupervisorClient(
-            send,
+            self.submit,
             self._subscribe,
             self._registry.tool_infos,
             self._registry.command_infos,
             tool_timeout=config.tool_timeout,
             command_timeout=config.command_timeout,
         )
-        self._send = send
 
     # --- events -------------------------------------------------------------------
 
@@ -257,7 +257,7 @@ class _Supervisor:
 
     async def aclose(self) -> None:
         """Stop serving and stop every extension. Callers shield it; it is bounded."""
-        self._send.close()
+        self._closed = True
         cfg = self.config
         with trio.move_on_after(cfg.shutdown_grace + cfg.term_grace + 5):
             await self._stop_all(self._exts)
@@ -266,16 +266,19 @@ class _Supervisor:
 
     # --- requests ------------------------------------------------------------------------
 
-    async def serve(self) -> None:
-        """Route requests until the client side is closed."""
-        async for req in self._requests:
-            try:
-                self._dispatch(req)
-            except Exception:  # a bug here must not take every extension down
-                log.exception("dispatch_failed", request=type(req).__name__)
-                reply = getattr(req, "reply", None)
-                if isinstance(reply, Reply):
-                    reply.fail(SupervisorError("internal error; see the log"))
+    def submit(self, req: Request) -> None:
+        """Route one request (never blocks; see :mod:`supervisor._api`)."""
+        reply = getattr(req, "reply", None)
+        if self._closed:
+            if isinstance(reply, Reply):
+                reply.fail(SupervisorClosed())
+            return
+        try:
+            self._dispatch(req)
+        except Exception:  # a bug here must not take every extension down
+            log.exception("dispatch_failed", request=type(req).__name__)
+            if isinstance(reply, Reply):
+                reply.fail(SupervisorError("internal error; see the log"))
 
     def _dispatch(self, req: Request) -> None:
         assert self._nursery is not None
@@ -525,7 +528,6 @@ async def open_supervisor(
         try:
             await sup._start_all()
             sup._on_change_all()
-            nursery.start_soon(sup.serve, name="supervisor:router")
             yield sup.client
         finally:
             with trio.CancelScope(shield=True):
