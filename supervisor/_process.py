@@ -1,11 +1,12 @@
-"""Child processes spawned from one long-lived thread.
+"""Child processes of a launch plan, with piped stdio, awaited without polling.
 
 Why not ``trio.lowlevel.open_process``: it forks from a trio worker thread, and
 worker threads exit after 10 s idle. ``PR_SET_PDEATHSIG`` (which the sandbox sets
 so a child dies with the host, and which bwrap's ``--die-with-parent`` uses) fires
 when the *thread* that forked the child exits, so every extension would be killed
-10 s after the last spawn. Forking from one daemon thread that lives as long as
-the host process keeps "dies with the host" true and idle extensions alive.
+10 s after the last spawn. :func:`sandbox.spawn` forks from one daemon thread that
+lives as long as the host process, which keeps "dies with the host" true and idle
+extensions alive.
 
 Exit is awaited on a pidfd where the kernel has them (Linux ≥ 5.3), else in a
 worker thread; never by polling.
@@ -13,56 +14,16 @@ worker thread; never by polling.
 
 from __future__ import annotations
 
+import functools
 import os
-import queue
 import subprocess
-import threading
 import typing
-from collections.abc import Callable
 
-import outcome
 import trio
 
+from sandbox import LaunchPlan, spawn
+
 __all__ = ["ChildProcess", "open_child"]
-
-
-@typing.final
-class _SpawnThread:
-    """A daemon thread that runs spawn jobs for the whole life of the process."""
-
-    _lock = threading.Lock()
-    _instance: _SpawnThread | None = None
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="corral-spawner", daemon=True).start()
-
-    @classmethod
-    def get(cls) -> _SpawnThread:
-        with cls._lock:
-            if cls._instance is None:
-                cls._instance = cls()
-            return cls._instance
-
-    def _loop(self) -> None:
-        while True:
-            self._jobs.get()()
-
-    async def run(self, fn: Callable[[], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-        box: list[outcome.Outcome[subprocess.Popen[bytes]]] = []
-
-        def job() -> None:
-            box.append(outcome.capture(fn))
-            token.run_sync_soon(done.set)
-
-        self._jobs.put(job)
-        # Shielded: once queued, the process will exist, and only our caller can own
-        # (and so reap) it. A pending cancel is delivered at the caller's next checkpoint.
-        with trio.CancelScope(shield=True):
-            await done.wait()
-        return box[0].unwrap()
 
 
 @typing.final
@@ -123,20 +84,15 @@ class ChildProcess:
         os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
 
 
-async def open_child(
-    argv: list[str],
-    *,
-    env: dict[str, str],
-    cwd: str,
-    preexec_fn: Callable[[], None] | None,
-) -> ChildProcess:
-    """Spawn ``argv`` with piped stdio in a new session, from the spawner thread.
+async def open_child(plan: LaunchPlan) -> ChildProcess:
+    """Spawn ``plan`` with piped stdio (in a new session, from the spawner thread).
 
     Raises:
         OSError: the executable could not be started (not found, not executable).
 
-    Cancellation: not cancellable once the spawn is queued (it takes milliseconds);
-    the process is returned and a pending cancel arrives at the next checkpoint.
+    Cancellation: not cancellable once started (it takes milliseconds); the process
+    is returned and a pending cancel arrives at the caller's next checkpoint, so
+    the caller can always reap what was spawned.
     """
     # os.pipe() fds are close-on-exec (PEP 446); Popen dup2s the child's ends.
     fds: list[int] = []
@@ -147,21 +103,9 @@ async def open_child(
         fds += [out_r, out_w]
         err_r, err_w = os.pipe()
         fds += [err_r, err_w]
-
-        def spawn() -> subprocess.Popen[bytes]:
-            return subprocess.Popen(
-                argv,
-                stdin=in_r,
-                stdout=out_w,
-                stderr=err_w,
-                env=env,
-                cwd=cwd,
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=preexec_fn,
-            )
-
-        popen = await _SpawnThread.get().run(spawn)
+        popen = await trio.to_thread.run_sync(
+            functools.partial(spawn, plan, stdin=in_r, stdout=out_w, stderr=err_w)
+        )
     except BaseException:
         for fd in fds:
             os.close(fd)

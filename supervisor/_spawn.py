@@ -13,7 +13,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from sandbox import LaunchPlan, LaunchRequest, preexec_for
+from sandbox import LaunchPlan, LaunchRequest
 
 from ._config import SupervisorConfig
 from ._frames import PROTOCOL_VERSION
@@ -118,4 +118,4 @@ async def spawn(plan: LaunchPlan) -> ChildProcess:
     Cancellation: not cancellable once started (milliseconds); the process is
     returned and its caller owns reaping it.
     """
-    return await open_child(plan.argv, env=plan.env, cwd=plan.cwd, preexec_fn=preexec_for(plan))
+    return await open_child(plan)

@@ -444,21 +444,34 @@ class _Supervisor:
         return out
 
     def _figures(self, pids: list[int]) -> dict[int, dict[str, Any]]:
-        """psutil figures per pid (blocking; runs in a worker thread)."""
+        """psutil figures per extension, summed over its process tree (blocking).
+
+        The tree matters: under bwrap the pid we spawned is bwrap itself, and the
+        extension runs below it. Runs in a worker thread.
+        """
         out: dict[int, dict[str, Any]] = {}
         for pid in pids:
             try:
-                proc = self._psutil.get(pid)
-                if proc is None:
-                    proc = self._psutil[pid] = psutil.Process(pid)
-                with proc.oneshot():
-                    out[pid] = {
-                        "rss": proc.memory_info().rss,
-                        "cpu": proc.cpu_percent(None),
-                        "fds": proc.num_fds() if hasattr(proc, "num_fds") else None,
-                    }
+                root = self._psutil.get(pid)
+                if root is None:
+                    root = self._psutil[pid] = psutil.Process(pid)
+                tree = [root, *root.children(recursive=True)]
             except psutil.Error:
                 self._psutil.pop(pid, None)
+                continue
+            rss = fds = 0
+            cpu = 0.0
+            for found in tree:
+                # Reuse Process objects: cpu_percent() measures since the last call.
+                proc = self._psutil.setdefault(found.pid, found)
+                try:
+                    with proc.oneshot():
+                        rss += proc.memory_info().rss
+                        fds += proc.num_fds() if hasattr(proc, "num_fds") else 0
+                        cpu += proc.cpu_percent(None)
+                except psutil.Error:
+                    self._psutil.pop(found.pid, None)
+            out[pid] = {"rss": rss, "cpu": round(cpu, 1), "fds": fds}
         return out
 
 
