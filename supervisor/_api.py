@@ -19,7 +19,6 @@ Every request is answered exactly once: with a value, or with a
 
 from __future__ import annotations
 
-import math
 import typing
 from typing import Any, Generic, Literal, TypeVar
 
@@ -408,16 +407,11 @@ class SupervisorClient:
         subscribe: typing.Callable[[int], trio.MemoryReceiveChannel[SupervisorEvent]],
         tools: typing.Callable[[], list[ToolInfo]],
         commands: typing.Callable[[], list[CommandInfo]],
-        *,
-        tool_timeout: float,
-        command_timeout: float,
     ) -> None:
         self._submit = submit
         self._subscribe = subscribe
         self._tools = tools
         self._commands = commands
-        self._tool_timeout = tool_timeout
-        self._command_timeout = command_timeout
 
     def tools(self) -> list[ToolInfo]:
         """Extension tools currently registered (a snapshot)."""
@@ -440,17 +434,14 @@ class SupervisorClient:
         self._submit(request)
         await trio.lowlevel.checkpoint()
 
-    async def _ask(self, request: Request, reply: Reply[T], seconds: float = math.inf) -> T:
+    async def _ask(self, request: Request, reply: Reply[T]) -> T:
+        # Deadlines are the supervisor's (they are policy); here we only wait.
         self._submit(request)
         try:
-            with trio.move_on_after(seconds):
-                return await reply.wait()
+            return await reply.wait()
         except trio.Cancelled:
             reply.give_up(None)
             raise
-        # The deadline covers queueing and writing the request as well as the answer.
-        reply.give_up(seconds)
-        return await reply.wait()
 
     async def call_tool(self, name: str, args: dict[str, Any], *, call_id: str = "") -> ToolOutcome:
         """Call an extension tool and wait for its result.
@@ -467,7 +458,7 @@ class SupervisorClient:
         """
         reply: Reply[ToolOutcome] = Reply()
         req = CallTool(name=name, args=args, reply=reply, call_id=call_id)
-        return await self._ask(req, reply, self._tool_timeout)
+        return await self._ask(req, reply)
 
     async def invoke_command(self, name: str, args: str = "") -> CommandOutcome:
         """Run an extension's slash command and return its response.
@@ -479,7 +470,7 @@ class SupervisorClient:
         """
         reply: Reply[CommandOutcome] = Reply()
         req = InvokeCommand(name=name, args=args, reply=reply)
-        return await self._ask(req, reply, self._command_timeout)
+        return await self._ask(req, reply)
 
     async def intercept_tool_call(
         self, tool_id: str, tool_name: str, tool_args: dict[str, Any]

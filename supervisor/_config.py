@@ -66,6 +66,8 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     intercept_timeout: float = 5.0
     #: After ``shutdown`` and closing stdin, wait this long for a voluntary exit.
     shutdown_grace: float = 2.0
+    #: After ``shutdown_ack``, the extension has this long to exit before it is killed.
+    ack_grace: float = 0.1
     #: After SIGTERM to the process group, wait this long before SIGKILL.
     term_grace: float = 1.0
     #: Largest stdout line accepted from an extension, in bytes.

@@ -161,6 +161,14 @@ class Extension:
         self._latencies: deque[float] = deque(maxlen=2048)
         self._crashes: deque[float] = deque()
         self._pending: dict[str, _Pending] = {}
+        self._timeouts = {
+            "tool": config.tool_timeout,
+            "command": config.command_timeout,
+            "intercept": config.intercept_timeout,
+        }
+        self._deadlines: dict[str, deque[tuple[float, str]]] = {k: deque() for k in self._timeouts}
+        self._timer_target = math.inf
+        self._timer_wake = trio.Event()
         self._ids = 0
         self._out: trio.MemorySendChannel[bytes] | None = None
         self._proc: ChildProcess | None = None
@@ -173,6 +181,7 @@ class Extension:
         #: The stdin pipe's fd while the writer task owns it (-1 otherwise).
         self._stdin_fd = -1
         self._ready = False
+        self._acked = trio.Event()
         self._refused: str | None = None
         self._stderr = StderrLog(
             Path(config.home) / "logs" / f"ext-{spec.name}.log",
@@ -284,6 +293,7 @@ class Extension:
         self.started_at = time.monotonic()
         self._ready = False
         self._refused = None
+        self._acked = trio.Event()
         self._set_state(ExtensionState.STARTING)  # STOPPED/BACKOFF -> STARTING
         sandboxed = "sandboxed" if plan.sandboxed else "UNSANDBOXED"
         self._stderr.note(f"started pid {proc.pid} ({plan.backend}, {sandboxed})")
@@ -298,6 +308,7 @@ class Extension:
                 nursery.start_soon(self._stderr.drain, proc.stderr)
                 nursery.start_soon(self._write_loop, proc.stdin, recv)
                 nursery.start_soon(self._read_loop, proc.stdout, reader_done)
+                nursery.start_soon(self._expire_loop)
                 with trio.CancelScope() as scope:
                     self._interruptible = scope
                     if self._stop_requested:
@@ -357,6 +368,9 @@ class Extension:
     async def _ladder(self, proc: ChildProcess) -> None:
         """The shutdown ladder: ``shutdown`` + close stdin, SIGTERM, SIGKILL; always reaps.
 
+        An extension that answered ``shutdown_ack`` said it is done: it gets
+        ``ack_grace`` to exit by itself and is then killed, instead of holding the
+        stop up for the rest of ``shutdown_grace`` while its runtime tears down.
         Bounded by ``shutdown_grace + term_grace`` plus the time to reap a killed
         process. Callers shield it.
         """
@@ -374,8 +388,15 @@ class Extension:
                 await proc.stdin.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                 pass
-            await proc.wait()
+            async with trio.open_nursery() as race:
+                race.start_soon(self._cut_after_ack, race.cancel_scope)
+                await proc.wait()
+                race.cancel_scope.cancel()
         if proc.returncode is not None:
+            return
+        if self._acked.is_set():
+            signal_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
             return
         tree = await trio.to_thread.run_sync(descendants, proc.pid)
         log.warning("extension_sigterm", pid=proc.pid)
@@ -389,6 +410,11 @@ class Extension:
         signal_group(proc.pid, signal.SIGKILL)
         kill_pids(tree, signal.SIGKILL)
         await proc.wait()
+
+    async def _cut_after_ack(self, race: trio.CancelScope) -> None:
+        await self._acked.wait()
+        await trio.sleep(self._config.ack_grace)
+        race.cancel()
 
     def _after_crash(self, exit_: _Exit) -> float | None:
         """Decide what follows an exit we did not ask for; None means "do not restart"."""
@@ -536,7 +562,10 @@ class Extension:
         """Send a request frame and answer ``reply`` when the extension does.
 
         ``kind`` is ``"tool"``, ``"command"`` or ``"intercept"``; ``frame_for(id)``
-        builds the frame. Never blocks: failures answer the reply at once.
+        builds the frame. Never blocks: failures answer the reply at once. The
+        kind's deadline (``tool_timeout``, ``command_timeout``, ``intercept_timeout``)
+        starts now, so it covers writing the request, and is enforced here by the
+        owner's timer task rather than by a cancel scope in every caller.
         """
         if reply.done:
             return
@@ -555,6 +584,36 @@ class Extension:
             return
         self._pending[rid] = pending
         reply.bind(lambda seconds: self._give_up(rid, seconds))
+        deadline = trio.current_time() + self._timeouts[kind]
+        queue = self._deadlines[kind]
+        queue.append((deadline, rid))
+        # Calls are mostly answered in order: keep the queue about as long as the
+        # number of calls in flight.
+        while queue and queue[0][1] not in self._pending:
+            queue.popleft()
+        if deadline < self._timer_target:
+            self._timer_wake.set()
+
+    async def _expire_loop(self) -> None:
+        """Fail calls whose deadline passed. One task per incarnation; never polls.
+
+        Each kind has one constant timeout, so each kind's deadlines arrive in
+        order and the earliest is at the front of its queue.
+        """
+        while True:
+            now = trio.current_time()
+            target = math.inf
+            for queue in self._deadlines.values():
+                while queue and (queue[0][1] not in self._pending or queue[0][0] <= now):
+                    deadline, rid = queue.popleft()
+                    if deadline <= now and rid in self._pending:
+                        self._give_up(rid, self._timeouts[self._pending[rid].kind])
+                if queue:
+                    target = min(target, queue[0][0])
+            self._timer_target = target
+            self._timer_wake = trio.Event()
+            with trio.move_on_at(target):
+                await self._timer_wake.wait()
 
     def _give_up(self, rid: str, seconds: float | None) -> None:
         pending = self._pending.pop(rid, None)
@@ -597,6 +656,8 @@ class Extension:
 
     def _fail_pending(self, error: ExtensionGone) -> None:
         pending, self._pending = self._pending, {}
+        for queue in self._deadlines.values():
+            queue.clear()
         for p in pending.values():
             self._stats["errors"] += 1
             err = type(error)(self.name, p.what, str(error).split(": ", 1)[-1])
@@ -736,6 +797,7 @@ class Extension:
             self._mark_ready("ready frame")
         elif isinstance(frame, f.ShutdownAck):
             log.debug("shutdown_ack")
+            self._acked.set()
         else:  # a second hello
             self._bad_frame("hello sent twice", f.excerpt(item), None)
 

@@ -127,13 +127,13 @@ class _Supervisor:
         self._psutil: dict[int, psutil.Process] = {}
         self._nursery: trio.Nursery | None = None
         self._closed = False
+        #: While starting, registries are rebuilt once at the end, not per extension.
+        self._starting = False
         self.client = SupervisorClient(
             self.submit,
             self._subscribe,
             self._registry.tool_infos,
             self._registry.command_infos,
-            tool_timeout=config.tool_timeout,
-            command_timeout=config.command_timeout,
         )
 
     # --- events -------------------------------------------------------------------
@@ -179,14 +179,8 @@ class _Supervisor:
                 self._publish(
                     ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts)
                 )
-        if self._registry.rebuild(self._owners()):
-            self._publish(
-                ToolsChanged(
-                    extension="*",
-                    tools=self._registry.tool_infos(),
-                    commands=self._registry.command_infos(),
-                )
-            )
+        if not self._starting:
+            self._on_change_all()
 
     def _owners(self) -> list[_RegOwner]:
         return [_RegOwner(e) for e in self._exts]
@@ -228,11 +222,16 @@ class _Supervisor:
             )
             for i, spec in enumerate(self._discovery.specs)
         ]
-        for ext in self._exts:
-            ext.prepare()
-            self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
-        for ext in self._exts:
-            await ext.settled.wait()
+        self._starting = True
+        try:
+            for ext in self._exts:
+                ext.prepare()
+                self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
+            for ext in self._exts:
+                await ext.settled.wait()
+        finally:
+            self._starting = False
+        self._on_change_all()
 
     async def _stop_all(self, exts: list[Extension]) -> int:
         """Stop extensions in parallel, then sweep their leftovers in one pass."""
@@ -336,7 +335,7 @@ class _Supervisor:
 
     async def _chain(self, req: Intercept, subs: list[Extension]) -> None:
         try:
-            req.reply.set(await run_chain(req, subs, self.config.intercept_timeout))
+            req.reply.set(await run_chain(req, subs))
         except Exception as exc:  # a bug here must not take every extension down
             log.exception("intercept_chain_failed")
             req.reply.fail(SupervisorError(f"intercept chain failed: {exc}"))
@@ -350,7 +349,6 @@ class _Supervisor:
                 self._quarantine_file(ext.name).unlink(missing_ok=True)
             self._announced.clear()
             await self._start_all()
-            self._on_change_all()
             errors = [str(p) for p in self._discovery.problems]
             errors += [
                 f"{e.name}: {e.problem}"
@@ -367,6 +365,7 @@ class _Supervisor:
             reply.set(stats)
 
     def _on_change_all(self) -> None:
+        """Rebuild the registry; announce ``tools_changed`` when the agent's view changed."""
         if self._registry.rebuild(self._owners()):
             self._publish(
                 ToolsChanged(
@@ -540,7 +539,6 @@ async def open_supervisor(
         sup._nursery = nursery
         try:
             await sup._start_all()
-            sup._on_change_all()
             yield sup.client
         finally:
             with trio.CancelScope(shield=True):
