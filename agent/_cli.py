@@ -1,22 +1,39 @@
 """The ``corral`` command: one click group, thin shims into ``trio.run``.
 
-Commands: ``run``, ``chat``, ``demo`` (agent), ``rpc`` (NDJSON server),
-``ext …`` (manage extensions) and ``sandbox check``.
+Commands: ``run``, ``chat``, ``demo`` (agent), ``rpc`` (NDJSON server; also
+``corral --rpc``), ``ext …`` (manage extensions) and ``sandbox check``.
 """
 
 from __future__ import annotations
+
+import typing
 
 import click
 
 from ._cli_agent import chat_cmd, demo_cmd, run_cmd
 from ._cli_ext import ext_group, sandbox_group
+from ._cli_rpc import rewrite_rpc_flag, rpc_cmd
 from ._logging import configure_logging
 
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@typing.final
+class _Main(click.Group):
+    """The group; ``corral [-v] --rpc ARGS`` is read as ``corral [-v] rpc ARGS``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, rewrite_rpc_flag(args))
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", count=True, help="More log output on stderr (-v info, -vv debug).")
+@click.option(
+    "--rpc",
+    is_flag=True,
+    expose_value=False,
+    help="Same as `corral rpc`: serve one session as JSON lines on stdin/stdout.",
+)
 @click.version_option(package_name="corral")
 def main(verbose: int) -> None:
     """corral: run untrusted agent extensions as supervised, sandboxed subprocesses."""
@@ -26,5 +43,6 @@ def main(verbose: int) -> None:
 main.add_command(run_cmd)
 main.add_command(chat_cmd)
 main.add_command(demo_cmd)
+main.add_command(rpc_cmd)
 main.add_command(ext_group)
 main.add_command(sandbox_group)

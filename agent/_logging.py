@@ -22,16 +22,20 @@ _LEVELS = {
 }
 
 
-def configure_logging(verbosity: int = 0) -> None:
+def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
     """Configure structlog for the process.
 
     Args:
-        verbosity: 0 shows warnings and errors, 1 adds info, 2 adds debug. The
-            ``CORRAL_LOG`` environment variable (``debug``/``info``/``warning``/
-            ``error``) overrides it.
+        verbosity: 0 shows warnings and errors, 1 adds info, 2 adds debug.
+        level: a level name that replaces ``verbosity`` (``"error"``, ...).
+
+    The ``CORRAL_LOG`` environment variable (``debug``/``info``/``warning``/``error``)
+    overrides both.
     """
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-    level = _LEVELS.get(os.environ.get("CORRAL_LOG", "").lower(), level)
+    threshold = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    if level is not None:
+        threshold = _LEVELS[level]
+    threshold = _LEVELS.get(os.environ.get("CORRAL_LOG", "").lower(), threshold)
     renderer: structlog.typing.Processor
     if sys.stderr.isatty():
         renderer = structlog.dev.ConsoleRenderer()
@@ -45,7 +49,7 @@ def configure_logging(verbosity: int = 0) -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
+        wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )

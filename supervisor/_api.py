@@ -317,20 +317,20 @@ class _Ev(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     extension: str
 
 
-class Notified(_Ev, tag="notify"):
+class Notified(_Ev, frozen=True, tag="notify"):
     """An extension's ``notify`` frame."""
 
     level: NotifyLevel
     message: str
 
 
-class Displayed(_Ev, tag="display"):
+class Displayed(_Ev, frozen=True, tag="display"):
     """A ``display`` answer of a command, for the user only."""
 
     text: str
 
 
-class ExtensionStarted(_Ev, tag="started"):
+class ExtensionStarted(_Ev, frozen=True, tag="started"):
     """An extension became ready (first start)."""
 
     pid: int
@@ -341,14 +341,14 @@ class ExtensionStarted(_Ev, tag="started"):
     note: str = ""
 
 
-class ExtensionRestarted(_Ev, tag="restarted"):
+class ExtensionRestarted(_Ev, frozen=True, tag="restarted"):
     """A crashed extension is ready again."""
 
     pid: int
     restarts: int
 
 
-class ExtensionCrashed(_Ev, tag="crashed"):
+class ExtensionCrashed(_Ev, frozen=True, tag="crashed"):
     """An extension exited on its own or was refused."""
 
     returncode: int | None
@@ -358,20 +358,20 @@ class ExtensionCrashed(_Ev, tag="crashed"):
     restart_in: float | None
 
 
-class Quarantined(_Ev, tag="quarantined"):
+class Quarantined(_Ev, frozen=True, tag="quarantined"):
     """An extension crashed too often; it will not be restarted."""
 
     reason: str
     crashes: int
 
 
-class ExtensionStopped(_Ev, tag="stopped"):
+class ExtensionStopped(_Ev, frozen=True, tag="stopped"):
     """An extension was stopped by the host."""
 
     returncode: int | None
 
 
-class ToolsChanged(_Ev, tag="tools_changed"):
+class ToolsChanged(_Ev, frozen=True, tag="tools_changed"):
     """The set of extension tools or commands changed. ``extension`` is ``"*"``."""
 
     tools: list[ToolInfo]

@@ -14,6 +14,7 @@ and the restart policy, backoff and quarantine decide what happens next.
 from __future__ import annotations
 
 import enum
+import itertools
 import math
 import os
 import random
@@ -34,6 +35,7 @@ from sandbox import LaunchPlan, Sandbox, SandboxError
 from . import _frames as f
 from ._api import (
     CommandOutcome,
+    Displayed,
     ExtensionCrashed,
     ExtensionStats,
     Notified,
@@ -67,6 +69,8 @@ _BAD_FRAME_LOG_LIMIT = 10
 #: After the process exits, how long the reader may take to reach EOF on stdout (a
 #: grandchild can hold the pipe open forever).
 _EOF_AFTER_EXIT = 0.5
+#: Request ids are unique per host (SPEC), not per extension.
+_REQUEST_IDS = itertools.count(1)
 
 
 class ExtensionState(enum.Enum):
@@ -169,7 +173,6 @@ class Extension:
         self._deadlines: dict[str, deque[tuple[float, str]]] = {k: deque() for k in self._timeouts}
         self._timer_target = math.inf
         self._timer_wake = trio.Event()
-        self._ids = 0
         self._out: trio.MemorySendChannel[bytes] | None = None
         self._proc: ChildProcess | None = None
         self._stop_requested = False
@@ -183,6 +186,7 @@ class Extension:
         self._ready = False
         self._acked = trio.Event()
         self._refused: str | None = None
+        self._early_exit = False
         self._stderr = StderrLog(
             Path(config.home) / "logs" / f"ext-{spec.name}.log",
             config.log_max_bytes,
@@ -249,16 +253,21 @@ class Extension:
                 self._set_state(ExtensionState.BACKOFF)  # RUNNING -> BACKOFF
                 with trio.CancelScope() as scope:
                     self._interruptible = scope
-                    if self._stop_requested:
+                    if self.stop_requested:
                         scope.cancel()
                     await trio.sleep(delay)
                 self._interruptible = None
-                if self._stop_requested:
+                if self.stop_requested:
                     self._set_state(ExtensionState.STOPPED)  # BACKOFF -> STOPPED
                     return
                 self.restarts += 1
         finally:
             self._stderr.close()
+
+    @property
+    def stop_requested(self) -> bool:
+        """:meth:`stop` was called (it may change across any await)."""
+        return self._stop_requested
 
     def reset_crashes(self) -> None:
         """Forget the crash history (a quarantine was lifted)."""
@@ -293,6 +302,7 @@ class Extension:
         self.started_at = time.monotonic()
         self._ready = False
         self._refused = None
+        self._early_exit = False
         self._acked = trio.Event()
         self._set_state(ExtensionState.STARTING)  # STOPPED/BACKOFF -> STARTING
         sandboxed = "sandboxed" if plan.sandboxed else "UNSANDBOXED"
@@ -343,6 +353,7 @@ class Extension:
                 restart_in=None,
             )
         )
+        self._on_change(self)
         self.settled.set()
         return _Exit(None, reason)
 
@@ -423,6 +434,8 @@ class Extension:
         sig = signal.Signals(-code).name if code is not None and code < 0 else None
         status = f"killed by {sig}" if sig else f"exit status {code}"
         reason = exit_.refused or status
+        if exit_.refused is None and self._early_exit:
+            reason = f"exited before sending hello ({status})"
         policy = self.spec.manifest.restart
         self._stderr.note(f"exited: {reason}")
         # Whoever waits for start-up learns of the crash now; restarts go on behind it.
@@ -431,6 +444,7 @@ class Extension:
             self.problem = exit_.refused
             self._set_state(ExtensionState.FAILED)  # STARTING -> FAILED
             log.error("extension_refused", reason=exit_.refused, returncode=code)
+            self._on_change(self)
             self._publish(
                 ExtensionCrashed(
                     extension=self.name,
@@ -444,7 +458,7 @@ class Extension:
             return None
         clean = code == 0
         if policy == "never" or (clean and policy == "on-failure"):
-            self.problem = "" if clean else reason
+            self.problem = "" if clean and not self._early_exit else reason
             self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
             self._publish(
                 ExtensionCrashed(
@@ -478,7 +492,7 @@ class Extension:
             self._on_change(self)
             return None
         base = min(
-            self._config.restart_backoff_max, self._config.restart_backoff * 2 ** (crashes - 1)
+            self._config.restart_backoff_max, self._config.restart_backoff * 2.0 ** (crashes - 1)
         )
         delay = base * random.uniform(0.8, 1.2)
         self.problem = reason
@@ -574,8 +588,7 @@ class Extension:
             self._stats["errors"] += 1
             reply.fail(self._unavailable(what))
             return
-        self._ids += 1
-        rid = f"{kind[0]}{self._ids}"
+        rid = f"{kind[0]}{next(_REQUEST_IDS)}"
         pending = _Pending(kind, what, reply)
         error = self._send(f.encode_frame(frame_for(rid)))
         if error is not None:
@@ -678,8 +691,13 @@ class Extension:
                     self._handle(item)
         finally:
             done.set()
-        # EOF: the extension is going away; nothing pending can be answered now.
-        self._fail_pending(self._gone_error(self._proc.returncode if self._proc else None))
+        # EOF: the extension is going away; nothing pending can be answered now. Its
+        # exit usually comes with the EOF: wait for it (briefly) so errors carry it.
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with trio.move_on_after(_EOF_AFTER_EXIT):
+                await proc.wait()
+        self._fail_pending(self._gone_error(proc.returncode if proc else None))
 
     def _refuse(self, reason: str) -> None:
         self._refused = reason
@@ -693,7 +711,7 @@ class Extension:
         with trio.move_on_after(timeout):
             item = await reader.next()
             if item is None:
-                self._refused = "exited before sending hello"
+                self._early_exit = True
                 return False
         if item is None:
             self._refuse(f"no hello within {timeout:g} s")
@@ -850,6 +868,8 @@ class Extension:
                 )
             )
         elif kind == "command":
+            if frame.action == "display" and frame.display:
+                self._publish(Displayed(extension=self.name, text=frame.display))
             reply.set(
                 CommandOutcome(
                     action=frame.action,

@@ -75,7 +75,7 @@ ContentBlock = TextBlock | ImageBlock
 # --- extension -> host -------------------------------------------------------
 
 
-class Hello(_Frame, tag="hello"):
+class Hello(_Frame, frozen=True, tag="hello"):
     """First frame an extension sends."""
 
     name: str
@@ -83,14 +83,14 @@ class Hello(_Frame, tag="hello"):
     capabilities: list[str] = []
 
 
-class RegisterCommand(_Frame, tag="register_command"):
+class RegisterCommand(_Frame, frozen=True, tag="register_command"):
     """Registers a slash command."""
 
     name: str
     description: str = ""
 
 
-class RegisterTool(_Frame, tag="register_tool"):
+class RegisterTool(_Frame, frozen=True, tag="register_tool"):
     """Registers a model-callable tool; ``schema`` is a JSON object schema."""
 
     name: str
@@ -98,11 +98,11 @@ class RegisterTool(_Frame, tag="register_tool"):
     schema: Any = None
 
 
-class Ready(_Frame, tag="ready"):
+class Ready(_Frame, frozen=True, tag="ready"):
     """All initial registrations are flushed."""
 
 
-class ToolResult(_Frame, tag="tool_result"):
+class ToolResult(_Frame, frozen=True, tag="tool_result"):
     """Reply to a :class:`ToolCall`."""
 
     id: str
@@ -110,14 +110,14 @@ class ToolResult(_Frame, tag="tool_result"):
     is_error: bool = False
 
 
-class Subscribe(_Frame, tag="subscribe"):
+class Subscribe(_Frame, frozen=True, tag="subscribe"):
     """Events to observe and events to intercept."""
 
     events: list[str] = []
     intercept: list[str] = []
 
 
-class EventInterceptResponse(_Frame, tag="event_intercept_response"):
+class EventInterceptResponse(_Frame, frozen=True, tag="event_intercept_response"):
     """Reply to an :class:`EventIntercept`; every field defaults to "allow, unchanged"."""
 
     id: str
@@ -127,7 +127,7 @@ class EventInterceptResponse(_Frame, tag="event_intercept_response"):
     replace_text: str | None = None
 
 
-class CommandResponse(_Frame, tag="command_response"):
+class CommandResponse(_Frame, frozen=True, tag="command_response"):
     """Reply to a :class:`CommandInvoked`."""
 
     id: str
@@ -138,14 +138,14 @@ class CommandResponse(_Frame, tag="command_response"):
     error: str = ""
 
 
-class Notify(_Frame, tag="notify"):
+class Notify(_Frame, frozen=True, tag="notify"):
     """One-way note for the user."""
 
     message: str = ""
     level: NotifyLevel = "info"
 
 
-class ShutdownAck(_Frame, tag="shutdown_ack"):
+class ShutdownAck(_Frame, frozen=True, tag="shutdown_ack"):
     """The extension is about to exit."""
 
 
@@ -166,7 +166,7 @@ ExtFrame = (
 # --- host -> extension -------------------------------------------------------
 
 
-class HelloAck(_Frame, tag="hello_ack"):
+class HelloAck(_Frame, frozen=True, tag="hello_ack"):
     """Sent right after a valid ``hello``."""
 
     protocol_version: int = PROTOCOL_VERSION
@@ -178,7 +178,7 @@ class HelloAck(_Frame, tag="hello_ack"):
     cwd: str = ""
 
 
-class CommandInvoked(_Frame, tag="command_invoked"):
+class CommandInvoked(_Frame, frozen=True, tag="command_invoked"):
     """The user ran one of the extension's commands."""
 
     id: str
@@ -186,7 +186,7 @@ class CommandInvoked(_Frame, tag="command_invoked"):
     args: str = ""
 
 
-class ToolCall(_Frame, tag="tool_call"):
+class ToolCall(_Frame, frozen=True, tag="tool_call"):
     """The model called one of the extension's tools."""
 
     id: str
@@ -194,7 +194,7 @@ class ToolCall(_Frame, tag="tool_call"):
     args: Any = msgspec.field(default_factory=dict)
 
 
-class Event(_Frame, tag="event", omit_defaults=True):
+class Event(_Frame, frozen=True, tag="event", omit_defaults=True):
     """One-way lifecycle notification."""
 
     event: str
@@ -206,7 +206,7 @@ class Event(_Frame, tag="event", omit_defaults=True):
     text: str | None = None
 
 
-class EventIntercept(_Frame, tag="event_intercept", omit_defaults=True):
+class EventIntercept(_Frame, frozen=True, tag="event_intercept", omit_defaults=True):
     """Gives the extension a chance to block or rewrite an event."""
 
     id: str
@@ -218,7 +218,7 @@ class EventIntercept(_Frame, tag="event_intercept", omit_defaults=True):
     text: str | None = None
 
 
-class Shutdown(_Frame, tag="shutdown"):
+class Shutdown(_Frame, frozen=True, tag="shutdown"):
     """Asks the extension to acknowledge and exit."""
 
 

@@ -10,6 +10,7 @@ logged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -38,7 +39,7 @@ class Subscriber(Protocol):
     ) -> None: ...
 
 
-async def run_chain(req: Intercept, subscribers: list[Subscriber]) -> InterceptOutcome:
+async def run_chain(req: Intercept, subscribers: Sequence[Subscriber]) -> InterceptOutcome:
     """Fold the answers of ``subscribers`` to one intercept request.
 
     Each subscriber's deadline (``intercept_timeout``) is enforced by the

@@ -172,4 +172,4 @@ class StderrLog:
             chunk = await stream.receive_some(_CHUNK)
             if not chunk:
                 return
-            self.feed(chunk)
+            self.feed(bytes(chunk))

@@ -8,9 +8,11 @@ ladder for every extension in parallel and sweeps anything they left behind.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import signal
 import typing
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,8 @@ from ._registry import Registry
 __all__ = ["open_supervisor"]
 
 log = structlog.get_logger("corral.supervisor")
+
+T = typing.TypeVar("T")
 
 _LISTED = frozenset(
     {
@@ -141,7 +145,25 @@ class _Supervisor:
     def _subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
         send, recv = trio.open_memory_channel[SupervisorEvent](buffer)
         self._subscribers.append(send)
+        # A new subscriber first learns what is already running.
+        for ext in self._exts:
+            if ext.serving and ext.pid is not None:
+                with contextlib.suppress(trio.WouldBlock):
+                    send.send_nowait(self._started_event(ext))
         return recv
+
+    def _started_event(self, ext: Extension) -> ExtensionStarted:
+        assert ext.pid is not None
+        plan = ext.plan
+        return ExtensionStarted(
+            extension=ext.name,
+            pid=ext.pid,
+            sandboxed=bool(plan and plan.sandboxed),
+            backend=plan.backend if plan else "none",
+            tools=sorted(ext.tools),
+            commands=sorted(ext.commands),
+            note="; ".join(plan.notes) if plan else "",
+        )
 
     def _publish(self, event: SupervisorEvent) -> None:
         for chan in list(self._subscribers):
@@ -161,20 +183,9 @@ class _Supervisor:
             self._announced[ext.name] = ext.pid
             plan = ext.plan
             if first:
-                note = "; ".join(plan.notes) if plan else ""
                 if plan is not None and not plan.sandboxed:
-                    log.warning("extension_unsandboxed", extension=ext.name, why=note)
-                self._publish(
-                    ExtensionStarted(
-                        extension=ext.name,
-                        pid=ext.pid,
-                        sandboxed=bool(plan and plan.sandboxed),
-                        backend=plan.backend if plan else "none",
-                        tools=sorted(ext.tools),
-                        commands=sorted(ext.commands),
-                        note=note,
-                    )
-                )
+                    log.warning("extension_unsandboxed", extension=ext.name, why=plan.notes)
+                self._publish(self._started_event(ext))
             else:
                 self._publish(
                     ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts)
@@ -202,6 +213,14 @@ class _Supervisor:
             log.error(
                 "manifest_invalid", path=problem.path, field=problem.field, problem=problem.message
             )
+        for spec in self._discovery.specs:
+            if spec.unknown_fields:
+                log.warning(
+                    "manifest_unknown_fields",
+                    extension=spec.name,
+                    path=spec.manifest_path,
+                    fields=spec.unknown_fields,
+                )
         for shadowed, winner in self._discovery.duplicates:
             log.warning(
                 "extension_duplicate",
@@ -235,7 +254,7 @@ class _Supervisor:
 
     async def _stop_all(self, exts: list[Extension]) -> int:
         """Stop extensions in parallel, then sweep their leftovers in one pass."""
-        running = sum(1 for e in exts if e.pid is not None and not e.finished.is_set())
+        running = sum(1 for e in exts if e.serving)
         for ext in exts:
             ext.defer_sweep = True
             ext.stop()
@@ -310,7 +329,7 @@ class _Supervisor:
             if not subs:
                 req.reply.set(InterceptOutcome(args=req.tool_args))
             else:
-                self._nursery.start_soon(self._chain, req, subs)
+                self._start_answering(functools.partial(self._chain, req, subs), req.reply)
         elif isinstance(req, EmitEvent):
             frame = f.Event(
                 event=req.event,
@@ -324,21 +343,40 @@ class _Supervisor:
             for ext in self._exts:
                 ext.send_event(frame)
         elif isinstance(req, Reload):
-            self._nursery.start_soon(self._reload, req.reply)
+            self._start_answering(self._reload, req.reply)
         elif isinstance(req, ListExtensions):
-            self._nursery.start_soon(self._list, req.reply)
+            self._start_answering(self._list, req.reply)
         elif isinstance(req, EnableExtension):
-            self._nursery.start_soon(self._enable, req.name, req.reply)
+            self._start_answering(functools.partial(self._enable, req.name), req.reply)
         else:
             assert isinstance(req, SetHostInfo)
             self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
 
-    async def _chain(self, req: Intercept, subs: list[Extension]) -> None:
-        try:
-            req.reply.set(await run_chain(req, subs))
-        except Exception as exc:  # a bug here must not take every extension down
-            log.exception("intercept_chain_failed")
-            req.reply.fail(SupervisorError(f"intercept chain failed: {exc}"))
+    def _start_answering(
+        self, work: Callable[[Reply[T]], Awaitable[None]], reply: Reply[T]
+    ) -> None:
+        """Run ``work(reply)`` in the supervisor's nursery; ``reply`` is always answered.
+
+        A bug in ``work`` fails the request instead of the supervisor, and work cut
+        short by the supervisor's exit answers ``SupervisorClosed``.
+        """
+
+        async def run() -> None:
+            try:
+                await work(reply)
+            except Exception as exc:  # a bug here must not take every extension down
+                log.exception("request_failed", work=getattr(work, "__name__", repr(work)))
+                reply.fail(SupervisorError(f"internal error: {exc}"))
+            finally:
+                reply.fail(SupervisorClosed())  # a no-op once answered
+
+        assert self._nursery is not None
+        self._nursery.start_soon(run)
+
+    async def _chain(
+        self, req: Intercept, subs: list[Extension], reply: Reply[InterceptOutcome]
+    ) -> None:
+        reply.set(await run_chain(req, subs))
 
     async def _reload(self, reply: Reply[ReloadStats]) -> None:
         async with self._reload_lock:

@@ -1,0 +1,101 @@
+"""corral's agent: the loop, providers, built-in tools, sessions, RPC and the CLI.
+
+Embed a whole session with :func:`open_runtime` (queueing, abort, events as the
+RPC wire shows them), or build on :func:`open_agent` for the loop and the
+supervisor behind it. ``corral rpc`` serves the same session over NDJSON.
+"""
+
+from __future__ import annotations
+
+from ._engine import AgentOptions, Emit, Engine
+from ._events import (
+    AgentEvent,
+    AssistantMessage,
+    AssistantStart,
+    CompactDone,
+    Done,
+    ErrorEvent,
+    ExtDisplay,
+    ExtNotify,
+    ExtStatus,
+    TextDelta,
+    ToolCallEvent,
+    ToolProgress,
+    ToolResultEvent,
+    TurnEnd,
+    TurnStart,
+    Usage,
+    UsageTotals,
+    UserMessage,
+)
+from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
+from ._loop import AgentBusy, AgentLoop, LoopState
+from ._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from ._offline import OfflineProvider
+from ._provider import ModelInfo, ModelRequest, Provider, ProviderEvent, ToolSpec
+from ._providers import PROVIDERS, UnknownProvider, make_provider
+from ._rpc import serve_rpc
+from ._runtime import EventStream, Job, JobState, Runtime, RuntimeClosed, RuntimeState, open_runtime
+from ._scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
+from ._session_host import BUILTIN_TOOLS, AgentHost, open_agent
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "PROVIDERS",
+    "AgentBusy",
+    "AgentError",
+    "AgentEvent",
+    "AgentHost",
+    "AgentLoop",
+    "AgentOptions",
+    "AssistantMessage",
+    "AssistantStart",
+    "CompactDone",
+    "Done",
+    "Emit",
+    "Engine",
+    "ErrorEvent",
+    "EventStream",
+    "ExtDisplay",
+    "ExtNotify",
+    "ExtStatus",
+    "ImageContent",
+    "Job",
+    "JobState",
+    "LoopState",
+    "Message",
+    "ModelInfo",
+    "ModelRequest",
+    "OfflineProvider",
+    "Provider",
+    "ProviderError",
+    "ProviderEvent",
+    "Runtime",
+    "RuntimeClosed",
+    "RuntimeState",
+    "ScriptError",
+    "ScriptTurn",
+    "ScriptedProvider",
+    "SessionError",
+    "TextContent",
+    "TextDelta",
+    "ToolCallContent",
+    "ToolCallEvent",
+    "ToolError",
+    "ToolProgress",
+    "ToolResultContent",
+    "ToolResultEvent",
+    "ToolSpec",
+    "TurnEnd",
+    "TurnStart",
+    "UnknownProvider",
+    "Usage",
+    "UsageTotals",
+    "UserMessage",
+    "load_script",
+    "make_provider",
+    "open_agent",
+    "open_runtime",
+    "parse_script",
+    "serve_rpc",
+]

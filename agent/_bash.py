@@ -1,0 +1,390 @@
+"""The built-in ``bash`` tool: one shell command, bounded in time and output.
+
+The command runs in the working directory, in a new session (its own process
+group, detached from the terminal), with stdin from ``/dev/null`` and a small
+allowlisted environment (no API keys or other secrets of the host). When a sandbox
+backend is available the command runs inside it: the working directory is the only
+writable path and the network is off. Otherwise it runs as a plain process group
+(and the result says so once, in the log).
+
+Whatever happens (normal exit, timeout, cancellation) the whole process group is
+killed with ``SIGKILL`` afterwards, so background jobs cannot outlive the call, and
+the shell is always reaped. Output keeps the first and the last half of the limit
+with a marker in between.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import typing
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+
+from sandbox import LaunchPlan, LaunchRequest, Permissions, Sandbox
+from sandbox import spawn as sandbox_spawn
+
+from ._exceptions import ToolError
+from ._messages import TextContent
+from ._provider import ToolSpec
+from ._registry import Progress, ToolRunResult, error_result
+from ._tools import Workspace, decode_args
+
+__all__ = ["BashTool", "BoundedOutput"]
+
+log = structlog.get_logger()
+
+_ENV_ALLOW = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER", "SHELL", "TZ")
+#: After the shell exits or is killed, wait this long for the pipe to close.
+_DRAIN_GRACE = 2.0
+#: Bound on the shielded reap after SIGKILL (it is immediate in practice).
+_REAP_GRACE = 5.0
+
+
+@typing.final
+class BoundedOutput:
+    """Keeps the first and last ``limit // 2`` bytes of a stream, counting the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self._half = max(limit // 2, 1)
+        self._head = bytearray()
+        self._tail = bytearray()
+        self.total = 0
+
+    def __repr__(self) -> str:
+        return f"<BoundedOutput total={self.total} limit={self._half * 2}>"
+
+    def feed(self, data: bytes | bytearray) -> None:
+        """Add a chunk."""
+        self.total += len(data)
+        room = self._half - len(self._head)
+        if room > 0:
+            self._head += data[:room]
+            data = data[room:]
+        if data:
+            self._tail += data
+            if len(self._tail) > self._half:
+                del self._tail[: len(self._tail) - self._half]
+
+    def text(self) -> str:
+        """What was kept, decoded, with a marker where bytes were dropped."""
+        dropped = self.total - len(self._head) - len(self._tail)
+        head = self._head.decode("utf-8", errors="replace")
+        tail = self._tail.decode("utf-8", errors="replace")
+        if dropped > 0:
+            return f"{head}\n[... {dropped} bytes of output omitted ...]\n{tail}"
+        return head + tail
+
+
+class BashArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """Arguments of ``bash``."""
+
+    command: str
+    timeout: float | None = None
+
+
+def _environment(root: str) -> dict[str, str]:
+    env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
+    env.update({k: v for k, v in os.environ.items() if k.startswith("LC_")})
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PWD"] = root
+    return env
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class _Child(typing.Protocol):
+    """A started command: its pid, merged output, exit status and a way to wait."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream: ...
+
+    async def wait(self) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+@typing.final
+class _TrioChild:
+    """A :class:`trio.Process` (the unsandboxed path)."""
+
+    def __init__(self, proc: trio.Process) -> None:
+        assert proc.stdout is not None
+        self._proc = proc
+        self.stdout: trio.abc.ReceiveStream = proc.stdout
+
+    def __repr__(self) -> str:
+        return f"<_TrioChild pid={self._proc.pid}>"
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def wait(self) -> int:
+        return await self._proc.wait()
+
+    async def aclose(self) -> None:
+        await self.stdout.aclose()
+
+
+@typing.final
+class _PopenChild:
+    """A :class:`subprocess.Popen` started by the sandbox, awaited without polling.
+
+    On Linux a pidfd becomes readable when the process exits; elsewhere the
+    blocking ``wait`` runs in a worker thread.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        assert popen.stdout is not None
+        self._popen = popen
+        self.stdout: trio.abc.ReceiveStream = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
+        popen.stdout.close()
+        self._pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            with contextlib.suppress(OSError):
+                self._pidfd = os.pidfd_open(popen.pid)
+
+    def __repr__(self) -> str:
+        return f"<_PopenChild pid={self._popen.pid}>"
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        if self._popen.returncode is not None:
+            return self._popen.returncode
+        if self._pidfd is not None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+            return self._popen.wait()
+        return await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
+
+    async def aclose(self) -> None:
+        await self.stdout.aclose()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+@typing.final
+class BashTool:
+    """``bash``: run a shell command in the working directory."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        sandbox: Sandbox | None = None,
+        require_sandbox: bool = False,
+        default_timeout: float = 120.0,
+        max_timeout: float = 600.0,
+        output_limit: int = 64 * 1024,
+    ) -> None:
+        self.workspace = workspace
+        self._sandbox = sandbox if sandbox is not None and sandbox.backend != "none" else None
+        self._require_sandbox = require_sandbox
+        self._default_timeout = default_timeout
+        self._max_timeout = max_timeout
+        self._output_limit = output_limit
+        self._shell = shutil.which("bash") or "/bin/sh"
+        self._spec = ToolSpec(
+            name="bash",
+            description=(
+                "Run a shell command in the working directory and return its combined "
+                f"stdout and stderr (at most {output_limit // 1024} KiB; longer output keeps "
+                f"the start and the end). Default timeout {default_timeout:g} s, at most "
+                f"{max_timeout:g} s. No network when sandboxed."
+            ),
+            schema={
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command line to run."},
+                    "timeout": {"type": "number", "description": "Seconds before it is killed."},
+                },
+                "required": ["command"],
+            },
+        )
+
+    def __repr__(self) -> str:
+        backend = self._sandbox.backend if self._sandbox else "none"
+        return f"<BashTool root={self.workspace.root!r} sandbox={backend}>"
+
+    @property
+    def spec(self) -> ToolSpec:
+        """As the model sees it."""
+        return self._spec
+
+    @property
+    def source(self) -> str:
+        """``"builtin"``."""
+        return "builtin"
+
+    @property
+    def sandboxed(self) -> bool:
+        """True when commands run inside a sandbox backend."""
+        return self._sandbox is not None
+
+    def _plan(self, argv: list[str], env: dict[str, str]) -> LaunchPlan | None:
+        if self._sandbox is None:
+            if self._require_sandbox:
+                raise ToolError(
+                    "bash: --sandbox required, but no sandbox backend is available "
+                    "(install bubblewrap on Linux), or run with --sandbox auto"
+                )
+            return None
+        request = LaunchRequest(
+            name="bash",
+            argv=argv,
+            env=env,
+            ext_dir=self.workspace.root,
+            data_dir=None,
+            permissions=Permissions(
+                network=False, read_write=[self.workspace.root], data_dir=False
+            ),
+        )
+        try:
+            return self._sandbox.plan(request)
+        except Exception as exc:  # a backend failure must not take the tool down
+            raise ToolError(f"bash: the sandbox cannot run the command: {exc}") from exc
+
+    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+        """Run the command to its end, its timeout, or cancellation.
+
+        Cancellation: the process group is killed with ``SIGKILL`` and the shell is
+        reaped (shielded, bounded) before ``Cancelled`` propagates.
+        """
+        try:
+            parsed = decode_args(args, BashArgs, "bash")
+            if not parsed.command.strip():
+                raise ToolError("bash: command must not be empty")
+            timeout = min(parsed.timeout or self._default_timeout, self._max_timeout)
+            if timeout <= 0:
+                raise ToolError("bash: timeout must be positive")
+            argv = [self._shell, "-c", parsed.command]
+            env = _environment(self.workspace.root)
+            plan = self._plan(argv, env)
+        except ToolError as exc:
+            return error_result(str(exc))
+        return await self._execute(argv, env, plan, timeout)
+
+    async def _spawn(self, argv: list[str], env: dict[str, str], plan: LaunchPlan | None) -> _Child:
+        if plan is None:
+            proc = await trio.lowlevel.open_process(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=self.workspace.root,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
+            return _TrioChild(proc)
+        # The sandbox forks from its own long-lived thread (PR_SET_PDEATHSIG is tied
+        # to the forking thread); the call blocks only for the fork itself.
+        popen = await trio.to_thread.run_sync(
+            functools.partial(
+                sandbox_spawn,
+                plan,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        return _PopenChild(popen)
+
+    async def _execute(
+        self, argv: list[str], env: dict[str, str], plan: LaunchPlan | None, seconds: float
+    ) -> ToolRunResult:
+        try:
+            child = await self._spawn(argv, env, plan)
+        except OSError as exc:
+            self._cleanup(plan)
+            return error_result(f"bash: cannot start {argv[0]}: {exc.strerror}")
+        output = BoundedOutput(self._output_limit)
+        timed_out = False
+        try:
+            drained = trio.Event()
+
+            async def drain() -> None:
+                try:
+                    while chunk := await child.stdout.receive_some(65536):
+                        output.feed(chunk)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    pass
+                drained.set()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(drain)
+                with trio.move_on_after(seconds) as scope:
+                    await child.wait()
+                timed_out = scope.cancelled_caught
+                # Background jobs keep the pipe open; nothing may outlive the call.
+                _kill_group(child.pid)
+                with trio.move_on_after(_DRAIN_GRACE):
+                    await drained.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                _kill_group(child.pid)
+                with trio.move_on_after(_REAP_GRACE):
+                    await child.wait()
+                await child.aclose()
+                self._cleanup(plan)
+        return self._result(output, child.returncode, timed_out, seconds)
+
+    def _cleanup(self, plan: LaunchPlan | None) -> None:
+        if plan is not None and self._sandbox is not None:
+            try:
+                self._sandbox.cleanup(plan)
+            except Exception as exc:  # cleanup is best effort; the call already finished
+                log.warning("bash_sandbox_cleanup_failed", error=str(exc))
+
+    def _result(
+        self, output: BoundedOutput, returncode: int | None, timed_out: bool, timeout: float
+    ) -> ToolRunResult:
+        text = output.text().rstrip("\n")
+        if timed_out:
+            note = f"[timed out after {timeout:g} s; the command and its children were killed]"
+            return error_result(f"{text}\n{note}" if text else note)
+        if returncode is None or returncode != 0:
+            if returncode is not None and returncode < 0:
+                note = f"[killed by signal {_signal_name(-returncode)}]"
+            else:
+                note = f"[exit code {returncode}]"
+            return error_result(f"{text}\n{note}" if text else note)
+        return ToolRunResult(content=[TextContent(text=text or "(no output)")])
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)

@@ -1,0 +1,401 @@
+"""``corral chat``: the interactive session.
+
+Lines are read in a worker thread (``input()``, with readline editing and history
+when available). A line starting with ``/`` is a slash command: the built-ins
+below, or an extension's command, whose answer is handled by its action —
+``prompt`` runs a turn, ``insert`` pre-fills the next input line, ``display``
+shows a note, ``noop`` does nothing (an ``error`` is shown whatever the action).
+
+Ctrl-C while a turn runs cancels the turn; Ctrl-C at the prompt (or a second one
+while the turn is being cancelled) exits cleanly, as does Ctrl-D or ``/quit``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import sys
+import termios
+import typing
+from typing import Protocol, TextIO
+
+import structlog
+import trio
+
+from supervisor import CommandOutcome, ExtensionInfo, SupervisorError
+
+from ._engine import AgentOptions, Emit
+from ._exceptions import AgentError
+from ._render import HumanRenderer
+from ._session_host import AgentHost, open_agent
+
+__all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
+
+log = structlog.get_logger()
+
+#: Built-in slash commands and what they do.
+BUILTIN_COMMANDS: dict[str, str] = {
+    "help": "list the slash commands",
+    "reload-ext": "stop every extension, re-read manifests, respawn, rebuild tools",
+    "ext": "extension status and stats; /ext enable NAME lifts a quarantine",
+    "tools": "the tools the model can call, and where they come from",
+    "compact": "summarise the transcript into one message",
+    "clear": "drop the transcript",
+    "model": "show the model, or /model NAME to switch",
+    "quit": "leave (also /exit, Ctrl-D, or Ctrl-C at the prompt)",
+}
+
+
+class LineReader(Protocol):
+    """Where the chat gets its input lines."""
+
+    async def read(self, prompt: str, default: str = "") -> str | None:
+        """The next line, or None at end of input.
+
+        ``default`` pre-fills the line (an extension's ``insert``).
+        """
+        ...
+
+
+@typing.final
+class _RawLines:
+    """Lines from a file descriptor with ``os.read``: no buffered-reader lock held.
+
+    A worker thread abandoned while blocked here cannot deadlock interpreter
+    shutdown, which one blocked in ``sys.stdin.readline()`` can.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = b""
+        self._eof = False
+
+    def __repr__(self) -> str:
+        return f"<_RawLines fd={self._fd}>"
+
+    def readline(self) -> str | None:
+        while b"\n" not in self._buffer and not self._eof:
+            chunk = os.read(self._fd, 4096)
+            self._eof = not chunk
+            self._buffer += chunk
+        if not self._buffer:
+            return None
+        line, _, rest = self._buffer.partition(b"\n")
+        self._buffer = rest
+        return line.decode("utf-8", errors="replace")
+
+
+@typing.final
+class TerminalReader:
+    """Reads input lines in a worker thread.
+
+    On a terminal: ``input()`` with readline (editing, history, and ``default``
+    pre-filled in the line). Otherwise: raw reads from the stdin descriptor (or
+    ``readline()`` of a stdin without one), and ``default`` is used when the user
+    sends an empty line.
+    """
+
+    def __init__(self, out: TextIO, stdin: TextIO | None = None) -> None:
+        self._out = out
+        self._stdin = stdin or sys.stdin
+        self._tty = self._stdin.isatty()
+        self._readline: typing.Any = None
+        self._raw: _RawLines | None = None
+        self._termios: list[typing.Any] | None = None
+        if self._tty:
+            try:
+                import readline  # optional: POSIX terminals only
+            except ImportError:
+                readline = None  # type: ignore[assignment]
+            self._readline = readline
+            with contextlib.suppress(OSError, ValueError, termios.error):
+                self._termios = termios.tcgetattr(self._stdin.fileno())
+        else:
+            try:
+                self._raw = _RawLines(self._stdin.fileno())
+            except (OSError, ValueError, io.UnsupportedOperation):
+                self._raw = None
+
+    def __repr__(self) -> str:
+        return f"<TerminalReader tty={self._tty} readline={self._readline is not None}>"
+
+    def _read(self, prompt: str, default: str) -> str | None:
+        if self._tty:
+            return self._read_tty(prompt, default)
+        if default:
+            self._out.write(f"(inserted: {default!r} — press Enter to send it, or type a line)\n")
+        self._out.write(prompt)
+        self._out.flush()
+        if self._raw is not None:
+            line = self._raw.readline()
+        else:
+            raw = self._stdin.readline()
+            line = raw.rstrip("\n") if raw else None
+        if line is None:
+            return None
+        return default if not line.strip() and default else line
+
+    def _read_tty(self, prompt: str, default: str) -> str | None:
+        rl = self._readline
+        if default and rl is not None:
+            rl.set_startup_hook(lambda: rl.insert_text(default))
+        elif default:
+            self._out.write(f"(inserted: {default!r} — press Enter to send it, or type a line)\n")
+            self._out.flush()
+        try:
+            line = input(prompt)
+        except EOFError:
+            return None
+        finally:
+            if rl is not None:
+                rl.set_startup_hook(None)
+        if not line.strip() and default and rl is None:
+            return default
+        return line
+
+    def restore(self) -> None:
+        """Put the terminal back as it was (an abandoned ``input()`` may have changed it)."""
+        if self._termios is not None:
+            with contextlib.suppress(OSError, ValueError, termios.error):
+                termios.tcsetattr(self._stdin.fileno(), termios.TCSADRAIN, self._termios)
+
+    async def read(self, prompt: str, default: str = "") -> str | None:
+        """Read one line.
+
+        Cancellation: the worker thread is abandoned (it stays blocked in its read
+        until the process exits, holding no lock); the call returns at once.
+        """
+        return await trio.to_thread.run_sync(self._read, prompt, default, abandon_on_cancel=True)
+
+
+def format_extensions(infos: list[ExtensionInfo]) -> list[str]:
+    """``/ext``: one block per extension with state, sandbox and stats."""
+    if not infos:
+        return ["no extensions loaded (install some, or pass -e PATH)"]
+    lines: list[str] = []
+    for info in infos:
+        sandbox = f"sandboxed ({info.backend})" if info.sandboxed else "UNSANDBOXED"
+        pid = f"pid {info.pid}" if info.pid is not None else "not running"
+        lines.append(f"{info.name} {info.version} — {info.state}, {pid}, {sandbox} [{info.source}]")
+        if info.tools or info.commands:
+            tools = ", ".join(info.tools) or "-"
+            commands = ", ".join("/" + c for c in info.commands) or "-"
+            lines.append(f"    tools: {tools}; commands: {commands}")
+        st = info.stats
+        figures = [f"calls {st.calls}", f"errors {st.errors}", f"timeouts {st.timeouts}"]
+        figures += [f"restarts {st.restarts}", f"bad frames {st.bad_frames}"]
+        if st.latency_p50_ms is not None:
+            figures.append(f"p50 {st.latency_p50_ms:.1f} ms")
+        if st.latency_p95_ms is not None:
+            figures.append(f"p95 {st.latency_p95_ms:.1f} ms")
+        if st.rss_bytes is not None:
+            figures.append(f"rss {st.rss_bytes / 2**20:.1f} MiB")
+        if st.uptime_s is not None:
+            figures.append(f"up {st.uptime_s:.0f} s")
+        lines.append("    " + ", ".join(figures))
+        if info.problem:
+            lines.append(f"    problem: {info.problem}")
+    return lines
+
+
+@typing.final
+class ChatSession:
+    """The read-eval-print loop of ``corral chat`` over one :class:`AgentHost`."""
+
+    def __init__(
+        self,
+        host: AgentHost,
+        renderer: HumanRenderer,
+        reader: LineReader,
+        emit: Emit | None = None,
+    ) -> None:
+        self.host = host
+        self.renderer = renderer
+        self.reader = reader
+        #: Where turns send their events (the renderer unless told otherwise).
+        self.emit: Emit = emit or renderer.emit
+        self._turn: trio.CancelScope | None = None
+        self._session = trio.CancelScope()
+        self._default = ""
+
+    def __repr__(self) -> str:
+        return f"<ChatSession turn_running={self._turn is not None}>"
+
+    async def watch_interrupts(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """First Ctrl-C cancels the running turn; otherwise Ctrl-C ends the session.
+
+        Cancellation: stops watching (Ctrl-C raises KeyboardInterrupt again).
+        """
+        with trio.open_signal_receiver(signal.SIGINT) as signals:
+            task_status.started()
+            async for _ in signals:
+                turn = self._turn
+                if turn is not None and not turn.cancel_called:
+                    turn.cancel()
+                    self.renderer.line("^C — cancelling the turn (Ctrl-C again exits)")
+                else:
+                    self.renderer.line("^C — bye")
+                    self._session.cancel()
+
+    async def run(self) -> None:
+        """Read and handle lines until the user leaves.
+
+        Cancellation: a running turn is aborted; the session ends.
+        """
+        with self._session:
+            while True:
+                line = await self.reader.read("› ", self._default)
+                self._default = ""
+                if line is None:
+                    self.renderer.line("bye")
+                    return
+                line = line.strip()
+                if not line:
+                    continue
+                if line.startswith("/"):
+                    if not await self.slash(line):
+                        return
+                else:
+                    await self.turn(line)
+
+    async def turn(self, text: str) -> None:
+        """Run one prompt; Ctrl-C cancels it.
+
+        Cancellation: as :meth:`~agent._loop.AgentLoop.prompt`.
+        """
+        with trio.CancelScope() as scope:
+            self._turn = scope
+            try:
+                await self.host.engine.prompt(text, [], self.emit)
+            except AgentError as exc:
+                self.renderer.line(self.renderer.style(f"! {exc}", "red"))
+            finally:
+                self._turn = None
+
+    async def slash(self, line: str) -> bool:
+        """Handle a slash command; False means "leave the chat".
+
+        Cancellation: the command is abandoned.
+        """
+        name, _, args = line[1:].partition(" ")
+        args = args.strip()
+        r = self.renderer
+        try:
+            if name in ("quit", "exit"):
+                return False
+            if name == "help":
+                self._help()
+            elif name == "reload-ext":
+                r.line(r.style("reloading extensions…", "dim"))
+                stats = await self.host.reload()
+                errors = "; ".join(stats.errors) or "none"
+                r.line(
+                    f"reloaded: stopped {stats.stopped}, loaded {stats.loaded}, "
+                    f"ready {stats.ready}, errors: {errors}"
+                )
+            elif name == "ext":
+                await self._ext(args)
+            elif name == "tools":
+                for tool, source in self.host.engine.registry.sources().items():
+                    r.line(f"{tool}  ({source})")
+            elif name == "compact":
+                await self.host.engine.compact(self.emit)
+            elif name == "clear":
+                self.host.engine.clear()
+                r.line("transcript cleared")
+            elif name == "model":
+                if args:
+                    self.host.engine.set_model(args)
+                r.line(f"{self.host.engine.provider_name} / {self.host.engine.model}")
+            else:
+                await self._extension_command(name, args)
+        except (SupervisorError, AgentError, ValueError) as exc:
+            r.line(r.style(f"! /{name}: {exc}", "red"))
+        return True
+
+    def _help(self) -> None:
+        r = self.renderer
+        r.line(r.style("built-in commands", "bold"))
+        for name, text in BUILTIN_COMMANDS.items():
+            r.line(f"  /{name:<11} {text}")
+        commands = self.host.commands()
+        if commands:
+            r.line(r.style("extension commands", "bold"))
+            for cmd in commands:
+                r.line(f"  /{cmd.name:<11} {cmd.description}  [{cmd.extension}]")
+
+    async def _ext(self, args: str) -> None:
+        verb, _, rest = args.partition(" ")
+        if verb == "enable" and rest.strip():
+            info = await self.host.enable(rest.strip())
+            self.renderer.line(f"{info.name}: {info.state}")
+            return
+        for text in format_extensions(await self.host.extensions()):
+            self.renderer.line(text)
+
+    async def _extension_command(self, name: str, args: str) -> None:
+        known = {c.name for c in self.host.commands()}
+        if name not in known:
+            self.renderer.line(
+                self.renderer.style(f"unknown command /{name}; /help lists them", "red")
+            )
+            return
+        outcome = await self.host.invoke_command(name, args)
+        await self.apply(outcome)
+
+    async def apply(self, outcome: CommandOutcome) -> None:
+        """Carry out an extension command's answer (its ``action``).
+
+        Cancellation: a ``prompt`` turn is aborted.
+        """
+        r = self.renderer
+        who = outcome.extension or "extension"
+        if outcome.error:
+            r.note(who, r.style(outcome.error, "red"), "red")
+        if outcome.action == "prompt" and outcome.prompt:
+            r.line(r.style("you ›", "bold", "green") + " " + outcome.prompt)
+            await self.turn(outcome.prompt)
+        elif outcome.action == "insert" and outcome.insert:
+            self._default = outcome.insert
+        # A ``display`` answer arrives as an ``ext_display`` event (the supervisor
+        # publishes it), which the event forwarder renders: nothing to do here.
+
+
+async def run_chat(
+    options: AgentOptions, reader: LineReader | None = None, out: TextIO | None = None
+) -> None:
+    """``corral chat``: open the agent and talk until the user leaves.
+
+    Cancellation: the session ends; every extension is stopped.
+    """
+    out = out or sys.stdout
+    renderer = HumanRenderer(out)
+    terminal = TerminalReader(out) if reader is None else None
+    try:
+        await _chat(options, renderer, reader or typing.cast(LineReader, terminal))
+    finally:
+        if terminal is not None:
+            terminal.restore()
+
+
+async def _chat(options: AgentOptions, renderer: HumanRenderer, reader: LineReader) -> None:
+    async with open_agent(options) as host, trio.open_nursery() as nursery:
+        await nursery.start(host.run_forwarder, renderer.emit)
+        chat = ChatSession(host, renderer, reader)
+        await nursery.start(chat.watch_interrupts)
+        s = renderer.style
+        engine = host.engine
+        renderer.line(
+            s("corral chat", "bold")
+            + s(f" — {engine.provider_name}/{engine.model} in {engine.cwd}", "dim")
+        )
+        names = [info.name for info in await host.extensions() if info.pid is not None]
+        renderer.line(s(f"extensions: {', '.join(names) or 'none'}; /help for commands", "dim"))
+        if len(engine.transcript):
+            renderer.line(s(f"resumed session with {len(engine.transcript)} messages", "dim"))
+        await chat.run()
+        nursery.cancel_scope.cancel()

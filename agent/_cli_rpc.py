@@ -1,0 +1,138 @@
+"""``corral rpc`` (also ``corral --rpc``): serve one agent session as NDJSON on stdin/stdout.
+
+The protocol is in ``docs/rpc.md``. Standard input and output belong to the
+protocol alone: the command takes private copies of descriptors 0 and 1, then
+points 0 at ``/dev/null`` and 1 at standard error, so a stray ``print`` or a child
+process that inherits them can never corrupt the stream. Logs go to standard error.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import click
+import structlog
+import trio
+
+from ._cli_agent import AgentCLIError, agent_options, run_trio
+from ._engine import AgentOptions
+from ._logging import configure_logging
+from ._rpc import DEFAULT_LINE_LIMIT, TOKEN_ENV, serve_rpc
+from ._runtime import open_runtime
+
+__all__ = ["rewrite_rpc_flag", "rpc_cmd", "run_rpc"]
+
+log = structlog.get_logger()
+
+#: Options of the ``corral`` group that take no value (they may precede ``--rpc``).
+_GROUP_FLAGS = frozenset({"-v", "-vv", "-vvv", "--verbose"})
+
+
+def rewrite_rpc_flag(args: Sequence[str]) -> list[str]:
+    """Turn ``corral [group flags] --rpc [options]`` into ``corral [group flags] rpc [options]``.
+
+    Only a ``--rpc`` among the group's own leading flags counts; anything after the
+    first other argument (a command name, an option of a command) is left alone.
+    """
+    out = list(args)
+    for index, arg in enumerate(out):
+        if arg == "--rpc":
+            out[index] = "rpc"
+            return out
+        if arg not in _GROUP_FLAGS:
+            break
+    return out
+
+
+def _claim_stdio() -> tuple[int, int]:
+    # Private copies for the protocol; the public descriptors are redirected so
+    # nothing else can read commands or write into the response stream.
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(devnull, 0)
+    finally:
+        os.close(devnull)
+    os.dup2(2, 1)
+    return proto_in, proto_out
+
+
+def _take_token() -> str | None:
+    token = os.environ.pop(TOKEN_ENV, None)  # popped: no child process may inherit it
+    if token is not None and not token:
+        raise AgentCLIError(f"{TOKEN_ENV} is set but empty; give it a value or unset it")
+    return token
+
+
+async def run_rpc(
+    options: AgentOptions,
+    in_fd: int,
+    out_fd: int,
+    token: str | None = None,
+    line_limit: int = DEFAULT_LINE_LIMIT,
+) -> int:
+    """Open the session for ``options`` and serve it on the descriptors ``in_fd``/``out_fd``.
+
+    Takes ownership of both descriptors (they are closed on return).
+
+    Returns:
+        The exit status (see :func:`~agent._rpc.serve_rpc`), or 128 + the signal
+        number after SIGINT or SIGTERM.
+
+    Raises:
+        AgentError: the session could not be opened (bad options, provider, script).
+
+    Cancellation: serving stops, the running job is aborted and every extension is
+    stopped before this returns. SIGINT and SIGTERM do the same.
+    """
+    stdin = trio.lowlevel.FdStream(in_fd)
+    stdout = trio.lowlevel.FdStream(out_fd)
+    status = 1
+    signals: list[int] = []
+    async with stdin, stdout, open_runtime(options) as runtime, trio.open_nursery() as nursery:
+        await nursery.start(_cancel_on_signal, nursery.cancel_scope, signals)
+        status = await serve_rpc(runtime, stdin, stdout, token=token, line_limit=line_limit)
+        nursery.cancel_scope.cancel()
+    return 128 + signals[0] if signals else status
+
+
+async def _cancel_on_signal(
+    scope: trio.CancelScope,
+    seen: list[int],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    # SIGINT or SIGTERM ends the session cleanly: the running job is aborted and the
+    # extensions are stopped. Once this receiver is closed, a second SIGINT raises
+    # KeyboardInterrupt as usual.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for signum in signals:
+            log.warning("rpc_signal", signal=signal.Signals(signum).name)
+            seen.append(signum)
+            scope.cancel()
+            return
+
+
+@click.command("rpc")
+@agent_options
+@click.option(
+    "--line-limit",
+    type=click.IntRange(min=1024),
+    default=DEFAULT_LINE_LIMIT,
+    show_default=True,
+    help="Longest accepted input line in bytes.",
+)
+@click.pass_context
+def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int) -> None:
+    """Serve one agent session as JSON lines on stdin/stdout (docs/rpc.md)."""
+    if not structlog.is_configured():
+        configure_logging(0)  # run on its own (not under the corral group)
+    token = _take_token()
+    in_fd, out_fd = _claim_stdio()
+    status = run_trio(run_rpc, options, in_fd, out_fd, token, line_limit)
+    sys.stderr.flush()
+    ctx.exit(status)

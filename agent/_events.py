@@ -1,0 +1,188 @@
+"""Agent events: the stream a prompt or a compaction produces.
+
+These are the RPC wire events of seeds/rpc.md (tagged on ``type``) plus corral's
+additions ``ext_notify``, ``ext_display`` and ``ext_status``. The in-process API
+yields these same Structs; ``corral rpc`` writes them as JSON lines.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from ._messages import Block, ImageContent, TextContent
+
+__all__ = [
+    "AgentEvent",
+    "AssistantMessage",
+    "AssistantStart",
+    "CompactDone",
+    "Done",
+    "ErrorEvent",
+    "ExtDisplay",
+    "ExtNotify",
+    "ExtStatus",
+    "StopReason",
+    "TextDelta",
+    "ToolCallEvent",
+    "ToolProgress",
+    "ToolResultEvent",
+    "TurnEnd",
+    "TurnStart",
+    "Usage",
+    "UsageTotals",
+    "UserMessage",
+]
+
+StopReason = Literal["end_turn", "tool_use", "length", "error", "aborted", "blocked"]
+
+
+class _E(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    pass
+
+
+class TurnStart(_E, frozen=True, tag="turn_start"):
+    """Beginning of one model call (one step of the loop)."""
+
+    step: int
+
+
+class UserMessage(_E, frozen=True, tag="user_message"):
+    """The submitted prompt as added to the transcript."""
+
+    content: list[Block]
+    time: str
+
+
+class AssistantStart(_E, frozen=True, tag="assistant_start"):
+    """About to stream assistant text."""
+
+
+class TextDelta(_E, frozen=True, tag="text_delta"):
+    """Partial assistant text."""
+
+    delta: str
+
+
+class ToolCallEvent(_E, frozen=True, tag="tool_call"):
+    """The model wants to call a tool (``args`` as the model wrote them)."""
+
+    id: str
+    name: str
+    args: dict[str, Any]
+
+
+class ToolProgress(_E, frozen=True, tag="tool_progress"):
+    """A progress line from a running tool."""
+
+    id: str
+    text: str
+
+
+class ToolResultEvent(_E, frozen=True, tag="tool_result"):
+    """A tool finished."""
+
+    id: str
+    is_error: bool
+    content: list[TextContent | ImageContent]
+
+
+class AssistantMessage(_E, frozen=True, tag="assistant_message"):
+    """The final assistant message of a model call, as the user should see it.
+
+    When an ``assistant_message`` interceptor rewrote or suppressed the text, this
+    carries the rewrite (or nothing); the transcript keeps the model's original.
+    """
+
+    content: list[Block]
+    time: str
+
+
+class UsageTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """Token and cost counters."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost_usd: float = 0.0
+
+
+class Usage(_E, frozen=True, tag="usage"):
+    """Per-call usage plus the session's running totals."""
+
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    cost_usd: float
+    cumulative: UsageTotals
+
+
+class TurnEnd(_E, frozen=True, tag="turn_end", omit_defaults=True):
+    """One model call finished."""
+
+    stop: StopReason
+    error: str | None = None
+
+
+class Done(_E, frozen=True, tag="done"):
+    """The whole prompt or compaction completed (successfully or not)."""
+
+
+class ErrorEvent(_E, frozen=True, tag="error"):
+    """A non-fatal error message."""
+
+    message: str
+
+
+class CompactDone(_E, frozen=True, tag="compact_done"):
+    """Compaction finished."""
+
+    summary: str
+
+
+class ExtNotify(_E, frozen=True, tag="ext_notify"):
+    """An extension's ``notify`` (corral addition)."""
+
+    extension: str
+    level: str
+    message: str
+
+
+class ExtDisplay(_E, frozen=True, tag="ext_display"):
+    """A ``display`` note from an extension command (corral addition)."""
+
+    extension: str
+    text: str
+
+
+class ExtStatus(_E, frozen=True, tag="ext_status", omit_defaults=True):
+    """An extension started, crashed, restarted, was quarantined or stopped."""
+
+    extension: str
+    status: Literal["started", "crashed", "restarted", "quarantined", "stopped"]
+    detail: str = ""
+    pid: int | None = None
+    sandboxed: bool | None = None
+
+
+AgentEvent = (
+    TurnStart
+    | UserMessage
+    | AssistantStart
+    | TextDelta
+    | ToolCallEvent
+    | ToolProgress
+    | ToolResultEvent
+    | AssistantMessage
+    | Usage
+    | TurnEnd
+    | Done
+    | ErrorEvent
+    | CompactDone
+    | ExtNotify
+    | ExtDisplay
+    | ExtStatus
+)

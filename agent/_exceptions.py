@@ -1,0 +1,53 @@
+"""Exceptions of the agent package.
+
+::
+
+    AgentError
+    ├── ProviderError       a model call failed (HTTP status, broken stream, bad key)
+    ├── ScriptError         a scripted-provider script is malformed (names file and line)
+    ├── ToolError           a built-in tool refused its arguments (path escapes cwd, ...)
+    └── SessionError        a saved session cannot be read or written
+"""
+
+from __future__ import annotations
+
+__all__ = ["AgentError", "ProviderError", "ScriptError", "SessionError", "ToolError"]
+
+
+class AgentError(Exception):
+    """Base of every agent error."""
+
+
+class ProviderError(AgentError):
+    """A model call failed.
+
+    Attributes:
+        provider: provider id.
+        status: HTTP status when there was one.
+        retryable: a retry might succeed (rate limit, 5xx, broken stream).
+    """
+
+    def __init__(
+        self, provider: str, message: str, *, status: int | None = None, retryable: bool = False
+    ) -> None:
+        super().__init__(f"{provider}: {message}")
+        self.provider = provider
+        self.status = status
+        self.retryable = retryable
+
+
+class ScriptError(AgentError):
+    """A script for the scripted provider is malformed."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(f"{path}:{line}: {message}")
+        self.path = path
+        self.line = line
+
+
+class ToolError(AgentError):
+    """A built-in tool cannot run with these arguments."""
+
+
+class SessionError(AgentError):
+    """A saved session cannot be read or written."""

@@ -1,0 +1,579 @@
+"""The agent loop: model calls, tool calls, hooks, and the events they produce.
+
+One :meth:`AgentLoop.prompt` adds the user's message and then runs *steps* until the
+model stops asking for tools, a hook blocks, something fails, or ``max_steps`` is
+reached. One step::
+
+    turn_start  ─ intercept turn_start ─ blocked? → turn_end(blocked, reason)
+    assistant_start, text_delta…          (held back while an interceptor may rewrite)
+    intercept assistant_message            (transcript keeps the original text)
+    assistant_message, usage              (what the user sees: rewritten or suppressed)
+    tool_call…                            (args as the model wrote them)
+      per call, concurrently: intercept tool_call → blocked? error result with reason
+                              else run the tool with the rewritten args
+    tool_result…, turn_end(tool_use | end_turn | length | error)
+
+Extensions hear about ``turn_start``, ``tool_call`` (the args that actually run),
+``assistant_message`` (the text the user sees) and ``turn_end`` through
+:meth:`Hooks.emit`. Every hook failure counts as "allow" (the seed's default).
+
+Text deltas are streamed live once the loop knows no extension intercepts
+``assistant_message``; until then (and while one does) the text is sent as one
+delta after the interceptors had their say, so a redaction is never shown first.
+"""
+
+from __future__ import annotations
+
+import enum
+import typing
+from collections.abc import Awaitable
+from contextlib import aclosing
+from typing import Any, Protocol
+
+import structlog
+import trio
+
+from supervisor import EmitEvent, InterceptOutcome, SupervisorError
+
+from ._engine import Emit
+from ._events import (
+    AssistantMessage,
+    AssistantStart,
+    CompactDone,
+    ErrorEvent,
+    ExtDisplay,
+    StopReason,
+    TextDelta,
+    ToolCallEvent,
+    ToolProgress,
+    ToolResultEvent,
+    TurnEnd,
+    TurnStart,
+    Usage,
+    UsageTotals,
+    UserMessage,
+)
+from ._exceptions import AgentError, ProviderError
+from ._messages import (
+    Block,
+    ImageContent,
+    Message,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+    now_iso,
+)
+from ._provider import (
+    ModelInfo,
+    ModelRequest,
+    Provider,
+    ProviderStop,
+    ProviderTextDelta,
+    ProviderToolCall,
+    ProviderUsage,
+    ToolSpec,
+)
+from ._registry import ToolRegistry, ToolRunResult, error_result
+from ._session import (
+    COMPACT_INSTRUCTION,
+    COMPACT_SYSTEM,
+    Transcript,
+    local_summary,
+    summary_message,
+)
+
+__all__ = ["AgentBusy", "AgentLoop", "Hooks", "LoopState", "default_system_prompt"]
+
+log = structlog.get_logger()
+
+_ALLOW = InterceptOutcome()
+#: Bound on shielded clean-up work after a cancellation (an emit, a transcript write).
+_CLEANUP_GRACE = 5.0
+
+
+class AgentBusy(AgentError):
+    """A prompt or compaction is already running on this loop."""
+
+
+class LoopState(enum.Enum):
+    """What the loop is doing."""
+
+    #: Waiting for a prompt.
+    IDLE = "idle"
+    #: Running a prompt (model calls and tools).
+    RUNNING = "running"
+    #: Summarising the transcript.
+    COMPACTING = "compacting"
+
+
+class Hooks(Protocol):
+    """The supervisor's intercept chain and event fan-out, as the loop uses them.
+
+    :class:`~supervisor.SupervisorClient` is the implementation; the protocol is
+    the seam that lets pure-logic tests run without extension processes.
+    """
+
+    async def intercept_turn_start(self, step: int) -> InterceptOutcome: ...
+
+    async def intercept_tool_call(
+        self, tool_id: str, tool_name: str, tool_args: dict[str, Any]
+    ) -> InterceptOutcome: ...
+
+    async def intercept_assistant_message(self, text: str) -> InterceptOutcome: ...
+
+    async def emit(self, event: EmitEvent) -> None: ...
+
+    async def set_host_info(self, provider: str, model: str, cwd: str) -> None: ...
+
+
+def default_system_prompt(cwd: str) -> str:
+    """The system prompt used when none is given."""
+    return (
+        f"You are corral, a careful coding agent working in {cwd}. Use the tools to read, "
+        "write and edit files and to run shell commands there; extensions may add more "
+        "tools. Call several tools at once when they are independent. Answer briefly."
+    )
+
+
+def _all_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return False
+
+
+def _blocked_text(outcome: InterceptOutcome) -> str:
+    who = f"extension {outcome.blocked_by}" if outcome.blocked_by else "an extension"
+    return f"blocked by {who}: {outcome.reason or 'no reason given'}"
+
+
+@typing.final
+class AgentLoop:
+    """One agent session's loop; implements :class:`~agent._engine.Engine`."""
+
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        model: str,
+        cwd: str,
+        registry: ToolRegistry,
+        hooks: Hooks,
+        transcript: Transcript | None = None,
+        max_steps: int = 16,
+        system_prompt: str | None = None,
+        append_system_prompt: str | None = None,
+        compact_threshold: int | None = 400_000,
+        max_tokens: int = 4096,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        self._provider = provider
+        self._model = model
+        self._cwd = cwd
+        self._registry = registry
+        self._hooks = hooks
+        self._transcript = transcript if transcript is not None else Transcript()
+        self.max_steps = max_steps
+        system = system_prompt if system_prompt is not None else default_system_prompt(cwd)
+        self._system = system + ("\n\n" + append_system_prompt if append_system_prompt else "")
+        self.compact_threshold = compact_threshold
+        self._max_tokens = max_tokens
+        self._totals = UsageTotals()
+        self._state = LoopState.IDLE
+        self._host_info_stale = False
+        #: Whether some extension intercepts assistant_message: None = not known yet.
+        self._text_interceptors: bool | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"<AgentLoop state={self._state.value} provider={self._provider.name} "
+            f"model={self._model!r} messages={len(self._transcript)}>"
+        )
+
+    # --- Engine: read-only facts ---------------------------------------------------
+
+    @property
+    def state(self) -> LoopState:
+        """What the loop is doing now."""
+        return self._state
+
+    @property
+    def provider_name(self) -> str:
+        """The provider's id."""
+        return self._provider.name
+
+    @property
+    def model(self) -> str:
+        """The model in use."""
+        return self._model
+
+    @property
+    def cwd(self) -> str:
+        """The working directory of the built-in tools."""
+        return self._cwd
+
+    @property
+    def transcript(self) -> Transcript:
+        """The transcript (the model's view: original texts)."""
+        return self._transcript
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tool registry."""
+        return self._registry
+
+    def messages(self) -> list[Message]:
+        """A copy of the transcript."""
+        return self._transcript.messages()
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools the model is offered now."""
+        self._sync_tools()
+        return self._registry.specs()
+
+    def models(self) -> list[ModelInfo]:
+        """The provider's models."""
+        return self._provider.models()
+
+    def usage(self) -> UsageTotals:
+        """Token and cost totals of this session."""
+        return self._totals
+
+    # --- Engine: changes ----------------------------------------------------------
+
+    def set_model(self, model: str) -> None:
+        """Switch model within the provider (extensions learn it at the next prompt).
+
+        Raises:
+            ValueError: the provider lists models and ``model`` is not one of them.
+        """
+        known = [m.id for m in self._provider.models()]
+        if known and model not in known:
+            raise ValueError(f"unknown model {model!r} for {self._provider.name}: {known}")
+        self._model = model
+        self._host_info_stale = True
+
+    def clear(self) -> None:
+        """Drop the transcript (and empty its saved file).
+
+        Raises:
+            AgentBusy: a prompt or compaction is running.
+            SessionError: the saved file could not be rewritten.
+        """
+        if self._state is not LoopState.IDLE:
+            raise AgentBusy("cannot clear while a prompt or compaction runs")
+        self._transcript.clear()
+
+    def extensions_changed(self) -> None:
+        """Forget what is known about interceptors (after a reload, start or enable)."""
+        self._text_interceptors = None
+        self._sync_tools()
+
+    def assume_no_interceptors(self) -> None:
+        """Stream text live from the start (no extension can intercept it)."""
+        self._text_interceptors = False
+
+    def _sync_tools(self) -> None:
+        if self._registry.sync():
+            self._text_interceptors = None
+
+    # --- hooks (every failure is "allow") -----------------------------------------
+
+    async def _consult(self, ask: Awaitable[InterceptOutcome]) -> InterceptOutcome:
+        try:
+            return await ask
+        except SupervisorError as exc:
+            log.warning("intercept_unavailable", error=str(exc))
+            return _ALLOW
+
+    async def _tell(self, event: EmitEvent) -> None:
+        try:
+            await self._hooks.emit(event)
+        except SupervisorError as exc:
+            log.debug("lifecycle_event_dropped", event_name=event.event, error=str(exc))
+
+    # --- prompt -----------------------------------------------------------------------
+
+    async def prompt(self, text: str, images: list[ImageContent], emit: Emit) -> None:
+        """Run one prompt to the end of the loop, emitting every event but ``done``.
+
+        Provider and tool failures end the step with ``turn_end(stop="error")`` or an
+        error result; they do not raise. A step limit hit emits an ``error`` event.
+
+        Raises:
+            AgentBusy: another prompt or a compaction is running.
+
+        Cancellation: the running step ends (tools are stopped and reaped, calls in
+        flight get an "aborted" error result in the transcript, so it stays valid);
+        ``turn_end(stop="aborted")`` is emitted (shielded, bounded) and ``Cancelled``
+        propagates. The transcript keeps what completed.
+        """
+        if self._state is not LoopState.IDLE:
+            raise AgentBusy("a prompt or compaction is already running")
+        self._state = LoopState.RUNNING  # IDLE -> RUNNING
+        try:
+            await self._maybe_compact(emit)
+            if self._host_info_stale:
+                self._host_info_stale = False
+                try:
+                    await self._hooks.set_host_info(self._provider.name, self._model, self._cwd)
+                except SupervisorError as exc:
+                    log.warning("host_info_not_updated", error=str(exc))
+            user = Message(role="user", content=[TextContent(text=text), *images], time=now_iso())
+            await self._transcript.append(user)
+            await emit(UserMessage(content=user.content, time=user.time))
+            for step in range(1, self.max_steps + 1):
+                if not await self._step(step, emit):
+                    return
+            await emit(
+                ErrorEvent(
+                    message=f"stopped after {self.max_steps} steps (the step limit); "
+                    "send another prompt to continue, or raise --max-steps"
+                )
+            )
+        except BaseException as exc:
+            if _all_cancelled(exc):
+                with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_GRACE):
+                    await emit(TurnEnd(stop="aborted"))
+                    await self._tell(EmitEvent(event="turn_end", stop="aborted"))
+            raise
+        finally:
+            self._state = LoopState.IDLE  # RUNNING -> IDLE
+
+    async def _end(self, emit: Emit, stop: StopReason, error: str | None = None) -> None:
+        await emit(TurnEnd(stop=stop, error=error))
+        await self._tell(EmitEvent(event="turn_end", stop=stop))
+
+    async def _step(self, step: int, emit: Emit) -> bool:
+        """One model call and its tools; True when the loop should go on."""
+        await emit(TurnStart(step=step))
+        gate = await self._consult(self._hooks.intercept_turn_start(step))
+        if gate.block:
+            log.info("turn_blocked", step=step, by=gate.blocked_by, reason=gate.reason)
+            await emit(TurnEnd(stop="blocked", error=_blocked_text(gate)))
+            return False
+        await self._tell(EmitEvent(event="turn_start", step=step))
+        self._sync_tools()
+        request = ModelRequest(
+            model=self._model,
+            system=self._system,
+            messages=self._transcript.messages(),
+            tools=self._registry.specs(),
+            max_tokens=self._max_tokens,
+        )
+        hold = self._text_interceptors is not False
+        parts: list[str] = []
+        calls: list[ProviderToolCall] = []
+        usage: ProviderUsage | None = None
+        stop: str | None = None
+        await emit(AssistantStart())
+        try:
+            async with aclosing(self._provider.stream(request)) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    if isinstance(event, ProviderTextDelta):
+                        parts.append(event.text)
+                        if not hold and event.text:
+                            await emit(TextDelta(delta=event.text))
+                    elif isinstance(event, ProviderToolCall):
+                        calls.append(event)
+                    elif isinstance(event, ProviderUsage):
+                        usage = event
+                    elif isinstance(event, ProviderStop):
+                        stop = event.reason
+        except ProviderError as exc:
+            log.info("provider_failed", provider=self._provider.name, error=str(exc))
+            await self._end(emit, "error", str(exc))
+            return False
+        except Exception as exc:  # a provider bug must end the step, not the session
+            log.exception("provider_crashed", provider=self._provider.name)
+            await self._end(emit, "error", f"{self._provider.name}: unexpected failure: {exc!r}")
+            return False
+        if stop is None:
+            await self._end(emit, "error", f"{self._provider.name}: the stream ended early")
+            return False
+        await self._finish_message("".join(parts), calls, hold, emit)
+        if usage is not None:
+            await self._count(usage, emit)
+        if not calls:
+            await self._end(emit, "length" if stop == "length" else "end_turn")
+            return False
+        await self._run_tools(calls, emit)
+        await self._end(emit, "tool_use")
+        return True
+
+    async def _finish_message(
+        self, text: str, calls: list[ProviderToolCall], hold: bool, emit: Emit
+    ) -> None:
+        call_blocks: list[Block] = [
+            ToolCallContent(id=c.id, name=c.name, args=c.args) for c in calls
+        ]
+        text_blocks: list[Block] = [TextContent(text=text)] if text else []
+        original = Message(role="assistant", content=text_blocks + call_blocks, time=now_iso())
+        await self._transcript.append(original)
+        visible = text
+        if text:
+            outcome = await self._consult(self._hooks.intercept_assistant_message(text))
+            self._text_interceptors = bool(outcome.consulted)
+            if outcome.block:
+                log.info("assistant_message_suppressed", by=outcome.blocked_by)
+                visible = ""
+                if outcome.reason:
+                    who = outcome.blocked_by or "extension"
+                    note = f"assistant message hidden: {outcome.reason}"
+                    await emit(ExtDisplay(extension=who, text=note))
+            elif outcome.text is not None:
+                visible = outcome.text
+            if hold and visible:
+                await emit(TextDelta(delta=visible))
+        shown: list[Block] = [TextContent(text=visible)] if visible else []
+        await emit(AssistantMessage(content=shown + call_blocks, time=original.time))
+        if visible:
+            await self._tell(EmitEvent(event="assistant_message", text=visible))
+
+    async def _count(self, usage: ProviderUsage, emit: Emit) -> None:
+        t = self._totals
+        self._totals = UsageTotals(
+            input=t.input + usage.input,
+            output=t.output + usage.output,
+            cache_read=t.cache_read + usage.cache_read,
+            cache_write=t.cache_write + usage.cache_write,
+            cost_usd=t.cost_usd + usage.cost_usd,
+        )
+        await emit(
+            Usage(
+                input=usage.input,
+                output=usage.output,
+                cache_read=usage.cache_read,
+                cache_write=usage.cache_write,
+                cost_usd=usage.cost_usd,
+                cumulative=self._totals,
+            )
+        )
+
+    # --- tools --------------------------------------------------------------------------
+
+    async def _run_tools(self, calls: list[ProviderToolCall], emit: Emit) -> None:
+        for call in calls:
+            await emit(ToolCallEvent(id=call.id, name=call.name, args=call.args))
+        results: list[ToolResultContent | None] = [None] * len(calls)
+        try:
+            if len(calls) == 1:
+                await self._run_one(0, calls[0], results, emit)
+            else:
+                async with trio.open_nursery() as nursery:
+                    for index, call in enumerate(calls):
+                        nursery.start_soon(self._run_one, index, call, results, emit)
+        finally:
+            done: list[Block] = [
+                r
+                if r is not None
+                else ToolResultContent(
+                    call_id=c.id,
+                    is_error=True,
+                    content=[TextContent(text="aborted before the tool finished")],
+                )
+                for r, c in zip(results, calls, strict=True)
+            ]
+            # Shielded so an aborted step still leaves a valid transcript: every tool
+            # call the model made is answered.
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_GRACE):
+                await self._transcript.append(Message(role="tool", content=done, time=now_iso()))
+
+    async def _run_one(
+        self,
+        index: int,
+        call: ProviderToolCall,
+        results: list[ToolResultContent | None],
+        emit: Emit,
+    ) -> None:
+        outcome = await self._consult(
+            self._hooks.intercept_tool_call(call.id, call.name, call.args)
+        )
+        if outcome.block:
+            log.info("tool_call_blocked", tool=call.name, by=outcome.blocked_by)
+            result = error_result(_blocked_text(outcome))
+        else:
+            args = outcome.args if outcome.args is not None else call.args
+            await self._tell(
+                EmitEvent(event="tool_call", tool_id=call.id, tool_name=call.name, tool_args=args)
+            )
+            result = await self._execute(call, args, emit)
+        block = ToolResultContent(call_id=call.id, is_error=result.is_error, content=result.content)
+        results[index] = block
+        await emit(ToolResultEvent(id=call.id, is_error=result.is_error, content=result.content))
+
+    async def _execute(
+        self, call: ProviderToolCall, args: dict[str, Any], emit: Emit
+    ) -> ToolRunResult:
+        tool = self._registry.get(call.name)
+        if tool is None:
+            names = ", ".join(self._registry.names()) or "none"
+            return error_result(f"unknown tool {call.name!r}; available tools: {names}")
+
+        async def progress(text: str) -> None:
+            await emit(ToolProgress(id=call.id, text=text))
+
+        try:
+            return await tool.run(call.id, args, progress)
+        except Exception as exc:  # a tool bug becomes an error result, never a crash
+            log.exception("tool_crashed", tool=call.name)
+            return error_result(f"tool {call.name} failed unexpectedly: {exc!r}")
+
+    # --- compaction --------------------------------------------------------------------
+
+    async def _maybe_compact(self, emit: Emit) -> None:
+        limit = self.compact_threshold
+        if limit is not None and self._transcript.size > limit and len(self._transcript) > 1:
+            log.info("auto_compact", size=self._transcript.size, limit=limit)
+            await self._compact(emit)
+
+    async def compact(self, emit: Emit) -> str:
+        """Summarise the transcript into one message; returns the summary.
+
+        The model writes the summary; if it fails or returns nothing, a local
+        extractive summary is used (an ``error`` event says so), so compaction
+        always bounds the transcript. Emits ``compact_done``.
+
+        Raises:
+            AgentBusy: a prompt or compaction is running.
+
+        Cancellation: the transcript is left unchanged.
+        """
+        if self._state is not LoopState.IDLE:
+            raise AgentBusy("a prompt or compaction is already running")
+        self._state = LoopState.COMPACTING  # IDLE -> COMPACTING
+        try:
+            return await self._compact(emit)
+        finally:
+            self._state = LoopState.IDLE  # COMPACTING -> IDLE
+
+    async def _compact(self, emit: Emit) -> str:
+        messages = self._transcript.messages()
+        if not messages:
+            await emit(CompactDone(summary=""))
+            return ""
+        ask = Message(role="user", content=[TextContent(text=COMPACT_INSTRUCTION)], time=now_iso())
+        request = ModelRequest(
+            model=self._model,
+            system=COMPACT_SYSTEM,
+            messages=[*messages, ask],
+            tools=[],
+            max_tokens=self._max_tokens,
+        )
+        parts: list[str] = []
+        try:
+            async with aclosing(self._provider.stream(request)) as stream:  # type: ignore[type-var]
+                async for event in stream:
+                    if isinstance(event, ProviderTextDelta):
+                        parts.append(event.text)
+                    elif isinstance(event, ProviderUsage):
+                        await self._count(event, emit)
+        except ProviderError as exc:
+            parts = []
+            await emit(ErrorEvent(message=f"compaction: {exc}; used a local summary instead"))
+        summary = "".join(parts).strip() or local_summary(messages)
+        await self._transcript.replace([summary_message(summary)])
+        await emit(CompactDone(summary=summary))
+        return summary

@@ -1,0 +1,105 @@
+"""Transcript messages and content blocks, in the shapes of the RPC wire (seeds/rpc.md).
+
+Images keep their base64 ``data`` in memory (the model needs it); the wire form for
+``get_messages`` and events reports ``bytes`` (a count) instead, via
+:func:`wire_message`.
+"""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "Block",
+    "ImageContent",
+    "Message",
+    "Role",
+    "TextContent",
+    "ToolCallContent",
+    "ToolResultContent",
+    "now_iso",
+    "text_of",
+    "wire_message",
+]
+
+Role = Literal["user", "assistant", "tool"]
+
+
+class TextContent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
+    """Plain text."""
+
+    text: str
+
+
+class ImageContent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="image", omit_defaults=True
+):
+    """An image; ``data`` is base64 (omitted on the wire, where ``bytes`` is the size)."""
+
+    mime_type: str = "image/png"
+    data: str | None = None
+    bytes: int = 0
+
+
+class ToolCallContent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="tool_call"):
+    """The model asked for a tool call."""
+
+    id: str
+    name: str
+    args: dict[str, Any]
+
+
+class ToolResultContent(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="tool_result"
+):
+    """What a tool returned for ``call_id``."""
+
+    call_id: str
+    is_error: bool
+    content: list[TextContent | ImageContent]
+
+
+Block = TextContent | ImageContent | ToolCallContent | ToolResultContent
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    """One transcript message."""
+
+    role: Role
+    content: list[Block]
+    time: str
+
+
+def now_iso() -> str:
+    """The current UTC time as an RFC 3339 string with a ``Z`` suffix."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def text_of(message: Message) -> str:
+    """Concatenated text blocks of a message."""
+    return "".join(b.text for b in message.content if isinstance(b, TextContent))
+
+
+def _wire_block(block: Block) -> Block:
+    if isinstance(block, ImageContent) and block.data is not None:
+        size = len(base64.b64decode(block.data, validate=False))
+        return ImageContent(mime_type=block.mime_type, bytes=size)
+    if isinstance(block, ToolResultContent):
+        inner = [_wire_block(b) for b in block.content]
+        return ToolResultContent(
+            call_id=block.call_id,
+            is_error=block.is_error,
+            content=[b for b in inner if isinstance(b, TextContent | ImageContent)],
+        )
+    return block
+
+
+def wire_message(message: Message) -> Message:
+    """The message as the RPC wire shows it: images as byte counts, not base64."""
+    return Message(
+        role=message.role, content=[_wire_block(b) for b in message.content], time=message.time
+    )

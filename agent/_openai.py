@@ -1,0 +1,452 @@
+"""The OpenAI-compatible Chat Completions provider.
+
+One implementation for every server that speaks ``POST /chat/completions`` with
+``stream: true``: the OpenAI API, vLLM, llama.cpp's ``llama-server``, Ollama,
+LiteLLM, OpenRouter. It keeps to the common subset of the wire format and
+tolerates the usual deviations of local servers: tool calls without ids or
+indexes, ``finish_reason: "stop"`` after tool calls, no usage chunk, a body that
+ends after the finish reason without ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import structlog
+
+from ._exceptions import ProviderError
+from ._http import decode_data, excerpt, known_models, new_client, open_sse, usage_event
+from ._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from ._provider import (
+    ModelInfo,
+    ModelRequest,
+    ProviderEvent,
+    ProviderStop,
+    ProviderTextDelta,
+    ProviderToolCall,
+    ProviderUsage,
+)
+
+__all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProvider"]
+
+log = structlog.get_logger()
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: Used when no model is configured and the base URL is OpenAI's own.
+DEFAULT_MODEL = "gpt-4.1"
+
+_NAME = "openai"
+_KEY_HINT = "set OPENAI_API_KEY or pass --api-key"
+_encoder = msgspec.json.Encoder()
+
+
+# -- the stream's chunks (only the fields we read; servers add more) -----------------
+
+
+class _FunctionDelta(msgspec.Struct, frozen=True, kw_only=True):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
+    index: int | None = None
+    id: str | None = None
+    function: _FunctionDelta | None = None
+
+
+class _Delta(msgspec.Struct, frozen=True, kw_only=True):
+    content: str | None = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _Choice(msgspec.Struct, frozen=True, kw_only=True):
+    index: int = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct, frozen=True, kw_only=True):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct, frozen=True, kw_only=True):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _Error(msgspec.Struct, frozen=True, kw_only=True):
+    message: str = ""
+    type: str | None = None
+
+
+class _Chunk(msgspec.Struct, frozen=True, kw_only=True):
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    # Some servers (vLLM, OpenRouter) report a failure inside an open stream.
+    error: _Error | str | None = None
+
+
+_chunk_decoder = msgspec.json.Decoder(_Chunk)
+_args_decoder = msgspec.json.Decoder(dict[str, Any])
+
+_RETRYABLE_ERROR_TYPES = frozenset({"server_error", "rate_limit_error", "overloaded_error"})
+_IMAGES_INTRO = TextContent(text="Images returned by the tool calls above:")
+
+
+# -- request mapping ------------------------------------------------------------------
+
+
+def _data_url(image: ImageContent) -> dict[str, Any]:
+    return {
+        "type": "image_url",
+        "image_url": {"url": f"data:{image.mime_type};base64,{image.data or ''}"},
+    }
+
+
+def _user_content(blocks: list[TextContent | ImageContent]) -> str | list[dict[str, Any]]:
+    # A plain string when there are no images: some local servers' chat templates
+    # only accept string content.
+    if all(isinstance(b, TextContent) for b in blocks):
+        return "".join(b.text for b in blocks if isinstance(b, TextContent))
+    return [
+        {"type": "text", "text": b.text} if isinstance(b, TextContent) else _data_url(b)
+        for b in blocks
+        if isinstance(b, TextContent) or b.data is not None
+    ]
+
+
+def _tool_message(result: ToolResultContent) -> tuple[dict[str, Any], list[ImageContent]]:
+    text = "\n".join(b.text for b in result.content if isinstance(b, TextContent))
+    images = [b for b in result.content if isinstance(b, ImageContent) and b.data is not None]
+    if images:
+        text += ("\n" if text else "") + f"({len(images)} image(s) attached below)"
+    return {"role": "tool", "tool_call_id": result.call_id, "content": text}, images
+
+
+def _map_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """The transcript as Chat Completions messages.
+
+    Tool messages may carry only text, so images a tool returned follow the run of
+    tool messages as one user message; nothing may come between an assistant's
+    ``tool_calls`` and their ``tool`` replies.
+    """
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    pending_images: list[ImageContent] = []
+
+    def flush_images() -> None:
+        if pending_images:
+            content = _user_content([_IMAGES_INTRO, *pending_images])
+            out.append({"role": "user", "content": content})
+            pending_images.clear()
+
+    for message in messages:
+        if message.role == "assistant":
+            flush_images()
+            text = "".join(b.text for b in message.content if isinstance(b, TextContent))
+            calls = [
+                {
+                    "id": b.id,
+                    "type": "function",
+                    "function": {"name": b.name, "arguments": _encoder.encode(b.args).decode()},
+                }
+                for b in message.content
+                if isinstance(b, ToolCallContent)
+            ]
+            if not text and not calls:
+                continue  # e.g. an aborted turn; the API refuses an empty assistant message
+            entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
+                entry["tool_calls"] = calls
+            out.append(entry)
+            continue
+        # user and tool messages: tool results become `tool` messages, the rest a user one.
+        user_blocks: list[TextContent | ImageContent] = []
+        for block in message.content:
+            if isinstance(block, ToolResultContent):
+                tool_msg, images = _tool_message(block)
+                out.append(tool_msg)
+                pending_images.extend(images)
+            elif isinstance(block, TextContent | ImageContent):
+                user_blocks.append(block)
+        if user_blocks:
+            flush_images()
+            out.append({"role": "user", "content": _user_content(user_blocks)})
+    flush_images()
+    return out
+
+
+# -- stream parsing -------------------------------------------------------------------
+
+
+class _PartialCall:
+    __slots__ = ("args", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.args: list[str] = []
+
+
+@typing.final
+class _StreamState:
+    """Accumulates one streamed completion; ``feed`` per chunk, ``finish`` at the end."""
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._calls: dict[int, _PartialCall] = {}
+        self._last_index = -1
+        self._flushed = False
+        self._emitted_calls = 0
+        self.finish_reason: str | None = None
+        self._usage: ProviderUsage | None = None
+
+    def feed(self, chunk: _Chunk) -> list[ProviderEvent]:
+        if chunk.error is not None:
+            err = chunk.error if isinstance(chunk.error, _Error) else _Error(message=chunk.error)
+            raise ProviderError(
+                _NAME,
+                f"error in stream: {excerpt(err.message) or '(no message)'}",
+                retryable=err.type in _RETRYABLE_ERROR_TYPES,
+            )
+        if chunk.usage is not None:
+            self._usage = self._usage_event(chunk.usage)
+        events: list[ProviderEvent] = []
+        for choice in chunk.choices or ():
+            if choice.index != 0:  # we never ask for n > 1
+                continue
+            delta = choice.delta or _Delta()
+            if delta.content:
+                events.append(ProviderTextDelta(text=delta.content))
+            for part in delta.tool_calls or ():
+                self._accumulate(part)
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+                events.extend(self._flush_calls())
+        return events
+
+    def _accumulate(self, part: _ToolCallDelta) -> None:
+        index = part.index
+        if index is None:
+            # No index (some local servers): a new id starts a new call.
+            new = part.id is not None and all(c.id != part.id for c in self._calls.values())
+            index = self._last_index + 1 if new or self._last_index < 0 else self._last_index
+        self._last_index = index
+        call = self._calls.setdefault(index, _PartialCall())
+        if part.id:
+            call.id = part.id
+        if part.function is not None:
+            name = part.function.name
+            # Most servers send the name once; some repeat it in every fragment.
+            if name and name != call.name:
+                call.name += name
+            if part.function.arguments:
+                call.args.append(part.function.arguments)
+
+    def _flush_calls(self) -> list[ProviderEvent]:
+        if self._flushed:
+            return []
+        self._flushed = True
+        events: list[ProviderEvent] = []
+        for index in sorted(self._calls):
+            call = self._calls[index]
+            raw = "".join(call.args).strip() or "{}"
+            try:
+                args: dict[str, Any] | None = _args_decoder.decode(raw)
+            except msgspec.DecodeError:
+                args = None
+            if args is None or not call.name:
+                if self.finish_reason == "length":
+                    # The token limit cut the call short; report `length`, not garbage.
+                    log.warning("provider_truncated_tool_call", provider=_NAME, name=call.name)
+                    continue
+                what = f"malformed arguments for tool call {call.name!r}"
+                raise ProviderError(
+                    _NAME, f"{what if call.name else 'tool call without a name'}: {excerpt(raw)!r}"
+                )
+            call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+            events.append(ProviderToolCall(id=call_id, name=call.name, args=args))
+        self._emitted_calls = len(events)
+        return events
+
+    def _usage_event(self, usage: _Usage) -> ProviderUsage:
+        prompt = usage.prompt_tokens or 0
+        details = usage.prompt_tokens_details
+        cached = (details.cached_tokens or 0) if details is not None else 0
+        # prompt_tokens includes cached ones; report them apart, as Anthropic does.
+        return usage_event(
+            self._model,
+            input=max(prompt - cached, 0),
+            output=usage.completion_tokens or 0,
+            cache_read=cached,
+        )
+
+    def finish(self) -> list[ProviderEvent]:
+        """The closing events, once the body has ended.
+
+        Raises:
+            ProviderError: no ``finish_reason`` arrived: the stream ended early.
+        """
+        if self.finish_reason is None:
+            raise ProviderError(_NAME, "stream ended early (no finish_reason)", retryable=True)
+        events = self._flush_calls()
+        if self._usage is not None:
+            events.append(self._usage)
+        # Ollama and some chat templates answer "stop" after tool calls; the calls win.
+        if self._emitted_calls:
+            reason: typing.Literal["end_turn", "tool_use", "length"] = "tool_use"
+        elif self.finish_reason == "length":
+            reason = "length"
+        else:
+            reason = "end_turn"
+        events.append(ProviderStop(reason=reason))
+        return events
+
+
+# -- the provider ---------------------------------------------------------------------
+
+
+@typing.final
+class OpenAIProvider:
+    """A provider for any OpenAI-compatible Chat Completions endpoint.
+
+    Args:
+        model: default model id (used when a request names none, and listed first by
+            :meth:`models`). Defaults to :data:`DEFAULT_MODEL` on OpenAI's own API;
+            a custom server has no default.
+        base_url: API root including the version, e.g. ``http://localhost:11434/v1``.
+            Defaults to ``$OPENAI_BASE_URL``, then :data:`DEFAULT_BASE_URL`.
+        api_key: bearer token. Defaults to ``$OPENAI_API_KEY``. Required for OpenAI's
+            own API (its absence is reported by the first :meth:`stream`, not here);
+            optional for any other base URL, since local servers need none.
+    """
+
+    def __init__(
+        self, model: str | None = None, base_url: str | None = None, api_key: str | None = None
+    ) -> None:
+        root = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        self._base_url = root.rstrip("/")
+        self._official = self._base_url == DEFAULT_BASE_URL
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        self._model = model or (DEFAULT_MODEL if self._official else None)
+        self._client = new_client()
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(base_url={self._base_url!r}, model={self._model!r})"
+
+    @property
+    def name(self) -> str:
+        """``"openai"``, whatever server the base URL points at."""
+        return _NAME
+
+    @property
+    def base_url(self) -> str:
+        """The API root requests go to."""
+        return self._base_url
+
+    @property
+    def default_model(self) -> str | None:
+        """The model used when a request names none (None on a custom server)."""
+        return self._model
+
+    def models(self) -> list[ModelInfo]:
+        """Known OpenAI models on OpenAI's API; on a custom server, the configured one.
+
+        The configured model comes first.
+        """
+        known = [m.info() for m in known_models(_NAME)] if self._official else []
+        if self._model is not None:
+            mine = next((m for m in known if m.id == self._model), None)
+            known = [mine or ModelInfo(id=self._model, provider=_NAME)] + [
+                m for m in known if m.id != self._model
+            ]
+        return known
+
+    def _body(self, request: ModelRequest, model: str) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": _map_messages(request.system, request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        # OpenAI's reasoning models refuse `max_tokens`; other servers may not know
+        # its replacement, `max_completion_tokens`.
+        body["max_completion_tokens" if self._official else "max_tokens"] = request.max_tokens
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.schema,
+                    },
+                }
+                for t in request.tools
+            ]
+        return body
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        """Stream one completion: text deltas, tool calls, usage, then one stop.
+
+        Tool calls are emitted when the model finishes (their arguments arrive in
+        fragments); usage is emitted when the server reports it.
+
+        Args:
+            request: the call; an empty ``model`` means :attr:`default_model`.
+
+        Raises:
+            ProviderError: no API key for OpenAI's API, no model, an HTTP error
+                (``status`` set; 401 says to check the key; 429 and 5xx are
+                retryable), a broken or truncated stream (``"stream ended early"``,
+                retryable), or a malformed chunk (its excerpt quoted).
+
+        Cancellation: the HTTP response is closed at once and its connection dropped;
+            the server sees the connection close. Consume the stream under
+            ``contextlib.aclosing`` so that leaving the loop early closes it too.
+        """
+        model = request.model or self._model
+        if not model:
+            raise ProviderError(_NAME, f"no model given for {self._base_url}: pass --model")
+        headers: dict[str, str] = {}
+        if self._api_key is not None:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        elif self._official:
+            raise ProviderError(
+                _NAME,
+                f"no API key: {_KEY_HINT} "
+                "(or --base-url for a local OpenAI-compatible server that needs none)",
+            )
+        url = f"{self._base_url}/chat/completions"
+        state = _StreamState(model)
+        log.debug("provider_request", provider=_NAME, model=model, url=url)
+        async with open_sse(
+            self._client,
+            _NAME,
+            url,
+            self._body(request, model),
+            headers=headers,
+            key_hint=_KEY_HINT,
+        ) as events:
+            async for sse in events:
+                if sse.data.strip() == "[DONE]":
+                    break
+                for event in state.feed(decode_data(_NAME, _chunk_decoder, sse.data)):
+                    yield event
+        # The response is closed here, before the consumer sees the stop.
+        for event in state.finish():
+            yield event
+
+    async def aclose(self) -> None:
+        """Close the connection pool.
+
+        Cancellation: connections are closed regardless (httpcore shields the close).
+        """
+        await self._client.aclose()

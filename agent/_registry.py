@@ -1,0 +1,203 @@
+"""The tool registry: built-in tools plus the tools extensions registered.
+
+The registry is rebuilt in place whenever the supervisor's set of extension tools
+changes (a reload, a restart, a quarantine): :meth:`ToolRegistry.sync` compares the
+supervisor's snapshot with what it holds and rebuilds only on a difference, so the
+loop can call it before every model call at no real cost. Built-ins win name
+clashes (the supervisor cannot know about them); every clash is logged.
+
+Extension tools run through :meth:`SupervisorClient.call_tool`; their failures
+(the extension died, timed out, or does not exist any more) become error results,
+never exceptions.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+import structlog
+
+from supervisor import ImageBlock, SupervisorError, ToolInfo, ToolOutcome
+
+from ._messages import ImageContent, TextContent
+from ._provider import ToolSpec
+
+__all__ = [
+    "ExtensionTool",
+    "Progress",
+    "Tool",
+    "ToolCaller",
+    "ToolRegistry",
+    "ToolRunResult",
+    "error_result",
+    "text_result",
+]
+
+log = structlog.get_logger()
+
+#: A running tool reports a progress line through this.
+Progress = Callable[[str], Awaitable[None]]
+
+
+class ToolRunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tool returned."""
+
+    content: list[TextContent | ImageContent]
+    is_error: bool = False
+
+
+def text_result(text: str) -> ToolRunResult:
+    """A successful text result."""
+    return ToolRunResult(content=[TextContent(text=text)])
+
+
+def error_result(text: str) -> ToolRunResult:
+    """An error result carrying ``text``."""
+    return ToolRunResult(content=[TextContent(text=text)], is_error=True)
+
+
+class Tool(Protocol):
+    """A tool the model can call."""
+
+    @property
+    def spec(self) -> ToolSpec:
+        """Name, description and argument schema, as the model sees them."""
+        ...
+
+    @property
+    def source(self) -> str:
+        """``"builtin"``, or the name of the extension that runs the tool."""
+        ...
+
+    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+        """Run the tool.
+
+        Failures are returned as error results; only ``Cancelled`` propagates.
+
+        Cancellation: the tool stops; what it started is stopped and reaped.
+        """
+        ...
+
+
+class ToolCaller(Protocol):
+    """The part of :class:`~supervisor.SupervisorClient` the registry needs."""
+
+    def tools(self) -> list[ToolInfo]: ...
+
+    async def call_tool(
+        self, name: str, args: dict[str, Any], *, call_id: str = ""
+    ) -> ToolOutcome: ...
+
+
+def _convert(outcome: ToolOutcome) -> list[TextContent | ImageContent]:
+    content: list[TextContent | ImageContent] = []
+    for block in outcome.content:
+        if isinstance(block, ImageBlock):
+            content.append(ImageContent(mime_type=block.mime_type, data=block.data or None))
+        else:
+            content.append(TextContent(text=block.text))
+    return content
+
+
+@typing.final
+class ExtensionTool:
+    """A tool an extension registered, called through the supervisor."""
+
+    def __init__(self, info: ToolInfo, caller: ToolCaller) -> None:
+        self._info = info
+        self._caller = caller
+        self._spec = ToolSpec(name=info.name, description=info.description, schema=info.schema)
+
+    def __repr__(self) -> str:
+        return f"<ExtensionTool {self._info.name!r} extension={self._info.extension!r}>"
+
+    @property
+    def spec(self) -> ToolSpec:
+        """As registered by the extension."""
+        return self._spec
+
+    @property
+    def source(self) -> str:
+        """The extension's name."""
+        return self._info.extension
+
+    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+        """Call the tool in its extension.
+
+        A dead, slow or vanished extension gives an error result naming it.
+
+        Cancellation: the call is abandoned; a late result is dropped by the supervisor.
+        """
+        try:
+            outcome = await self._caller.call_tool(self._info.name, args, call_id=call_id)
+        except SupervisorError as exc:
+            log.info("extension_tool_failed", tool=self._info.name, error=str(exc))
+            return error_result(str(exc))
+        return ToolRunResult(content=_convert(outcome), is_error=outcome.is_error)
+
+
+@typing.final
+class ToolRegistry:
+    """Built-in tools first, then extension tools in the supervisor's order."""
+
+    def __init__(self, builtins: Sequence[Tool], caller: ToolCaller | None = None) -> None:
+        self._builtins = list(builtins)
+        self._caller = caller
+        self._tools: dict[str, Tool] = {t.spec.name: t for t in self._builtins}
+        self._ext_snapshot: list[ToolInfo] = []
+        self._specs = [t.spec for t in self._tools.values()]
+        self.generation = 0
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry tools={len(self._tools)} generation={self.generation}>"
+
+    def sync(self, ext_tools: list[ToolInfo] | None = None) -> bool:
+        """Rebuild from the extension tools (``caller.tools()`` when None) if they changed.
+
+        Returns:
+            True when the registry was rebuilt.
+        """
+        if ext_tools is None:
+            if self._caller is None:
+                return False
+            ext_tools = self._caller.tools()
+        if ext_tools == self._ext_snapshot:
+            return False
+        tools: dict[str, Tool] = {t.spec.name: t for t in self._builtins}
+        for info in ext_tools:
+            taken = tools.get(info.name)
+            if taken is not None:
+                log.warning(
+                    "tool_name_clash",
+                    tool=info.name,
+                    extension=info.extension,
+                    kept=taken.source,
+                )
+                continue
+            if self._caller is not None:
+                tools[info.name] = ExtensionTool(info, self._caller)
+        self._tools = tools
+        self._specs = [t.spec for t in tools.values()]
+        self._ext_snapshot = list(ext_tools)
+        self.generation += 1
+        log.debug("tool_registry_rebuilt", tools=list(tools), generation=self.generation)
+        return True
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, if any."""
+        return self._tools.get(name)
+
+    def specs(self) -> list[ToolSpec]:
+        """What the model is offered, in order (a copy)."""
+        return list(self._specs)
+
+    def sources(self) -> dict[str, str]:
+        """Tool name to ``"builtin"`` or extension name."""
+        return {name: tool.source for name, tool in self._tools.items()}
+
+    def names(self) -> list[str]:
+        """Tool names, in order."""
+        return list(self._tools)

@@ -1,0 +1,599 @@
+"""The ``corral rpc`` wire server: NDJSON commands in, responses and events out.
+
+The protocol is seeds/rpc.md plus corral's additions (``docs/rpc.md``); one
+:class:`~agent._runtime.Runtime` does the work, this module translates:
+
+* one reader task decodes each line into a :data:`Command` (a tagged union on
+  ``type``, one module-level decoder) and answers it; a line that is not JSON, not
+  an object, of an unknown type, with wrong field types, or over the line limit
+  gets a ``success:false`` response naming the problem (with the id when one can
+  be read), and serving goes on;
+* prompts and compactions are queued on the runtime, answered ``started`` when
+  accepted; ``ext_*`` commands run one at a time, in order, in their own task, so a
+  slow ``/command`` never delays an ``abort``;
+* one writer task owns stdout and writes what producers queue, batched; a
+  response finding it idle is written at once instead (one hop less).
+
+Ids are kept as raw JSON and echoed byte for byte. End of input lets queued work
+finish, then :func:`serve_rpc` returns 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import importlib.metadata
+import re
+import typing
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+
+from supervisor import SupervisorError
+
+from ._events import AgentEvent, AssistantMessage, ToolResultEvent, UserMessage
+from ._exceptions import AgentError
+from ._messages import ImageContent, Message, wire_message
+from ._runtime import Runtime
+
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_LINE_LIMIT",
+    "PROTOCOL_VERSION",
+    "TOKEN_ENV",
+    "Command",
+    "Response",
+    "serve_rpc",
+]
+
+log = structlog.get_logger()
+
+#: Major version of the wire schema (the ``hello`` response's ``protocol_version``).
+PROTOCOL_VERSION = 1
+#: Longest accepted input line, newline excluded.
+DEFAULT_LINE_LIMIT = 16 * 1024 * 1024
+#: Environment variable holding the shared secret ``hello`` must present.
+TOKEN_ENV = "CORRAL_RPC_TOKEN"
+#: Lines waiting for the writer before producers wait (back-pressure from stdout).
+_OUT_BUFFER = 1024
+#: Extension commands (``ext_*``) waiting for their turn before the reader waits.
+_EXT_BACKLOG = 64
+_NULL = msgspec.Raw(b"null")
+
+
+# --- commands ------------------------------------------------------------------------
+
+
+class _Cmd(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    #: Any JSON value as sent; only strings and numbers are accepted.
+    id: msgspec.Raw = _NULL
+
+
+class Hello(_Cmd, frozen=True, tag="hello"):
+    token: str | None = None
+
+
+class ImageIn(msgspec.Struct, frozen=True, kw_only=True):
+    mime_type: str = "image/png"
+    data: str
+
+
+class Prompt(_Cmd, frozen=True, tag="prompt"):
+    message: str
+    images: list[ImageIn] = []
+
+
+class Abort(_Cmd, frozen=True, tag="abort"):
+    """Cancel the running prompt or compaction."""
+
+
+class Compact(_Cmd, frozen=True, tag="compact"):
+    """Summarise the transcript (queued like a prompt)."""
+
+
+class GetState(_Cmd, frozen=True, tag="get_state"):
+    """Snapshot of the runtime."""
+
+
+class GetMessages(_Cmd, frozen=True, tag="get_messages"):
+    """The full transcript."""
+
+
+class Clear(_Cmd, frozen=True, tag="clear"):
+    """Drop the transcript."""
+
+
+class SetModel(_Cmd, frozen=True, tag="set_model"):
+    model: str
+
+
+class GetModels(_Cmd, frozen=True, tag="get_models"):
+    """Models of the current provider."""
+
+
+class Ping(_Cmd, frozen=True, tag="ping"):
+    """Health check."""
+
+
+class GetTools(_Cmd, frozen=True, tag="get_tools"):
+    """Tools the model is offered (corral addition)."""
+
+
+class ExtList(_Cmd, frozen=True, tag="ext_list"):
+    """Status and stats of every extension (corral addition)."""
+
+
+class ExtCommand(_Cmd, frozen=True, tag="ext_command"):
+    name: str
+    args: str = ""
+
+
+class ExtReload(_Cmd, frozen=True, tag="ext_reload"):
+    """Reload every extension (corral addition)."""
+
+
+class ExtEnable(_Cmd, frozen=True, tag="ext_enable"):
+    name: str
+
+
+_SeedCommand = (
+    Hello | Prompt | Abort | Compact | GetState | GetMessages | Clear | SetModel | GetModels | Ping
+)
+#: A decoded command: the seed's ten, then corral's additions.
+Command = _SeedCommand | GetTools | ExtList | ExtCommand | ExtReload | ExtEnable
+#: Every command type, in documentation order.
+COMMANDS: tuple[str, ...] = tuple(
+    typing.cast(str, cls.__struct_config__.tag) for cls in typing.get_args(Command)
+)
+_EXT_OPS = (ExtList, ExtCommand, ExtReload, ExtEnable)
+ExtOp = ExtList | ExtCommand | ExtReload | ExtEnable
+
+
+class Response(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="response", omit_defaults=True
+):
+    """The answer to one command; ``id`` is the command's, as raw JSON (``null`` if none)."""
+
+    id: msgspec.Raw
+    command: str | None
+    success: bool
+    data: Any = None
+    error: str | None = None
+
+
+class _IdOnly(msgspec.Struct):
+    id: msgspec.Raw = _NULL
+
+
+_decoder: msgspec.json.Decoder[Command] = msgspec.json.Decoder(Command)
+_id_decoder = msgspec.json.Decoder(_IdOnly)
+_encoder = msgspec.json.Encoder()
+_ID_IN_PREFIX = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?\d[\d.eE+-]{0,40})')
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("corral")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _id_ok(raw: msgspec.Raw) -> bool:
+    first = memoryview(raw)[:1].tobytes()
+    return first in (b"n", b'"', b"-") or first.isdigit()
+
+
+def _bad_id(raw: msgspec.Raw) -> str:
+    return f"id must be a string or a number, not {memoryview(raw)[:40].tobytes().decode()}"
+
+
+#: A response to a bad line: id, command type, problem.
+_Bad = tuple[msgspec.Raw, str | None, str]
+_AUTH_FAILED = f"authentication failed: the first command must be hello with the token {TOKEN_ENV}"
+
+
+def _kind(command: Command) -> str:
+    return typing.cast(str, type(command).__struct_config__.tag)
+
+
+def _diagnose(line: bytes, exc: msgspec.DecodeError) -> _Bad:
+    """The id, command type and message of a response to a line that did not decode."""
+    try:
+        value = msgspec.json.decode(line)
+    except msgspec.DecodeError as bad:
+        return _NULL, None, f"not valid JSON: {bad}"
+    if not isinstance(value, dict):
+        return _NULL, None, f"a command must be a JSON object, not {type(value).__name__}"
+    ident = _id_decoder.decode(line).id
+    if not _id_ok(ident):
+        return _NULL, None, _bad_id(ident)
+    kind = value.get("type")
+    if kind is None:
+        return ident, None, "missing field `type` (the command name)"
+    if not isinstance(kind, str):
+        return ident, None, f"`type` must be a string, not {type(kind).__name__}"
+    if kind not in COMMANDS:
+        return ident, kind, f"unknown command type {kind!r}; known: {', '.join(COMMANDS)}"
+    return ident, kind, f"invalid {kind} command: {exc}"
+
+
+def _images(images: list[ImageIn]) -> list[ImageContent]:
+    out = []
+    for number, image in enumerate(images, start=1):
+        if not image.mime_type.startswith("image/"):
+            raise ValueError(f"images[{number - 1}]: mime_type {image.mime_type!r} is not image/*")
+        try:
+            size = len(base64.b64decode(image.data, validate=True))
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"images[{number - 1}]: data is not valid base64 ({exc})") from None
+        out.append(ImageContent(mime_type=image.mime_type, data=image.data, bytes=size))
+    return out
+
+
+def wire_event(event: AgentEvent) -> AgentEvent:
+    """``event`` as the wire shows it: images as byte counts instead of base64."""
+    if not isinstance(event, UserMessage | AssistantMessage | ToolResultEvent) or not any(
+        isinstance(b, ImageContent) and b.data is not None for b in event.content
+    ):
+        return event
+    shown = wire_message(Message(role="user", content=list(event.content), time=""))
+    return msgspec.structs.replace(event, content=shown.content)
+
+
+def encode_line(frame: AgentEvent | Response) -> bytes:
+    """One output line for a response or an event."""
+    if not isinstance(frame, Response):
+        frame = wire_event(frame)
+    return _encoder.encode(frame) + b"\n"
+
+
+# --- input --------------------------------------------------------------------------
+
+
+class Oversize(typing.NamedTuple):
+    """A line longer than the limit, skipped: its size and its first bytes."""
+
+    size: int
+    head: bytes
+
+
+@typing.final
+class LineReader:
+    """Lines from a byte stream, never buffering more than ``limit`` bytes of one line."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream, limit: int, chunk: int = 65536) -> None:
+        self._stream = stream
+        self._limit = limit
+        self._chunk = chunk
+        self._buf = bytearray()
+        self._pos = 0
+        self._scan = 0
+        self._skipped: int | None = None  # bytes of an oversize line dropped so far
+        self._head = b""
+        self._eof = False
+
+    def __repr__(self) -> str:
+        return f"<LineReader buffered={len(self._buf) - self._pos} limit={self._limit}>"
+
+    async def next(self) -> bytes | Oversize | None:
+        """The next line (newline stripped), an :class:`Oversize`, or None at the end.
+
+        Cancellation: no data is lost; the next call goes on where this one stopped.
+        """
+        while True:
+            newline = self._buf.find(b"\n", self._scan)
+            if newline < 0 and self._eof and self._pos < len(self._buf):
+                newline = len(self._buf)  # the last line has no newline
+            if newline >= 0:
+                line = bytes(self._buf[self._pos : newline])
+                self._pos = self._scan = newline + 1
+                if self._pos > 65536 and self._pos * 2 > len(self._buf):
+                    del self._buf[: self._pos]
+                    self._scan = self._pos = 0
+                if self._skipped is None and len(line) <= self._limit:
+                    return line
+                head = self._head if self._skipped is not None else line[:4096]
+                size, self._skipped = (self._skipped or 0) + len(line), None
+                return Oversize(size, head)
+            if self._eof:
+                if self._skipped is None:
+                    return None
+                size, self._skipped = self._skipped, None
+                return Oversize(size, self._head)
+            pending = len(self._buf) - self._pos
+            if self._skipped is not None or pending > self._limit:
+                # Too long already: remember its start (for the id), drop the rest.
+                if self._skipped is None:
+                    self._head, self._skipped = bytes(self._buf[self._pos : self._pos + 4096]), 0
+                self._skipped += pending
+                self._buf.clear()
+                self._pos = 0
+            self._scan = len(self._buf)
+            data = await self._stream.receive_some(self._chunk)
+            self._eof = not data
+            self._buf += data
+
+
+# --- the server ---------------------------------------------------------------------
+
+
+@typing.final
+class _Server:
+    def __init__(self, runtime: Runtime, token: str | None, line_limit: int) -> None:
+        self._rt = runtime
+        self._token = token.encode() if token is not None else None
+        self._line_limit = line_limit
+        self._authed = token is None
+        self._out, self._out_receive = trio.open_memory_channel[bytes](_OUT_BUFFER)
+        self._ext_in, self._ext_out = trio.open_memory_channel[tuple[ExtOp, str]](_EXT_BACKLOG)
+        self._stdout_broken = False
+        self._stdout: trio.abc.SendStream | None = None
+        self._serve_scope: trio.CancelScope | None = None
+        #: Held while something is being written to stdout.
+        self._write_lock = trio.Lock()
+        #: Lines handed to the writer and not yet written.
+        self._pending = 0
+
+    def __repr__(self) -> str:
+        return f"<RpcServer authed={self._authed} runtime={self._rt!r}>"
+
+    async def _send(self, line: bytes) -> None:
+        self._pending += 1
+        try:
+            await self._out.send(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._pending -= 1  # the writer is gone (stdout closed): nobody to tell
+        except BaseException:
+            self._pending -= 1
+            raise
+
+    async def _emit(self, event: AgentEvent) -> None:
+        await self._send(encode_line(event))
+
+    async def _respond(
+        self, ident: msgspec.Raw, command: str | None, data: Any = None, error: str | None = None
+    ) -> None:
+        response = Response(
+            id=ident, command=command, success=error is None, data=data, error=error
+        )
+        line = encode_line(response)
+        if self._pending or self._stdout is None or self._write_lock.locked():
+            await self._send(line)
+            return
+        # Fast path: nothing queued and nobody writing, so the line goes out now,
+        # without a hop through the writer task (that hop would double the latency
+        # of a ping). Only the reader and the ext task take it, never the job task,
+        # whose writes an abort may cancel half-way.
+        self._write_lock.acquire_nowait()
+        try:
+            await self._write_out(line)
+        finally:
+            self._write_lock.release()
+
+    async def _write_out(self, data: bytes) -> None:
+        assert self._stdout is not None
+        assert self._serve_scope is not None
+        try:
+            await self._stdout.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            if not self._stdout_broken:
+                log.warning("rpc_stdout_closed")
+            self._stdout_broken = True
+            self._serve_scope.cancel()
+
+    async def _write(self) -> None:
+        async with self._out_receive as lines:
+            async for first in lines:
+                batch = [first]
+                # Everything already queued goes out in one write.
+                while len(batch) < 256:
+                    try:
+                        batch.append(lines.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                async with self._write_lock:
+                    await self._write_out(b"".join(batch))
+                self._pending -= len(batch)
+
+    async def _pump(self, events: trio.MemoryReceiveChannel[AgentEvent]) -> None:
+        async for event in events:
+            await self._emit(event)
+
+    async def serve(self, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream) -> int:
+        status = 0
+        async with trio.open_nursery() as io:
+            self._stdout, self._serve_scope = stdout, io.cancel_scope
+            io.start_soon(self._write)
+            try:
+                with self._rt.events(buffer=_OUT_BUFFER) as ext_events:
+                    async with trio.open_nursery() as tasks:
+                        async with trio.open_nursery() as ops:
+                            ops.start_soon(self._serve_ext_ops)
+                            with self._ext_in:  # closed at the end: the ext task drains
+                                status = await self._read(
+                                    LineReader(stdin, self._line_limit), tasks, ext_events
+                                )
+                            if status:
+                                ops.cancel_scope.cancel()
+                        if status == 0:
+                            await self._rt.join()  # end of input: queued work finishes
+                        tasks.cancel_scope.cancel()
+            finally:
+                self._out.close()  # the writer drains what is queued, then ends
+        return 1 if self._stdout_broken else status
+
+    def _parse(self, item: bytes | Oversize) -> Command | _Bad | None:
+        if isinstance(item, Oversize):
+            found = _ID_IN_PREFIX.search(item.head)  # the id, if it can be read
+            limit = f"exceeds the limit of {self._line_limit} bytes; skipped"
+            return (
+                msgspec.Raw(found.group(1)) if found else _NULL,
+                None,
+                (f"line of {item.size} bytes {limit}"),
+            )
+        line = item.strip()
+        if not line:
+            return None
+        try:
+            command = _decoder.decode(line)
+        except msgspec.DecodeError as exc:
+            return _diagnose(line, exc)
+        if not _id_ok(command.id):
+            return _NULL, _kind(command), _bad_id(command.id)
+        return command
+
+    async def _read(
+        self,
+        reader: LineReader,
+        tasks: trio.Nursery,
+        ext_events: trio.MemoryReceiveChannel[AgentEvent],
+    ) -> int:
+        if self._authed:
+            tasks.start_soon(self._pump, ext_events)
+        while (item := await reader.next()) is not None:
+            parsed = self._parse(item)
+            if parsed is None:
+                continue
+            if isinstance(parsed, tuple):
+                log.info("rpc_bad_command", problem=parsed[2])
+                await self._respond(*parsed[:2], error=parsed[2])
+                if not self._authed:
+                    return 1
+                continue
+            kind = _kind(parsed)
+            if not self._authed:
+                if not self._check_hello(parsed):
+                    log.warning("rpc_auth_failed", command=kind)
+                    await self._respond(parsed.id, kind, error=_AUTH_FAILED)
+                    return 1
+                self._authed = True
+                tasks.start_soon(self._pump, ext_events)
+            if isinstance(parsed, _EXT_OPS):
+                await self._ext_in.send((parsed, kind))
+            else:
+                await self._answer(parsed, kind)
+        log.info("rpc_end_of_input")
+        return 0
+
+    def _check_hello(self, command: Command) -> bool:
+        if not isinstance(command, Hello) or command.token is None or self._token is None:
+            return False
+        return hmac.compare_digest(command.token.encode(), self._token)
+
+    async def _answer(self, command: Command, kind: str) -> None:
+        if isinstance(command, Prompt | Compact):
+            await self._accept(command, kind)
+            return
+        try:
+            data = self._immediate(command)
+        except (AgentError, ValueError) as exc:  # busy, unknown model, ...
+            await self._respond(command.id, kind, error=str(exc))
+        else:
+            await self._respond(command.id, kind, data=data)
+
+    async def _accept(self, command: Prompt | Compact, kind: str) -> None:
+        try:
+            images = _images(command.images) if isinstance(command, Prompt) else []
+        except ValueError as exc:
+            await self._respond(command.id, kind, error=str(exc))
+            return
+        state = self._rt.state()
+        ahead = state.queued + 1 if state.busy else 0
+        # The response goes out before the job is queued, so it always precedes the
+        # job's first event.
+        await self._respond(command.id, kind, data={"started": True, "position": ahead})
+        try:
+            if isinstance(command, Prompt):
+                self._rt.start_prompt(command.message, images, self._emit)
+            else:
+                self._rt.start_compact(self._emit)
+        except AgentError as exc:  # the runtime closed under us
+            log.warning("rpc_job_refused", error=str(exc))
+
+    def _immediate(self, command: Command) -> Any:
+        rt = self._rt
+        if isinstance(command, Ping):
+            return {"pong": True}
+        if isinstance(command, Abort):
+            return {"aborted": rt.abort()}
+        if isinstance(command, GetState):
+            return rt.state()
+        if isinstance(command, GetMessages):
+            return {"messages": [wire_message(m) for m in rt.messages()]}
+        if isinstance(command, Clear):
+            rt.clear()
+            return None
+        if isinstance(command, SetModel):
+            rt.set_model(command.model)
+            return {"model": command.model}
+        if isinstance(command, GetModels):
+            return {"models": rt.models()}
+        if isinstance(command, GetTools):
+            sources = rt.tool_sources()
+            tools = [msgspec.structs.asdict(t) for t in rt.tools()]
+            return {"tools": [{**t, "source": sources.get(t["name"], "builtin")} for t in tools]}
+        if isinstance(command, Hello):
+            state = rt.state()
+            return {
+                "protocol_version": PROTOCOL_VERSION,
+                "version": _version(),
+                "provider": state.provider,
+                "model": state.model,
+                "commands": list(COMMANDS),
+            }
+        raise AssertionError(f"unhandled command {command!r}")  # pragma: no cover
+
+    async def _serve_ext_ops(self) -> None:
+        # One at a time, in order: a reload never races a command sent before it.
+        async with self._ext_out:
+            async for command, kind in self._ext_out:
+                await self._ext_op(command, kind)
+
+    async def _ext_op(self, command: ExtOp, kind: str) -> None:
+        rt = self._rt
+        try:
+            data: Any
+            if isinstance(command, ExtList):
+                data = {"extensions": await rt.extensions()}
+            elif isinstance(command, ExtCommand):
+                data = await rt.ext_command(command.name, command.args)
+            elif isinstance(command, ExtReload):
+                data = await rt.ext_reload()
+            else:
+                data = await rt.ext_enable(command.name)
+        except (SupervisorError, AgentError) as exc:
+            await self._respond(command.id, kind, error=str(exc))
+        else:
+            await self._respond(command.id, kind, data=data)
+
+
+async def serve_rpc(
+    runtime: Runtime,
+    stdin: trio.abc.ReceiveStream,
+    stdout: trio.abc.SendStream,
+    *,
+    token: str | None = None,
+    line_limit: int = DEFAULT_LINE_LIMIT,
+) -> int:
+    """Serve ``runtime`` over NDJSON until the end of ``stdin``.
+
+    Args:
+        runtime: the session to serve.
+        stdin: where commands come from, one JSON object per line.
+        stdout: where responses and events go, one JSON object per line.
+        token: when set, the first command must be ``hello`` with this token
+            (compared in constant time); otherwise it is refused and serving stops.
+        line_limit: longest accepted input line in bytes; longer ones are answered
+            with an error and skipped.
+
+    Returns:
+        The exit status: 0 after the end of input (once every queued job finished),
+        1 when authentication failed or stdout was closed.
+
+    Cancellation: stops reading and writing at once; jobs still queued are left to
+    the runtime (which ends them when it closes).
+    """
+    return await _Server(runtime, token, line_limit).serve(stdin, stdout)

@@ -1,0 +1,553 @@
+"""The in-process runtime: one agent session with a job queue, abort and ``done``.
+
+:func:`open_runtime` is the embedding API, and what ``corral rpc`` serves. Prompts
+and compactions are *jobs*, accepted in order into one first-in-first-out queue that
+a single task works through. The job at the head of the queue is *the running job*
+from the moment it is accepted: :meth:`Runtime.abort` cancels it (even before it
+got going) and only it; queued jobs keep their place. Every job ends with exactly
+one :class:`~agent._events.Done`, whatever happened: success, an error, an abort,
+or the runtime closing first. The events are the Structs ``corral rpc`` writes::
+
+    async with open_runtime(AgentOptions(provider="offline")) as rt:
+        async for event in rt.prompt('say "hi"'):
+            print(event)
+
+Extension events (``ext_notify``, ``ext_display``, ``ext_status``) belong to no
+job; read them from :meth:`Runtime.events`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import math
+import typing
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Literal
+
+import msgspec
+import structlog
+import trio
+
+from supervisor import CommandOutcome, ExtensionInfo, ReloadStats
+
+from ._engine import AgentOptions, Emit
+from ._events import AgentEvent, Done, ErrorEvent, TurnEnd, UsageTotals
+from ._exceptions import AgentError
+from ._loop import AgentBusy
+from ._messages import ImageContent, Message
+from ._provider import ModelInfo, ToolSpec
+from ._session_host import AgentHost, open_agent
+
+__all__ = [
+    "EventStream",
+    "Job",
+    "JobKind",
+    "JobState",
+    "Runtime",
+    "RuntimeClosed",
+    "RuntimeState",
+    "open_runtime",
+]
+
+log = structlog.get_logger()
+
+JobKind = Literal["prompt", "compact"]
+#: Bound on delivering the last events of the jobs a closing runtime abandons.
+_CLOSE_GRACE = 2.0
+
+
+class RuntimeClosed(AgentError):
+    """A job was submitted to a runtime that is closing or closed."""
+
+
+class JobState(enum.Enum):
+    """Where a job is in its life."""
+
+    #: Accepted, not started yet (it may already be the head of the queue).
+    QUEUED = "queued"
+    #: Started by the job task.
+    RUNNING = "running"
+    #: Its work is over; its ``done`` is being delivered. Abort no longer applies.
+    ENDING = "ending"
+    #: ``done`` delivered; out of the queue.
+    FINISHED = "finished"
+
+
+class RuntimeState(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of the runtime: the RPC ``get_state`` data."""
+
+    provider: str
+    model: str
+    cwd: str
+    message_count: int
+    #: A prompt or compaction is accepted and not yet finished.
+    busy: bool
+    #: Jobs waiting behind the running one (corral addition).
+    queued: int
+    usage: UsageTotals
+
+
+@typing.final
+class Job:
+    """One accepted prompt or compaction.
+
+    Attributes:
+        seq: acceptance number, from 1; the queue order.
+        kind: ``"prompt"`` or ``"compact"``.
+        aborted: set when the job ended because of :meth:`abort`.
+    """
+
+    def __init__(
+        self, seq: int, kind: JobKind, body: Callable[[Emit], Awaitable[object]], emit: Emit
+    ) -> None:
+        self.seq = seq
+        self.kind = kind
+        self.aborted = False
+        self._body = body
+        self._emit = emit
+        self._state = JobState.QUEUED
+        self._scope: trio.CancelScope | None = None
+        self._abort_requested = False
+        self._done_sent = False
+        self._finished = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<Job #{self.seq} {self.kind} state={self._state.value}>"
+
+    @property
+    def state(self) -> JobState:
+        """Where the job is now."""
+        return self._state
+
+    def abort(self) -> bool:
+        """Cancel the job: now if it runs, as soon as it starts if it is queued.
+
+        Returns:
+            False when the job's work was already over (nothing to cancel).
+        """
+        if self._state in (JobState.ENDING, JobState.FINISHED):
+            return False
+        self._abort_requested = True
+        if self._scope is not None:
+            self._scope.cancel()
+        return True
+
+    async def wait(self) -> None:
+        """Wait until the job's ``done`` was delivered.
+
+        Cancellation: only the wait is abandoned; the job goes on.
+        """
+        await self._finished.wait()
+
+
+@typing.final
+class EventStream:
+    """The events of one job, ending after its ``done``: an async iterator.
+
+    Events are buffered without bound (a job's events are bounded by the job), so a
+    slow reader never holds up the queue. Closing the stream early drops the rest of
+    the job's events; the job itself goes on (use :meth:`Runtime.abort` to stop it).
+    """
+
+    def __init__(self, job: Job, receive: trio.MemoryReceiveChannel[AgentEvent]) -> None:
+        self._job = job
+        self._receive = receive
+        self._ended = False
+
+    def __repr__(self) -> str:
+        return f"<EventStream {self._job!r} ended={self._ended}>"
+
+    @property
+    def job(self) -> Job:
+        """The job whose events these are."""
+        return self._job
+
+    def __aiter__(self) -> EventStream:
+        return self
+
+    async def __anext__(self) -> AgentEvent:
+        if self._ended:
+            raise StopAsyncIteration
+        try:
+            event = await self._receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            self._ended = True
+            raise StopAsyncIteration from None
+        if isinstance(event, Done):
+            self._ended = True
+            self._receive.close()
+        return event
+
+    async def collect(self) -> list[AgentEvent]:
+        """Every remaining event, up to and including ``done``.
+
+        Cancellation: the events read so far are lost; the job goes on.
+        """
+        return [event async for event in self]
+
+    async def aclose(self) -> None:
+        """Stop reading; the job's later events are dropped.
+
+        Cancellation: not a checkpoint; closes at once.
+        """
+        self._ended = True
+        self._receive.close()
+
+    async def __aenter__(self) -> EventStream:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+def _channel_emit(send: trio.MemorySendChannel[AgentEvent]) -> Emit:
+    async def emit(event: AgentEvent) -> None:
+        # The buffer is unbounded, so this never blocks; a reader that went away
+        # just stops receiving.
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            send.send_nowait(event)
+        if isinstance(event, Done):
+            send.close()
+
+    return emit
+
+
+@typing.final
+class Runtime:
+    """One agent session with a FIFO job queue. Get one from :func:`open_runtime`.
+
+    Methods may be called from any task of the run; none of the synchronous ones
+    waits for the queue.
+    """
+
+    def __init__(self, host: AgentHost) -> None:
+        self._host = host
+        self._engine = host.engine
+        self._pending: deque[Job] = deque()
+        self._jobs_in, self._jobs_out = trio.open_memory_channel[Job](math.inf)
+        self._subscribers: list[trio.MemorySendChannel[AgentEvent]] = []
+        self._seq = 0
+        self._closed = False
+        self._dropped = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Runtime {self._engine.provider_name}/{self._engine.model} "
+            f"pending={len(self._pending)} closed={self._closed}>"
+        )
+
+    @property
+    def host(self) -> AgentHost:
+        """The agent session underneath (engine, supervisor client, options)."""
+        return self._host
+
+    # --- jobs ---------------------------------------------------------------------
+
+    def _submit(self, kind: JobKind, body: Callable[[Emit], Awaitable[object]], emit: Emit) -> Job:
+        if self._closed:
+            raise RuntimeClosed("the runtime is closed; open a new one")
+        self._seq += 1
+        job = Job(self._seq, kind, body, emit)
+        self._pending.append(job)
+        self._jobs_in.send_nowait(job)  # unbounded: never blocks
+        return job
+
+    def start_prompt(self, text: str, images: Iterable[ImageContent], emit: Emit) -> Job:
+        """Queue a prompt whose events go to ``emit`` (``done`` last).
+
+        This is the low-level form :meth:`prompt` and the RPC server build on;
+        ``emit`` runs in the job task, and awaiting it holds the queue up.
+
+        Raises:
+            RuntimeClosed: the runtime is closing.
+        """
+        pictures = list(images)
+
+        async def body(out: Emit) -> None:
+            await self._engine.prompt(text, pictures, out)
+
+        return self._submit("prompt", body, emit)
+
+    def start_compact(self, emit: Emit) -> Job:
+        """Queue a compaction whose events go to ``emit`` (``compact_done``, ``done``).
+
+        Raises:
+            RuntimeClosed: the runtime is closing.
+        """
+        return self._submit("compact", self._engine.compact, emit)
+
+    def prompt(self, text: str, images: Iterable[ImageContent] = ()) -> EventStream:
+        """Queue a prompt now; iterate the result for its events, ``done`` last.
+
+        Raises:
+            RuntimeClosed: the runtime is closing.
+        """
+        send, receive = trio.open_memory_channel[AgentEvent](math.inf)
+        return EventStream(self.start_prompt(text, images, _channel_emit(send)), receive)
+
+    def compact(self) -> EventStream:
+        """Queue a compaction now; iterate the result for its events, ``done`` last.
+
+        Raises:
+            RuntimeClosed: the runtime is closing.
+        """
+        send, receive = trio.open_memory_channel[AgentEvent](math.inf)
+        return EventStream(self.start_compact(_channel_emit(send)), receive)
+
+    def abort(self) -> bool:
+        """Cancel the running job (the head of the queue); queued jobs keep their place.
+
+        A prompt aborted while it runs ends with ``turn_end(stop="aborted")`` and
+        ``done``; one aborted before it started ends the same way without touching
+        the transcript. An aborted compaction ends with an ``error`` and ``done``.
+
+        Returns:
+            True when there was a job to cancel.
+        """
+        return bool(self._pending) and self._pending[0].abort()
+
+    async def join(self) -> None:
+        """Wait until every job accepted so far has finished.
+
+        Cancellation: only the wait is abandoned; the jobs go on.
+        """
+        while self._pending:
+            await self._pending[-1].wait()
+
+    async def _run(self, job: Job) -> None:
+        job._state = JobState.RUNNING  # QUEUED -> RUNNING
+        started = False
+        with trio.CancelScope() as scope:
+            job._scope = scope
+            if not job._abort_requested:
+                started = True
+                try:
+                    await job._body(job._emit)
+                except AgentError as exc:
+                    await job._emit(ErrorEvent(message=str(exc)))
+                except Exception as exc:  # a bug in one job must not end the session
+                    log.exception("runtime_job_failed", job=job.seq, kind=job.kind)
+                    await job._emit(ErrorEvent(message=f"internal error: {exc!r}"))
+        job._scope = None
+        job._state = JobState.ENDING  # RUNNING -> ENDING
+        if scope.cancelled_caught or not started:
+            job.aborted = True
+            log.info("runtime_job_aborted", job=job.seq, kind=job.kind, started=started)
+            if job.kind == "compact":
+                await job._emit(ErrorEvent(message="compaction aborted; transcript unchanged"))
+            elif not started:
+                # A prompt cancelled while running got this from the loop already.
+                await job._emit(TurnEnd(stop="aborted"))
+        await job._emit(Done())
+        job._done_sent = True
+        self._retire(job)
+
+    def _retire(self, job: Job) -> None:
+        job._state = JobState.FINISHED  # ENDING -> FINISHED (or QUEUED/RUNNING on close)
+        if self._pending and self._pending[0] is job:
+            self._pending.popleft()
+        job._finished.set()
+
+    async def _abandon(self) -> None:
+        # The runtime is closing: every job still pending gets its ending here.
+        while self._pending:
+            job = self._pending[0]
+            try:
+                if job._state is JobState.QUEUED:
+                    await job._emit(ErrorEvent(message="the runtime closed before this job ran"))
+                elif job._state is JobState.RUNNING and job.kind == "compact":
+                    await job._emit(ErrorEvent(message="compaction aborted; transcript unchanged"))
+                if not job._done_sent:
+                    await job._emit(Done())
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # nobody is listening any more
+            self._retire(job)
+
+    async def _run_jobs(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The one task that works through the queue; :func:`open_runtime` starts it.
+
+        Cancellation: the running job is aborted (``turn_end(stop="aborted")``), and
+        every job still pending gets its ``done`` (shielded, bounded), after an
+        ``error`` for those that never ran.
+        """
+        task_status.started()
+        try:
+            async for job in self._jobs_out:
+                await self._run(job)
+        finally:
+            self._closed = True
+            with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_GRACE):
+                await self._abandon()
+            while self._pending:  # out of time: their waiters must not hang
+                self._retire(self._pending[0])
+
+    # --- session ------------------------------------------------------------------
+
+    def state(self) -> RuntimeState:
+        """A snapshot: provider, model, cwd, message count, busy, queue length, usage."""
+        active = [job for job in self._pending if job.state is not JobState.ENDING]
+        return RuntimeState(
+            provider=self._engine.provider_name,
+            model=self._engine.model,
+            cwd=self._engine.cwd,
+            message_count=len(self._engine.transcript),
+            busy=bool(active),
+            queued=max(0, len(active) - 1),
+            usage=self._engine.usage(),
+        )
+
+    def messages(self) -> list[Message]:
+        """A copy of the transcript (images with their base64 data)."""
+        return self._engine.messages()
+
+    def clear(self) -> None:
+        """Drop the transcript.
+
+        Raises:
+            AgentBusy: a prompt or compaction is accepted and not finished.
+            SessionError: the saved session could not be rewritten.
+        """
+        if self.state().busy:
+            raise AgentBusy("cannot clear while a prompt or compaction is running or queued")
+        self._engine.clear()
+
+    def set_model(self, model: str) -> None:
+        """Switch model within the provider; the next model call uses it.
+
+        Raises:
+            ValueError: the provider does not know ``model``.
+        """
+        self._engine.set_model(model)
+
+    def models(self) -> list[ModelInfo]:
+        """Models the provider knows."""
+        return self._engine.models()
+
+    def tools(self) -> list[ToolSpec]:
+        """The tools the model is offered now (built-ins, then extension tools)."""
+        return self._engine.tools()
+
+    def tool_sources(self) -> dict[str, str]:
+        """Tool name to ``"builtin"`` or the name of the extension that runs it."""
+        return self._engine.registry.sources()
+
+    # --- extensions -----------------------------------------------------------------
+
+    async def extensions(self) -> list[ExtensionInfo]:
+        """Status and stats of every extension.
+
+        Cancellation: the answer is dropped.
+        """
+        return await self._host.extensions()
+
+    async def ext_command(self, name: str, args: str = "") -> CommandOutcome:
+        """Run an extension's slash command (``name`` with or without ``/``).
+
+        A ``display`` answer also reaches :meth:`events` subscribers as
+        ``ext_display`` (the supervisor publishes it); acting on a ``prompt`` or
+        ``insert`` answer is the caller's choice.
+
+        Raises:
+            SupervisorError: no such command, or the extension failed or timed out.
+
+        Cancellation: the command is abandoned; a late response is dropped.
+        """
+        # The supervisor publishes a ``display`` answer itself, as ``ext_display``.
+        return await self._host.invoke_command(name.removeprefix("/"), args)
+
+    async def ext_reload(self) -> ReloadStats:
+        """Stop every extension, re-read manifests, respawn, rebuild the tools.
+
+        Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
+        """
+        return await self._host.reload()
+
+    async def ext_enable(self, name: str) -> ExtensionInfo:
+        """Lift an extension's quarantine and start it again.
+
+        Raises:
+            SupervisorError: no such extension.
+
+        Cancellation: the start goes on; only the wait is abandoned.
+        """
+        return await self._host.enable(name)
+
+    def events(self, buffer: int = 256) -> trio.MemoryReceiveChannel[AgentEvent]:
+        """Subscribe to ``ext_notify``, ``ext_display`` and ``ext_status`` events.
+
+        Use as ``with runtime.events() as events: async for event in events: ...``.
+        A subscriber more than ``buffer`` events behind loses the newest ones (counted
+        and logged); it never slows the session down. The channel ends when the
+        runtime closes; close it to unsubscribe.
+        """
+        send, receive = trio.open_memory_channel[AgentEvent](buffer)
+        if self._closed:
+            send.close()
+        else:
+            self._subscribers.append(send)
+        return receive
+
+    async def _broadcast(self, event: AgentEvent) -> None:
+        for send in list(self._subscribers):
+            try:
+                send.send_nowait(event)
+            except trio.WouldBlock:
+                self._dropped += 1
+                log.warning(
+                    "runtime_event_dropped", event_type=type(event).__name__, dropped=self._dropped
+                )
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self._subscribers.remove(send)
+        await trio.lowlevel.checkpoint()
+
+    def _close_subscribers(self) -> None:
+        for send in self._subscribers:
+            send.close()
+        self._subscribers.clear()
+
+
+@asynccontextmanager
+async def open_runtime(
+    options: AgentOptions, *, compact_threshold: int | None = 400_000
+) -> AsyncIterator[Runtime]:
+    """Open an agent session with a job queue; see :mod:`agent._runtime`.
+
+    Extensions load as in every other mode (ready or failed before this yields).
+    Leave the block after :meth:`Runtime.join` to let queued work finish.
+
+    Args:
+        options: what to open (provider, extensions, sandbox, cwd, ...).
+        compact_threshold: compact before a prompt once the transcript's JSON passes
+            this many bytes; None never compacts automatically.
+
+    Raises:
+        AgentError: bad options, an unknown provider, a malformed script.
+
+    Cancellation: leaving the block (normally or not) aborts the running job, ends
+    every pending one with ``done``, stops every extension (shielded, bounded) and
+    ends the :meth:`Runtime.events` channels.
+    """
+    async with (
+        open_agent(options, compact_threshold=compact_threshold) as host,
+        trio.open_nursery() as nursery,
+    ):
+        runtime = Runtime(host)
+        try:
+            await nursery.start(host.run_forwarder, runtime._broadcast)
+            await nursery.start(runtime._run_jobs)
+            yield runtime
+        finally:
+            runtime._closed = True
+            nursery.cancel_scope.cancel()
+            runtime._close_subscribers()

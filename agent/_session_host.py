@@ -1,0 +1,328 @@
+"""Open one agent session: provider, supervisor, tools, transcript and loop together.
+
+:func:`open_agent` is what the CLI, the RPC server and the in-process runtime build
+on. It yields an :class:`AgentHost`: the loop (an :class:`~agent._engine.Engine`),
+the :class:`~supervisor.SupervisorClient` behind it, and the few host-level
+operations that involve both (reload, commands, forwarding extension events).
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import structlog
+import trio
+
+from sandbox import Sandbox, SandboxMode, SandboxUnavailable, select_sandbox
+from supervisor import (
+    CommandInfo,
+    CommandOutcome,
+    Displayed,
+    EmitEvent,
+    ExtensionCrashed,
+    ExtensionInfo,
+    ExtensionRestarted,
+    ExtensionStarted,
+    ExtensionStopped,
+    HostInfo,
+    Notified,
+    Quarantined,
+    ReloadStats,
+    SupervisorClient,
+    SupervisorConfig,
+    SupervisorError,
+    SupervisorEvent,
+    ToolsChanged,
+    corral_home,
+    open_supervisor,
+)
+
+from ._bash import BashTool
+from ._engine import AgentOptions, Emit
+from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
+from ._exceptions import AgentError
+from ._loop import AgentLoop
+from ._provider import Provider
+from ._providers import make_provider
+from ._registry import Tool, ToolRegistry
+from ._session import SessionHeader, SessionStore, Transcript
+from ._tools import EditTool, ReadTool, Workspace, WriteTool
+
+__all__ = ["BUILTIN_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
+
+log = structlog.get_logger()
+
+#: Names of the built-in tools, in the order the model sees them.
+BUILTIN_TOOLS = ("read", "write", "edit", "bash")
+_SANDBOX_MODES = ("auto", "required", "off")
+
+
+def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
+    """The agent event a supervisor event becomes (None: nothing for the user)."""
+    if isinstance(event, Notified):
+        return ExtNotify(extension=event.extension, level=event.level, message=event.message)
+    if isinstance(event, Displayed):
+        return ExtDisplay(extension=event.extension, text=event.text)
+    if isinstance(event, ExtensionStarted):
+        detail = f"{event.backend}" + (f"; {event.note}" if event.note else "")
+        return ExtStatus(
+            extension=event.extension,
+            status="started",
+            detail=detail,
+            pid=event.pid,
+            sandboxed=event.sandboxed,
+        )
+    if isinstance(event, ExtensionRestarted):
+        return ExtStatus(
+            extension=event.extension,
+            status="restarted",
+            detail=f"restart #{event.restarts}",
+            pid=event.pid,
+        )
+    if isinstance(event, ExtensionCrashed):
+        detail = event.reason
+        if event.signal and event.signal not in detail:
+            detail += f" ({event.signal})"
+        elif event.returncode is not None and str(event.returncode) not in detail:
+            detail += f" (exit {event.returncode})"
+        if event.stderr_tail:
+            detail += f"; last stderr: {event.stderr_tail[-1]}"
+        if event.restart_in is not None:
+            detail += f"; restarting in {event.restart_in:.1f} s"
+        return ExtStatus(extension=event.extension, status="crashed", detail=detail)
+    if isinstance(event, Quarantined):
+        detail = f"{event.reason} ({event.crashes} crashes); /ext enable {event.extension} retries"
+        return ExtStatus(extension=event.extension, status="quarantined", detail=detail)
+    if isinstance(event, ExtensionStopped):
+        return ExtStatus(extension=event.extension, status="stopped")
+    return None
+
+
+@typing.final
+class AgentHost:
+    """One open agent session.
+
+    Attributes:
+        engine: the agent loop (an :class:`~agent._engine.Engine`).
+        supervisor: the supervisor's client.
+        options: what the session was opened with.
+        home: corral's home for this session.
+        bash: the ``bash`` tool (to report whether it is sandboxed).
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: AgentLoop,
+        supervisor: SupervisorClient,
+        options: AgentOptions,
+        home: Path,
+        bash: BashTool | None,
+    ) -> None:
+        self.engine = engine
+        self.supervisor = supervisor
+        self.options = options
+        self.home = home
+        self.bash = bash
+
+    def __repr__(self) -> str:
+        return f"<AgentHost {self.engine!r}>"
+
+    async def run_forwarder(
+        self, emit: Emit, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Forward supervisor events as ``ext_notify`` / ``ext_display`` / ``ext_status``.
+
+        Also keeps the tool registry in step with extension starts, restarts and
+        tool changes. Subscribes before ``task_status.started()``, so nothing that
+        happens after ``nursery.start`` returns is missed. Runs until cancelled.
+
+        Cancellation: unsubscribes and returns.
+        """
+        with self.supervisor.subscribe() as events:
+            task_status.started()
+            async for event in events:
+                if isinstance(event, ToolsChanged | ExtensionStarted | ExtensionRestarted):
+                    self.engine.extensions_changed()
+                converted = agent_event_for(event)
+                if converted is not None:
+                    await emit(converted)
+
+    async def reload(self) -> ReloadStats:
+        """``/reload-ext``: stop every extension, re-read manifests, respawn; rebuild tools.
+
+        Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
+        """
+        stats = await self.supervisor.reload()
+        self.engine.extensions_changed()
+        return stats
+
+    async def invoke_command(self, name: str, args: str = "") -> CommandOutcome:
+        """Run an extension's slash command.
+
+        Raises:
+            SupervisorError: no such command, or the extension failed.
+
+        Cancellation: the command is abandoned.
+        """
+        return await self.supervisor.invoke_command(name, args)
+
+    def commands(self) -> list[CommandInfo]:
+        """Extension slash commands available now."""
+        return self.supervisor.commands()
+
+    async def extensions(self) -> list[ExtensionInfo]:
+        """Status and stats of every extension.
+
+        Cancellation: the answer is dropped.
+        """
+        return await self.supervisor.list_extensions()
+
+    async def enable(self, name: str) -> ExtensionInfo:
+        """Lift an extension's quarantine and start it again.
+
+        Cancellation: the start goes on; only the wait is abandoned.
+        """
+        info = await self.supervisor.enable(name)
+        self.engine.extensions_changed()
+        return info
+
+
+def _builtin_tools(
+    options: AgentOptions, workspace: Workspace, sandbox: Sandbox | None
+) -> tuple[list[Tool], BashTool | None]:
+    wanted = list(BUILTIN_TOOLS) if options.tools is None else list(options.tools)
+    unknown = [name for name in wanted if name not in BUILTIN_TOOLS]
+    if unknown:
+        raise AgentError(
+            f"unknown built-in tool(s) {', '.join(unknown)}; valid: {', '.join(BUILTIN_TOOLS)}"
+        )
+    bash = BashTool(workspace, sandbox=sandbox, require_sandbox=options.sandbox == "required")
+    made: dict[str, Tool] = {
+        "read": ReadTool(workspace),
+        "write": WriteTool(workspace),
+        "edit": EditTool(workspace),
+        "bash": bash,
+    }
+    return [made[name] for name in BUILTIN_TOOLS if name in wanted], (
+        bash if "bash" in wanted else None
+    )
+
+
+def _select_sandbox(mode: str) -> Sandbox | None:
+    if mode == "off":
+        return None
+    try:
+        return select_sandbox("required" if mode == "required" else "auto")
+    except SandboxUnavailable as exc:
+        log.warning("bash_unsandboxed", problem=str(exc))
+        return None
+
+
+def _default_model(provider: Provider, requested: str | None) -> str:
+    if requested:
+        return requested
+    default = getattr(provider, "default_model", None)
+    if isinstance(default, str) and default:
+        return default
+    models = provider.models()
+    return models[0].id if models else provider.name
+
+
+def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | None]:
+    if options.sandbox not in _SANDBOX_MODES:
+        raise AgentError(f"--sandbox {options.sandbox!r}: use one of {', '.join(_SANDBOX_MODES)}")
+    if options.max_steps < 1:
+        raise AgentError(f"--max-steps {options.max_steps}: must be at least 1")
+    cwd = os.path.realpath(os.path.expanduser(options.cwd))
+    if not os.path.isdir(cwd):
+        raise AgentError(f"--cwd {options.cwd}: not a directory")
+    home = Path(options.home).expanduser().absolute() if options.home else corral_home()
+    return cwd, home, make_provider(options) if make else None
+
+
+@asynccontextmanager
+async def open_agent(
+    options: AgentOptions,
+    *,
+    provider: Provider | None = None,
+    compact_threshold: int | None = 400_000,
+) -> AsyncIterator[AgentHost]:
+    """Open an agent session for ``options``.
+
+    Starts the supervisor (every extension ready or failed before this yields; bad
+    manifests are reported by ``list_extensions``, never raised), tells extensions
+    the real provider, model and cwd in ``hello_ack``, builds the tool registry,
+    loads the saved session when ``options.session`` names one, and emits the
+    ``session_start`` lifecycle event.
+
+    Args:
+        options: what to open.
+        provider: use this provider instead of the one ``options.provider`` names
+            (embedding, tests, benchmarks); it is closed on exit all the same.
+        compact_threshold: compact the transcript before a prompt once its JSON size
+            passes this many bytes; None never compacts automatically.
+
+    Raises:
+        AgentError: bad options (cwd, sandbox mode, tools), an unknown provider,
+            a malformed script (``ScriptError``) or an unreadable session
+            (``SessionError``).
+
+    Cancellation: leaving the block stops every extension (the supervisor's
+    shutdown ladder, shielded and bounded) and closes the provider.
+    """
+    # Path checks and the script read are blocking file-system work.
+    cwd, home, made = await trio.to_thread.run_sync(_prepare, options, provider is None)
+    provider = provider or made
+    assert provider is not None
+    try:
+        model = _default_model(provider, options.model)
+        transcript = Transcript()
+        if options.session:
+            header = SessionHeader(
+                name=options.session, provider=provider.name, model=model, cwd=cwd
+            )
+            store = SessionStore.for_name(home, options.session, header)
+            messages = await trio.to_thread.run_sync(store.load)
+            transcript = Transcript(messages, store)
+            log.info("session_opened", session=options.session, messages=len(messages))
+        sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
+        builtins, bash = _builtin_tools(options, Workspace(cwd), sandbox)
+        mode = typing.cast(SandboxMode, options.sandbox)
+        config = SupervisorConfig(home=str(home), sandbox=mode)
+        host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
+        async with open_supervisor(
+            config,
+            ext_paths=list(options.ext_paths),
+            project_dir=cwd,
+            discover=options.discover,
+            host=host_info,
+        ) as client:
+            registry = ToolRegistry(builtins, client)
+            registry.sync()
+            loop = AgentLoop(
+                provider=provider,
+                model=model,
+                cwd=cwd,
+                registry=registry,
+                hooks=client,
+                transcript=transcript,
+                max_steps=options.max_steps,
+                system_prompt=options.system_prompt,
+                append_system_prompt=options.append_system_prompt,
+                compact_threshold=compact_threshold,
+            )
+            if not any(info.pid is not None for info in await client.list_extensions()):
+                loop.assume_no_interceptors()
+            try:
+                await client.emit(EmitEvent(event="session_start"))
+            except SupervisorError as exc:
+                log.warning("session_start_not_sent", error=str(exc))
+            yield AgentHost(engine=loop, supervisor=client, options=options, home=home, bash=bash)
+    finally:
+        with trio.CancelScope(shield=True), trio.move_on_after(5):
+            await provider.aclose()

@@ -1,0 +1,320 @@
+"""Built-in file tools ``read``, ``write`` and ``edit``, confined to a workspace.
+
+Every path is resolved against the working directory and then through
+``os.path.realpath``, so ``..`` components and symlinks (anywhere in the path) are
+followed *before* the check: a path whose real location is outside the working
+directory is refused, whether it is spelled ``../x``, ``/etc/passwd`` or a symlink
+planted inside the tree. The final open uses ``O_NOFOLLOW`` so a symlink swapped in
+after the check is refused too. Confinement can be turned off
+(``Workspace(confine=False)``) for trusted setups.
+
+Blocking file I/O runs in worker threads; outputs are bounded.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from ._exceptions import ToolError
+from ._messages import ImageContent
+from ._provider import ToolSpec
+from ._registry import Progress, ToolRunResult, error_result, text_result
+
+__all__ = ["EditTool", "ReadTool", "Workspace", "WriteTool", "decode_args"]
+
+_MAX_READ_BYTES = 256 * 1024
+_MAX_EDIT_BYTES = 8 * 1024 * 1024
+_MAX_IMAGE_BYTES = 5 * 1024 * 1024
+_IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+                ".gif": "image/gif", ".webp": "image/webp"}  # fmt: skip
+
+A = typing.TypeVar("A")
+
+
+def decode_args(args: dict[str, Any], kind: type[A], tool: str) -> A:
+    """Convert model-written ``args`` to ``kind``.
+
+    Raises:
+        ToolError: a required argument is missing or has the wrong type.
+    """
+    try:
+        return msgspec.convert(args, kind)
+    except msgspec.ValidationError as exc:
+        raise ToolError(f"{tool}: invalid arguments: {exc}") from exc
+
+
+@typing.final
+class Workspace:
+    """The directory built-in tools work in, and the confinement check."""
+
+    def __init__(self, root: str, *, confine: bool = True) -> None:
+        self.root = os.path.realpath(root)
+        self.confine = confine
+
+    def __repr__(self) -> str:
+        return f"<Workspace root={self.root!r} confine={self.confine}>"
+
+    def resolve(self, path: str) -> str:
+        """The real absolute path of ``path`` (relative to the root).
+
+        Raises:
+            ToolError: the path is empty, or (when confined) its real location is
+                outside the root; the message names both.
+        """
+        if not path or "\x00" in path:
+            raise ToolError("path must be a non-empty string without NUL characters")
+        real = os.path.realpath(os.path.join(self.root, os.path.expanduser(path)))
+        if self.confine and real != self.root and not real.startswith(self.root + os.sep):
+            raise ToolError(
+                f"path {path!r} resolves to {real}, outside the working directory "
+                f"{self.root}; built-in tools only touch files inside it"
+            )
+        return real
+
+    def show(self, real: str) -> str:
+        """``real`` relative to the root when inside it, for messages."""
+        if real == self.root:
+            return "."
+        if real.startswith(self.root + os.sep):
+            return real[len(self.root) + 1 :]
+        return real
+
+
+def _open_nofollow(real: str, flags: int, mode: int = 0o644) -> int:
+    try:
+        return os.open(real, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        raise ToolError(f"{real}: {exc.strerror}") from exc
+
+
+class _Base:
+    """Shared plumbing: a spec, a workspace, sync work in a thread."""
+
+    _spec: ToolSpec
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} root={self.workspace.root!r}>"
+
+    @property
+    def spec(self) -> ToolSpec:
+        """As the model sees it."""
+        return self._spec
+
+    @property
+    def source(self) -> str:
+        """``"builtin"``."""
+        return "builtin"
+
+    async def _in_thread(self, work: Callable[[], ToolRunResult]) -> ToolRunResult:
+        try:
+            return await trio.to_thread.run_sync(work)
+        except ToolError as exc:
+            return error_result(str(exc))
+
+
+class ReadArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """Arguments of ``read``."""
+
+    path: str
+    offset: int = 1
+    limit: int = 2000
+
+
+@typing.final
+class ReadTool(_Base):
+    """``read``: a text file's lines (or an image), bounded."""
+
+    _spec = ToolSpec(
+        name="read",
+        description=(
+            "Read a file in the working directory. Text files come back as lines "
+            "(use offset/limit for long files); PNG, JPEG, GIF and WebP come back as images."
+        ),
+        schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the cwd."},
+                "offset": {"type": "integer", "description": "First line (1-based)."},
+                "limit": {"type": "integer", "description": "Maximum number of lines."},
+            },
+            "required": ["path"],
+        },
+    )
+
+    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+        """Read the file.
+
+        Cancellation: the read finishes in its worker thread; the result is dropped.
+        """
+        try:
+            parsed = decode_args(args, ReadArgs, "read")
+        except ToolError as exc:
+            return error_result(str(exc))
+        return await self._in_thread(lambda: self._read(parsed))
+
+    def _read(self, args: ReadArgs) -> ToolRunResult:
+        real = self.workspace.resolve(args.path)
+        shown = self.workspace.show(real)
+        if os.path.isdir(real):
+            raise ToolError(f"{shown} is a directory; list it with bash `ls`")
+        fd = _open_nofollow(real, os.O_RDONLY)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(max(_MAX_READ_BYTES, _MAX_IMAGE_BYTES) + 1)
+        mime = _IMAGE_TYPES.get(Path(real).suffix.lower())
+        if mime is not None:
+            if len(data) > _MAX_IMAGE_BYTES:
+                raise ToolError(f"{shown}: image larger than {_MAX_IMAGE_BYTES} bytes")
+            encoded = base64.b64encode(data).decode("ascii")
+            return ToolRunResult(content=[ImageContent(mime_type=mime, data=encoded)])
+        if b"\x00" in data[:8192]:
+            raise ToolError(f"{shown} looks binary; read only text files and images")
+        truncated_bytes = len(data) > _MAX_READ_BYTES
+        lines = data[:_MAX_READ_BYTES].decode("utf-8", errors="replace").splitlines()
+        first = max(args.offset, 1)
+        count = max(args.limit, 1)
+        chosen = lines[first - 1 : first - 1 + count]
+        text = "\n".join(chosen)
+        last = first - 1 + len(chosen)
+        if truncated_bytes or last < len(lines) or first > 1:
+            more = "+" if truncated_bytes else ""
+            text += (
+                f"\n[{shown}: lines {first}-{last} of {len(lines)}{more}; "
+                "pass offset/limit to read more]"
+            )
+        return text_result(text if chosen else f"[{shown}: no lines at offset {first}]")
+
+
+class WriteArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """Arguments of ``write``."""
+
+    path: str
+    content: str
+
+
+@typing.final
+class WriteTool(_Base):
+    """``write``: create or overwrite a file (parent directories are created)."""
+
+    _spec = ToolSpec(
+        name="write",
+        description="Create or overwrite a file in the working directory with the given content.",
+        schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the cwd."},
+                "content": {"type": "string", "description": "The whole new content."},
+            },
+            "required": ["path", "content"],
+        },
+    )
+
+    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+        """Write the file.
+
+        Cancellation: the write finishes in its worker thread; the result is dropped.
+        """
+        try:
+            parsed = decode_args(args, WriteArgs, "write")
+        except ToolError as exc:
+            return error_result(str(exc))
+        return await self._in_thread(lambda: self._write(parsed))
+
+    def _write(self, args: WriteArgs) -> ToolRunResult:
+        real = self.workspace.resolve(args.path)
+        shown = self.workspace.show(real)
+        try:
+            os.makedirs(os.path.dirname(real), exist_ok=True)
+        except OSError as exc:
+            raise ToolError(f"{shown}: cannot create its directory: {exc.strerror}") from exc
+        # Re-check: a directory created above cannot have become a symlink, but the
+        # parent chain may have changed since resolve(); refuse if it did.
+        if os.path.realpath(os.path.dirname(real)) != os.path.dirname(real):
+            raise ToolError(f"{shown}: its directory changed while writing; try again")
+        payload = args.content.encode("utf-8")
+        fd = _open_nofollow(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+        return text_result(f"wrote {len(payload)} bytes to {shown}")
+
+
+class EditArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """Arguments of ``edit``."""
+
+    path: str
+    old_text: str
+    new_text: str
+    replace_all: bool = False
+
+
+@typing.final
+class EditTool(_Base):
+    """``edit``: replace an exact text in a file (once, or everywhere on request)."""
+
+    _spec = ToolSpec(
+        name="edit",
+        description=(
+            "Replace old_text with new_text in a file. old_text must occur exactly once "
+            "unless replace_all is true; include surrounding lines to make it unique."
+        ),
+        schema={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the cwd."},
+                "old_text": {"type": "string", "description": "Exact text to replace."},
+                "new_text": {"type": "string", "description": "Replacement text."},
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence."},
+            },
+            "required": ["path", "old_text", "new_text"],
+        },
+    )
+
+    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+        """Edit the file.
+
+        Cancellation: the edit finishes in its worker thread; the result is dropped.
+        """
+        try:
+            parsed = decode_args(args, EditArgs, "edit")
+        except ToolError as exc:
+            return error_result(str(exc))
+        return await self._in_thread(lambda: self._edit(parsed))
+
+    def _edit(self, args: EditArgs) -> ToolRunResult:
+        if not args.old_text:
+            raise ToolError("edit: old_text must not be empty")
+        real = self.workspace.resolve(args.path)
+        shown = self.workspace.show(real)
+        fd = _open_nofollow(real, os.O_RDWR)
+        with os.fdopen(fd, "r+b") as fh:
+            raw = fh.read(_MAX_EDIT_BYTES + 1)
+            if len(raw) > _MAX_EDIT_BYTES:
+                raise ToolError(f"{shown}: larger than {_MAX_EDIT_BYTES} bytes; edit it with bash")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ToolError(f"{shown} is not UTF-8 text") from exc
+            count = text.count(args.old_text)
+            if count == 0:
+                raise ToolError(f"{shown}: old_text not found; read the file and copy it exactly")
+            if count > 1 and not args.replace_all:
+                raise ToolError(
+                    f"{shown}: old_text occurs {count} times; add surrounding lines to make "
+                    "it unique, or set replace_all"
+                )
+            updated = text.replace(args.old_text, args.new_text).encode("utf-8")
+            fh.seek(0)
+            fh.write(updated)
+            fh.truncate()
+        noun = "occurrence" if count == 1 else "occurrences"
+        return text_result(f"replaced {count} {noun} in {shown}")

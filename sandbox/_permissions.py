@@ -1,0 +1,42 @@
+"""What an extension may do, as declared in the ``permissions`` object of its manifest.
+
+Defaults are tight: no network, no extra paths, no environment, a private data
+directory, and small limits. Path validation lives in :mod:`sandbox._validate`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+__all__ = ["Limits", "Permissions"]
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Resource limits applied to the extension and everything it starts."""
+
+    #: Memory in MiB for the whole extension (cgroup where available, else per-process).
+    memory_mb: int = 1024
+    #: Processes and threads the extension may run at once.
+    processes: int = 64
+    #: Open file descriptors per process.
+    open_files: int = 256
+    #: Size in MiB of the private, writable ``/tmp`` (and, separately, ``/dev/shm``).
+    tmp_mb: int = 64
+    #: Largest file, in MiB, the extension may write anywhere (``RLIMIT_FSIZE``).
+    file_mb: int = 1024
+
+
+class Permissions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An extension's declared permissions (``extension.json`` → ``permissions``)."""
+
+    #: May open network connections (TCP/UDP and unix sockets outside the sandbox).
+    network: bool = False
+    #: Extra paths readable by the extension (absolute, or relative to the extension).
+    read_only: list[str] = []
+    #: Extra paths readable and writable by the extension.
+    read_write: list[str] = []
+    #: Names of host environment variables passed through to the extension.
+    env: list[str] = []
+    #: Give the extension a private writable directory, ``$CORRAL_DATA_DIR``.
+    data_dir: bool = True
+    limits: Limits = Limits()

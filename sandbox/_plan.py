@@ -1,0 +1,111 @@
+"""The spawn seam between the supervisor and the sandbox backends.
+
+The supervisor describes what it wants to run as a :class:`LaunchRequest`; a
+:class:`Sandbox` backend turns it into a :class:`LaunchPlan`: the wrapped argv, the
+environment, the working directory and the limits the child applies to itself
+before ``exec``. The supervisor spawns the plan and, once the process is reaped,
+calls :meth:`Sandbox.cleanup`.
+
+Spawning a plan, exactly::
+
+    proc = sandbox.spawn(plan)  # blocking; from trio: trio.to_thread.run_sync
+    # which is subprocess.Popen(plan.argv, env=plan.env, cwd=plan.cwd,
+    #     stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True,
+    #     close_fds=True, pass_fds=plan.pass_fds, preexec_fn=preexec_for(plan))
+    # run on a thread that lives as long as the host (see sandbox._preexec).
+    ...
+    sandbox_backend.cleanup(plan)  # after reaping, and also if spawning failed
+
+With bwrap, the process the supervisor holds is bwrap itself: signals sent to it
+are not forwarded (SIGTERM to it ends the whole sandbox at once, the pid
+namespace taking every process with it), and an extension killed by signal N
+shows up as exit status 128 + N.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+import msgspec
+
+from ._permissions import Permissions
+
+__all__ = ["LaunchPlan", "LaunchRequest", "Sandbox", "SandboxMode"]
+
+SandboxMode = Literal["auto", "required", "off"]
+
+
+class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """What the supervisor wants to run."""
+
+    #: Extension name (for cgroup names, logs and errors).
+    name: str
+    #: Full argv; ``argv[0]`` is an absolute path (interpreters resolved by the supervisor).
+    argv: list[str]
+    #: Environment already reduced to the allowlist plus what the manifest asks for.
+    env: dict[str, str]
+    #: Absolute path of the extension's directory (its manifest lives there).
+    ext_dir: str
+    #: Absolute path of the extension's private writable directory, or None.
+    data_dir: str | None
+    #: Declared permissions, with paths already validated and made absolute.
+    permissions: Permissions = Permissions()
+    #: Extra read-only paths the runtime needs (e.g. corral's SDK directory).
+    runtime_paths: list[str] = []
+
+
+class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """What the supervisor actually spawns."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    #: Backend that produced the plan: ``"bwrap"``, ``"sandbox-exec"`` or ``"none"``.
+    backend: str
+    #: False when the extension runs without isolation (flagged loudly by the host).
+    sandboxed: bool
+    #: ``(resource, soft, hard)`` triples applied with ``setrlimit`` in the child.
+    rlimits: list[tuple[int, int, int]] = []
+    #: A cgroup directory the child moves itself into before ``exec``, if any.
+    cgroup: str | None = None
+    #: Human-readable notes (degraded hardening, missing features).
+    notes: list[str] = []
+    #: Descriptors the child must inherit (``Popen(pass_fds=...)``), e.g. the seccomp
+    #: filter bwrap reads at start-up. Owned by the plan: :meth:`Sandbox.cleanup` closes
+    #: them, so a plan is spawned at most once.
+    pass_fds: list[int] = []
+    #: Further cgroup directories the child joins (cgroup v1 keeps memory and pids in
+    #: separate hierarchies); :func:`sandbox.preexec_for` handles them with ``cgroup``.
+    extra_cgroups: list[str] = []
+    #: Per-run directories :meth:`Sandbox.plan` created (a private tmp on macOS);
+    #: :meth:`Sandbox.cleanup` removes them.
+    run_dirs: list[str] = []
+
+
+class Sandbox(Protocol):
+    """A sandbox backend."""
+
+    @property
+    def backend(self) -> str:
+        """``"bwrap"``, ``"sandbox-exec"`` or ``"none"``."""
+        ...
+
+    def plan(self, request: LaunchRequest) -> LaunchPlan:
+        """Turn a request into a plan. Pure apart from creating per-run resources.
+
+        Those are the data directory when missing, the run's cgroups and a private
+        tmp (macOS), and the descriptors in ``pass_fds``; :meth:`cleanup` releases
+        them. One plan is spawned at most once.
+
+        Raises:
+            PlanError: the request cannot be sandboxed as given (e.g. a shim argv[0]).
+        """
+        ...
+
+    def cleanup(self, plan: LaunchPlan) -> None:
+        """Release what :meth:`plan` created; kill leftovers of its cgroup. Idempotent.
+
+        Call it once the process is reaped, and also when spawning the plan failed:
+        the plan may hold descriptors (``pass_fds``) and cgroups.
+        """
+        ...

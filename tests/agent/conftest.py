@@ -1,0 +1,43 @@
+"""Fixtures of the agent tests: private homes, working directories, leak checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agent_helpers import children
+
+
+@pytest.fixture
+def no_leaks() -> Iterator[None]:
+    """Fail the test if it leaves a child process running."""
+    before = {p.pid for p in children()}
+    yield
+    left = [p for p in children() if p.pid not in before]
+    assert not left, f"leaked processes: {[(p.pid, p.cmdline()) for p in left]}"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private CORRAL_HOME."""
+    where = tmp_path / "home"
+    where.mkdir()
+    monkeypatch.setenv("CORRAL_HOME", str(where))
+    return where
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """The agent's working directory."""
+    where = tmp_path / "work"
+    where.mkdir()
+    return where
+
+
+@pytest.fixture
+def ext_dir(tmp_path: Path) -> Path:
+    """Where tests put their extension directories."""
+    where = tmp_path / "exts"
+    where.mkdir()
+    return where

@@ -1,0 +1,263 @@
+"""``corral run``, ``chat`` and ``demo`` through the real entry point.
+
+Most tests invoke the ``corral`` click group (``agent._cli:main``, what the console
+script runs) with ``CliRunner``; the Ctrl-C tests run it as a real subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agent_helpers import EXAMPLES, REPO, probe, script
+from click.testing import CliRunner, Result
+
+from agent._cli import main
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+WEATHER = str(EXAMPLES / "weather")
+GUARD = str(EXAMPLES / "guard")
+
+
+def corral(*args: str, stdin: str | None = None, cwd: Path | None = None) -> Result:
+    runner = CliRunner()
+    base = ["--cwd", str(cwd)] if cwd is not None and args and args[0] in ("run", "chat") else []
+    return runner.invoke(main, [args[0], *base, *args[1:]], input=stdin, catch_exceptions=False)
+
+
+def test_run_plain_text(home: Path, work: Path) -> None:
+    result = corral("run", "--no-extensions", "hello there", cwd=work)
+    assert result.exit_code == 0, result.output
+    assert "Hello! 👋" in result.stdout
+
+
+def test_run_json_is_one_event_per_line(home: Path, work: Path) -> None:
+    result = corral("run", "--no-extensions", "--json", "run `echo hi`", cwd=work)
+    assert result.exit_code == 0, result.output
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    types = [e["type"] for e in events]
+    assert types[0] == "user_message"
+    assert types[-1] == "done"
+    for needed in ("turn_start", "assistant_start", "text_delta", "tool_call", "tool_result"):
+        assert needed in types
+    (result_event,) = [e for e in events if e["type"] == "tool_result"]
+    assert result_event["content"] == [{"type": "text", "text": "hi"}]
+    assert [e["stop"] for e in events if e["type"] == "turn_end"] == ["tool_use", "end_turn"]
+
+
+def test_run_with_an_extension_tool(home: Path, work: Path) -> None:
+    result = corral("run", "-e", WEATHER, "--no-extensions", "weather in Berlin", cwd=work)
+    assert result.exit_code == 0, result.output
+    assert "→ weather" in result.stdout
+    assert "Berlin: " in result.stdout
+
+
+def test_run_blocked_tool_call_shows_the_reason(home: Path, work: Path) -> None:
+    result = corral("run", "-e", GUARD, "--no-extensions", "run `rm -rf build`", cwd=work)
+    assert result.exit_code == 0, result.output
+    assert "refused: matches danger pattern" in result.stdout
+
+
+def test_run_scripted_provider_error_exit_status(home: Path, work: Path, tmp_path: Path) -> None:
+    path = script(tmp_path, {"error": "boom", "status": 500})
+    result = corral("run", "--no-extensions", "--script", path, "go", cwd=work)
+    assert result.exit_code == 1
+    assert "model error — scripted: boom" in result.stdout
+
+
+def test_run_turn_blocked_exit_status(home: Path, work: Path, ext_dir: Path) -> None:
+    ext = probe(ext_dir, "--block-turn")
+    result = corral("run", "--no-extensions", "-e", ext, "hi", cwd=work)
+    assert result.exit_code == 1
+    assert "turn blocked — blocked by extension probe: closed for lunch" in result.stdout
+
+
+def test_run_malformed_script_is_a_clear_error(home: Path, work: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"txt": "typo"}\n')
+    result = corral("run", "--no-extensions", "--script", str(bad), "go", cwd=work)
+    assert result.exit_code == 1
+    assert f"Error: {bad}:2:" in result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (
+            ["--provider", "nope"],
+            "'nope' is not one of 'offline', 'scripted', 'openai', 'anthropic'",
+        ),
+        (["--provider", "scripted"], "the scripted provider needs a script"),
+        (["--session", "../x"], "invalid session name"),
+        (["--tools", "read,teleport"], "unknown built-in tool(s) teleport"),
+        (["--max-steps", "0"], "0 is not in the range x>=1"),
+    ],
+)
+def test_run_bad_options(home: Path, work: Path, args: list[str], needle: str) -> None:
+    result = corral("run", "--no-extensions", *args, "hi", cwd=work)
+    assert result.exit_code in (1, 2)
+    assert needle in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_run_prompt_from_stdin(home: Path, work: Path) -> None:
+    result = corral("run", "--no-extensions", "-", stdin='say "from stdin"\n', cwd=work)
+    assert result.exit_code == 0, result.output
+    assert "from stdin" in result.stdout
+
+
+def test_session_save_and_resume(home: Path, work: Path) -> None:
+    first = corral("run", "--no-extensions", "--session", "s1", 'say "one"', cwd=work)
+    assert first.exit_code == 0, first.output
+    second = corral("run", "--no-extensions", "--session", "s1", "--json", 'say "two"', cwd=work)
+    assert second.exit_code == 0, second.output
+    lines = (home / "sessions" / "s1.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["name"] == "s1"
+    texts = [json.loads(line)["message"]["content"][0]["text"] for line in lines[1:]]
+    assert texts == ['say "one"', "one", 'say "two"', "two"]
+
+
+def test_chat_builtin_commands(home: Path, work: Path, ext_dir: Path) -> None:
+    lines = ["/help", "/tools", "/model", "hello", "/ext", "/compact", "/clear", "/nosuch", "/quit"]
+    result = corral(
+        "chat", "--no-extensions", "-e", probe(ext_dir), stdin="\n".join(lines) + "\n", cwd=work
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "corral chat" in out
+    assert "/reload-ext" in out
+    assert "/disp" in out
+    assert "hostinfo  (probe)" in out
+    assert "read  (builtin)" in out
+    assert "offline / offline" in out
+    assert "Hello! 👋" in out
+    assert "probe 1.0.0 — " in out
+    assert "calls " in out
+    assert "compacted the transcript" in out
+    assert "transcript cleared" in out
+    assert "unknown command /nosuch" in out
+
+
+def test_chat_extension_command_actions(home: Path, work: Path, ext_dir: Path) -> None:
+    lines = ["/disp you", "/ins", "", "/nop", "/ask", "/oops", "/quit"]
+    result = corral(
+        "chat", "--no-extensions", "-e", probe(ext_dir), stdin="\n".join(lines) + "\n", cwd=work
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "[probe] probe says you" in out
+    assert "(inserted: 'prefilled by probe'" in out
+    assert 'You said: "prefilled by probe"' in out
+    assert "asked by probe" in out
+    assert "[probe] probe failed on purpose" in out
+    assert "[probe] probe handled it" in out
+
+
+def test_chat_reload_ext_and_eof(home: Path, work: Path) -> None:
+    result = corral("chat", "--no-extensions", "-e", WEATHER, stdin="/reload-ext\n", cwd=work)
+    assert result.exit_code == 0, result.output
+    assert "reloaded: stopped 1, loaded 1, ready 1, errors: none" in result.stdout
+    assert "bye" in result.stdout
+
+
+def test_demo(home: Path) -> None:
+    result = CliRunner().invoke(main, ["demo"], catch_exceptions=False)
+    out = result.stdout
+    assert result.exit_code == 0, out
+    for needle in (
+        "A tool call",
+        "The guard blocks",
+        "The guard rewrites",
+        "GUARDED",
+        "[redacted]",
+        "transcript keeps the model's original: 'the launch code is SECRET'",
+        "A crash mid-call",
+        "restarted",
+        "/reload-ext",
+        "A clean stop",
+        "demo finished: every step went as expected",
+    ):
+        assert needle in out, needle
+    assert not list(home.iterdir()), "the demo must not touch CORRAL_HOME"
+
+
+# --- real subprocesses: Ctrl-C ------------------------------------------------------
+
+
+def spawn_corral(args: list[str], home: Path, work: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO)}
+    code = "import sys; from agent._cli import main; sys.exit(main())"
+    return subprocess.Popen(
+        [sys.executable, "-u", "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=work,
+        env=env,
+    )
+
+
+def read_until(proc: subprocess.Popen[str], needle: str) -> str:
+    assert proc.stdout is not None
+    seen = ""
+    while needle not in seen:
+        char = proc.stdout.read(1)
+        if not char:
+            raise AssertionError(f"EOF before {needle!r}; got {seen!r}")
+        seen += char
+    return seen
+
+
+@pytest.fixture
+def slow_script(tmp_path: Path) -> str:
+    call = {"tool_calls": [{"name": "bash", "args": {"command": "echo started; sleep 60"}}]}
+    return script(tmp_path, call, {"text": "never"}, {"text": "later answer"})
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise
+    return out, err
+
+
+def test_chat_ctrl_c_cancels_the_turn_then_exits(home: Path, work: Path, slow_script: str) -> None:
+    proc = spawn_corral(
+        ["chat", "--no-extensions", "--sandbox", "off", "--script", slow_script], home, work
+    )
+    assert proc.stdin is not None
+    read_until(proc, "› ")
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    read_until(proc, "→ bash")
+    proc.send_signal(signal.SIGINT)
+    seen = read_until(proc, "turn cancelled")
+    assert "cancelling the turn" in seen
+    read_until(proc, "› ")
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    assert proc.returncode == 0, err
+    assert "bye" in out
+    assert "Traceback" not in err
+
+
+def test_run_ctrl_c_aborts_with_130(home: Path, work: Path, slow_script: str) -> None:
+    proc = spawn_corral(
+        ["run", "--no-extensions", "--sandbox", "off", "--script", slow_script, "go"], home, work
+    )
+    read_until(proc, "→ bash")
+    proc.send_signal(signal.SIGINT)
+    out, err = finish(proc)
+    assert proc.returncode == 130, err
+    assert "turn cancelled" in out

@@ -1,0 +1,58 @@
+"""The reference clients in examples/rpc run end to end against a real ``corral rpc``."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from rpc_fixtures.rpc_harness import REPO, RPC_ARGV, rpc_env
+
+EXAMPLES = REPO / "examples" / "rpc"
+SCRIPT = EXAMPLES / "turns.jsonl"
+
+
+def corral_command(tmp_path: Path) -> str:
+    """A ``corral`` executable for ``$CORRAL`` that runs this checkout's ``corral rpc``."""
+    wrapper = tmp_path / "corral"
+    body = " ".join(f"'{a}'" for a in RPC_ARGV)
+    wrapper.write_text(
+        f'#!/bin/sh\n[ "$1" = rpc ] || exit 2\nshift\nexec {body} "$@"\n', encoding="utf-8"
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+CLIENTS = {
+    "python": lambda: [sys.executable, str(EXAMPLES / "client.py"), "--script", str(SCRIPT)],
+    "shell": lambda: ["bash", str(EXAMPLES / "client.sh"), str(SCRIPT)],
+    "node": lambda: ["node", str(EXAMPLES / "client.mjs"), "--script", str(SCRIPT)],
+}
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize("token", ["", "s3cret"])
+async def test_reference_client(tmp_path: Path, client: str, token: str) -> None:
+    if client == "node" and shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    env = rpc_env(tmp_path / "home", CORRAL=corral_command(tmp_path))
+    if token:
+        env["CORRAL_RPC_TOKEN"] = token
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            CLIENTS[client](),
+            capture_stdout=True,
+            capture_stderr=True,
+            env=env,
+            cwd=str(REPO),
+            check=False,
+        )
+    out = done.stdout.decode()
+    assert done.returncode == 0, (out, done.stderr.decode())
+    assert "connected: corral" in out
+    assert "Let me look at the README." in out
+    assert "That is the start of the README." in out
+    assert "[turn_end tool_use]" in out
+    assert "corral exited with 0" in out

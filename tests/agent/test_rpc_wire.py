@@ -1,0 +1,140 @@
+"""Wire pieces of ``corral rpc`` without a process: lines, encoding, the ``--rpc`` flag,
+and :func:`serve_rpc` over in-memory streams."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+from rpc_fixtures.rpc_harness import write_script
+
+from agent._cli_rpc import rewrite_rpc_flag
+from agent._engine import AgentOptions
+from agent._events import ToolProgress, ToolResultEvent, UserMessage
+from agent._messages import ImageContent, TextContent
+from agent._rpc import COMMANDS, LineReader, Response, encode_line, serve_rpc
+from agent._runtime import open_runtime
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--rpc"], ["rpc"]),
+        (["-v", "--rpc", "--provider", "offline"], ["-v", "rpc", "--provider", "offline"]),
+        (["run", "--rpc"], ["run", "--rpc"]),
+        (["rpc", "--model", "x"], ["rpc", "--model", "x"]),
+        (["--help"], ["--help"]),
+        ([], []),
+    ],
+)
+def test_rewrite_rpc_flag(argv: list[str], expected: list[str]) -> None:
+    assert rewrite_rpc_flag(argv) == expected
+
+
+def test_command_names_are_the_seed_then_corral_additions() -> None:
+    seed = "hello prompt abort compact get_state get_messages clear set_model get_models ping"
+    added = "get_tools ext_list ext_command ext_reload ext_enable"
+    assert list(COMMANDS) == seed.split() + added.split()
+
+
+def test_response_frame_shape() -> None:
+    ok = Response(id=msgspec.Raw(b'"a"'), command="ping", success=True, data={"pong": True})
+    assert encode_line(ok) == (
+        b'{"type":"response","id":"a","command":"ping","success":true,"data":{"pong":true}}\n'
+    )
+    bad = Response(id=msgspec.Raw(b"1.50"), command=None, success=False, error="nope")
+    assert encode_line(bad) == (
+        b'{"type":"response","id":1.50,"command":null,"success":false,"error":"nope"}\n'
+    )
+
+
+def test_events_on_the_wire_carry_image_sizes_not_data() -> None:
+    image = ImageContent(mime_type="image/png", data="aGVsbG8=", bytes=5)
+    user = UserMessage(content=[TextContent(text="see"), image], time="2026-01-01T00:00:00Z")
+    line = json.loads(encode_line(user))
+    assert line["content"][1] == {"type": "image", "mime_type": "image/png", "bytes": 5}
+    result = ToolResultEvent(id="c", is_error=False, content=[image])
+    assert json.loads(encode_line(result))["content"] == [
+        {"type": "image", "mime_type": "image/png", "bytes": 5}
+    ]
+    assert json.loads(encode_line(ToolProgress(id="c", text="50%"))) == {
+        "type": "tool_progress",
+        "id": "c",
+        "text": "50%",
+    }
+
+
+async def read_lines(chunks: list[bytes], limit: int) -> list[Any]:
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    reader = LineReader(receive, limit, chunk=7)
+    out: list[Any] = []
+    async with trio.open_nursery() as nursery:
+
+        async def feed() -> None:
+            for chunk in chunks:
+                await send.send_all(chunk)
+                await trio.sleep(0)
+            await send.aclose()
+
+        nursery.start_soon(feed)
+        while (item := await reader.next()) is not None:
+            out.append(item if isinstance(item, bytes) else ("oversize", item.size, item.head))
+    return out
+
+
+async def test_line_reader_splits_joins_and_skips_oversize_lines() -> None:
+    with trio.fail_after(5):
+        got = await read_lines(
+            [b"ab", b"c\nde", b"f\n\n", b'{"id":"k","x":"', b"z" * 40, b'"}\nok\nlast'],
+            limit=20,
+        )
+    assert [g if isinstance(g, bytes) else (g[0], g[1], g[2][:15]) for g in got] == [
+        b"abc",
+        b"def",
+        b"",
+        ("oversize", 57, b'{"id":"k","x":"'),
+        b"ok",
+        b"last",
+    ]
+
+
+async def test_line_reader_oversize_at_end_of_input() -> None:
+    with trio.fail_after(5):
+        got = await read_lines([b"x" * 100], limit=10)
+    assert len(got) == 1
+    assert got[0][:2] == ("oversize", 100)
+    assert got[0][2] == b"x" * 14  # the start is kept (for the id), not the whole line
+
+
+async def test_serve_rpc_over_memory_streams_and_a_closed_stdout(tmp_path: Path) -> None:
+    options = AgentOptions(
+        provider="scripted",
+        script=write_script(tmp_path, {"text": "hi"}),
+        home=str(tmp_path / "home"),
+        cwd=str(tmp_path),
+        discover=False,
+        sandbox="off",
+    )
+    with trio.fail_after(10):
+        async with open_runtime(options) as runtime:
+            to_server, server_in = trio.testing.memory_stream_one_way_pair()
+            server_out, from_server = trio.testing.memory_stream_one_way_pair()
+            async with trio.open_nursery() as nursery:
+                statuses: list[int] = []
+
+                async def serve() -> None:
+                    statuses.append(await serve_rpc(runtime, server_in, server_out))
+
+                nursery.start_soon(serve)
+                await to_server.send_all(b'{"id":1,"type":"ping"}\n')
+                line = await from_server.receive_some()
+                assert json.loads(line)["data"] == {"pong": True}
+                # The client goes away without closing its end of stdin: serving stops.
+                await from_server.aclose()
+                await to_server.send_all(b'{"id":2,"type":"ping"}\n')
+            assert statuses == [1]

@@ -1,0 +1,189 @@
+"""What a bwrap plan contains, and what ``preexec_for`` does in the child."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandbox import (
+    LaunchPlan,
+    LaunchRequest,
+    Limits,
+    Permissions,
+    PlanError,
+    preexec_for,
+    select_sandbox,
+    spawn,
+)
+from sandbox._bwrap import BwrapSandbox
+from sandbox._preexec import SPAWN_THREAD_EXIT
+
+
+def _request(tmp_path: Path, **fields: object) -> LaunchRequest:
+    ext = tmp_path / "ext"
+    ext.mkdir(exist_ok=True)
+    base: dict[str, object] = {
+        "name": "demo",
+        "argv": [sys.executable, "-c", "pass"],
+        "env": {
+            "PATH": "/nonexistent/shims:/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/home/alice",
+            "API_TOKEN": "hunter2-secret-value",
+        },
+        "ext_dir": str(ext),
+        "data_dir": str(tmp_path / "data"),
+    }
+    base.update(fields)
+    return LaunchRequest(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def bwrap() -> BwrapSandbox:
+    backend = select_sandbox("required")
+    assert isinstance(backend, BwrapSandbox)
+    return backend
+
+
+def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    plan = bwrap.plan(_request(tmp_path))
+    try:
+        argv = plan.argv
+        for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
+                     "--new-session", "--disable-userns"):  # fmt: skip
+            assert flag in argv, flag
+        assert argv[argv.index("--cap-drop") + 1] == "ALL"
+        assert argv[argv.index("--chdir") + 1] == str(tmp_path / "ext")
+        assert argv[argv.index("--") + 1 :][-3:] == [sys.executable, "-c", "pass"]
+        # Secrets travel in the environment, never on the (world-readable) command line.
+        assert not any("hunter2" in a for a in argv)
+        assert plan.env["API_TOKEN"] == "hunter2-secret-value"
+        assert plan.env["HOME"] == str(tmp_path / "data")
+        assert plan.env["TMPDIR"] == "/tmp"
+        assert "/nonexistent/shims" not in plan.env["PATH"]
+        assert (tmp_path / "data").is_dir()  # created for the bind
+        assert "/etc/shadow" not in argv
+        assert "/etc/passwd" not in argv
+        seccomp_fd = int(argv[argv.index("--seccomp") + 1])
+        assert plan.pass_fds == [seccomp_fd]
+        assert plan.sandboxed
+        assert plan.backend == "bwrap"
+    finally:
+        bwrap.cleanup(plan)
+
+
+def test_network_shares_the_host_namespace(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    plan = bwrap.plan(_request(tmp_path, permissions=Permissions(network=True)))
+    try:
+        assert "--unshare-net" not in plan.argv
+        assert "/etc/resolv.conf" in plan.argv or not os.path.exists("/etc/resolv.conf")
+    finally:
+        bwrap.cleanup(plan)
+
+
+def test_cleanup_is_idempotent(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    plan = bwrap.plan(_request(tmp_path))
+    (fd,) = plan.pass_fds
+    bwrap.cleanup(plan)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(fd)
+    reused = os.open("/dev/null", os.O_RDONLY)
+    try:
+        bwrap.cleanup(plan)  # must not close whatever now has the same number
+        os.fstat(reused)
+    finally:
+        os.close(reused)
+    for cgroup in [plan.cgroup, *plan.extra_cgroups]:
+        assert cgroup is None or not os.path.exists(cgroup)
+
+
+def test_shims_are_refused(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    shim = tmp_path / ".pyenv" / "shims" / "python3"
+    shim.parent.mkdir(parents=True)
+    shim.write_text('#!/usr/bin/env bash\nexec pyenv exec python3 "$@"\n')
+    with pytest.raises(PlanError, match="shim"):
+        bwrap.plan(_request(tmp_path, argv=[str(shim), "x.py"]))
+
+
+def _none_plan(tmp_path: Path, limits: Limits) -> LaunchPlan:
+    backend = select_sandbox("off", cgroups=False)
+    return backend.plan(_request(tmp_path, permissions=Permissions(limits=limits)))
+
+
+def test_preexec_applies_limits(tmp_path: Path) -> None:
+    plan = _none_plan(tmp_path, Limits(open_files=77, file_mb=3, memory_mb=300))
+    code = (
+        "import json, resource as r; print(json.dumps([r.getrlimit(r.RLIMIT_NOFILE), "
+        "r.getrlimit(r.RLIMIT_FSIZE), r.getrlimit(r.RLIMIT_DATA), r.getrlimit(r.RLIMIT_CORE)]))"
+    )
+    plan = LaunchPlan(**{**{f: getattr(plan, f) for f in plan.__struct_fields__},
+                         "argv": [sys.executable, "-c", code]})  # fmt: skip
+    proc = spawn(plan, stdin=subprocess.DEVNULL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == [[77, 77], [3 << 20, 3 << 20], [300 << 20, 300 << 20], [0, 0]]
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) != (77, 77)  # not the host's
+
+
+def test_preexec_refuses_short_lived_threads(tmp_path: Path) -> None:
+    plan = _none_plan(tmp_path, Limits())
+    box: list[subprocess.Popen[bytes]] = []
+
+    def worker() -> None:
+        box.append(
+            subprocess.Popen(
+                [sys.executable, "-c", "print('ran')"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=preexec_for(plan),
+            )
+        )
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    out, err = box[0].communicate(timeout=60)
+    assert box[0].returncode == SPAWN_THREAD_EXIT
+    assert out == b""
+    assert b"short-lived thread" in err
+
+
+def test_spawn_works_from_any_thread(tmp_path: Path) -> None:
+    plan = _none_plan(tmp_path, Limits())
+    box: list[subprocess.Popen[bytes]] = []
+    thread = threading.Thread(target=lambda: box.append(spawn(plan, stdin=subprocess.DEVNULL)))
+    thread.start()
+    thread.join()
+    _out, _ = box[0].communicate(timeout=60)
+    assert box[0].returncode == 0
+
+
+def test_runtime_paths_and_no_data_dir(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    sdk = tmp_path / "sdk"
+    sdk.mkdir()
+    (sdk / "corral_sdk_probe.py").write_text("GREETING = 'from the sdk'\n")
+    request = _request(
+        tmp_path,
+        argv=[
+            sys.executable,
+            "-c",
+            "import corral_sdk_probe, os; print(corral_sdk_probe.GREETING, os.environ['HOME'])",
+        ],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(sdk)},
+        data_dir=None,
+        runtime_paths=[str(sdk)],
+    )
+    plan = bwrap.plan(request)
+    try:
+        proc = spawn(plan, stdin=subprocess.DEVNULL)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert out.decode().strip() == "from the sdk /tmp"
+    finally:
+        bwrap.cleanup(plan)

@@ -1,0 +1,85 @@
+"""Which read-only paths an interpreter needs, found without running it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox import PlanError
+from sandbox._runtime import find_runtime_paths
+
+
+def test_system_interpreter_needs_nothing() -> None:
+    python = os.path.realpath("/usr/bin/python3")
+    assert find_runtime_paths("x", python).paths == []
+
+
+def test_venv_needs_itself_and_its_base(tmp_path: Path) -> None:
+    base = tmp_path / "opt" / "python3.11"
+    (base / "bin").mkdir(parents=True)
+    real = base / "bin" / "python3.11"
+    real.write_bytes(b"\x7fELF")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(real)
+    (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\nversion = 3.11.7\n")
+    needs = find_runtime_paths("x", str(venv / "bin" / "python"))
+    assert needs.paths == [str(venv), str(base)]
+
+
+def test_this_interpreter_resolves() -> None:
+    needs = find_runtime_paths("x", sys.executable)
+    real = os.path.realpath(sys.executable)
+    assert any(real.startswith(p + "/") for p in needs.paths) or real.startswith("/usr/")
+
+
+def test_prefix_is_narrowed_when_it_would_expose_private_data(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    local = home / ".local"
+    (local / "bin").mkdir(parents=True)
+    (local / "state" / "corral").mkdir(parents=True)
+    node = local / "bin" / "node"
+    node.write_bytes(b"\x7fELF")
+    needs = find_runtime_paths("x", str(node), avoid=(str(home), str(local / "state" / "corral")))
+    assert needs.paths == [str(local / "bin")]
+    assert "holds private data" in needs.notes[0]
+
+
+@pytest.mark.parametrize("shim", ["shims/python", "volta/bin/node"])
+def test_shims_are_refused(tmp_path: Path, shim: str) -> None:
+    path = tmp_path / shim
+    path.parent.mkdir(parents=True)
+    if shim.startswith("volta"):
+        target = tmp_path / "volta-shim"
+        target.write_bytes(b"\x7fELF")
+        path.symlink_to(target)
+    else:
+        path.write_text('#!/usr/bin/env bash\nexec pyenv exec "$0" "$@"\n')
+    with pytest.raises(PlanError, match="shim"):
+        find_runtime_paths("x", str(path))
+
+
+def test_script_interpreter_is_followed(tmp_path: Path) -> None:
+    tool = tmp_path / "opt" / "tool"
+    (tool / "bin").mkdir(parents=True)
+    (tool / "bin" / "interp").write_bytes(b"\x7fELF")
+    script = tmp_path / "ext" / "run"
+    script.parent.mkdir()
+    script.write_text(f"#!{tool / 'bin' / 'interp'} -u\n")
+    needs = find_runtime_paths("x", str(script), system=("/usr", str(script.parent)))
+    assert needs.paths == [str(tool)]
+    env_script = tmp_path / "ext" / "run2"
+    env_script.write_text("#!/usr/bin/env python3\n")
+    needs = find_runtime_paths("x", str(env_script), system=("/usr", str(script.parent)))
+    assert needs.paths == []
+    assert "PATH" in needs.notes[0]
+
+
+def test_relative_or_missing_argv0_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="absolute"):
+        find_runtime_paths("x", "python3")
+    with pytest.raises(PlanError, match="does not exist"):
+        find_runtime_paths("x", str(tmp_path / "nope"))

@@ -1,0 +1,199 @@
+"""Helpers for the supervisor tests: temp extensions, short deadlines, event waits.
+
+Every extension the tests run is a real subprocess speaking NDJSON over real pipes:
+``examples/extensions/chaos/chaos.py`` with flags, an example extension, or a tiny
+inline Python script written into a temp directory next to its ``extension.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import textwrap
+import typing
+from collections.abc import Callable, MutableMapping
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psutil
+import structlog
+import trio
+
+from supervisor import (
+    HostInfo,
+    SupervisorClient,
+    SupervisorConfig,
+    SupervisorEvent,
+    open_supervisor,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "extensions"
+CHAOS = EXAMPLES / "chaos" / "chaos.py"
+
+#: Short deadlines so the suite stays quick; tests override single fields.
+FAST: dict[str, Any] = {
+    "sandbox": "off",
+    "handshake_timeout": 2.0,
+    "ready_quiet": 0.1,
+    "ready_cap": 1.0,
+    "tool_timeout": 3.0,
+    "command_timeout": 3.0,
+    "intercept_timeout": 0.5,
+    "shutdown_grace": 0.5,
+    "term_grace": 0.3,
+    "restart_backoff": 0.05,
+    "restart_backoff_max": 0.2,
+    "quarantine_crashes": 3,
+}
+
+#: Bound for one whole start/serve/stop cycle of a test (far above normal runs).
+CYCLE = 20.0
+
+#: Prelude of inline extensions: raw frames, standard library only.
+PRELUDE = """\
+import json, os, sys
+NAME = os.environ.get("CORRAL_EXT_NAME", "inline")
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\\n")
+    sys.stdout.flush()
+
+def frames():
+    for line in sys.stdin:
+        line = line.strip()
+        if line:
+            yield json.loads(line)
+
+"""
+
+E = TypeVar("E")
+
+
+class Kit:
+    """Builds extension directories under a temp dir and opens supervisors on them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.home = root / "home"
+        self.exts = root / "exts"
+        self.home.mkdir()
+        self.exts.mkdir()
+
+    def config(self, **overrides: Any) -> SupervisorConfig:
+        """A config on this kit's home with the short deadlines of :data:`FAST`."""
+        return SupervisorConfig(home=str(self.home), **{**FAST, **overrides})
+
+    def write(
+        self,
+        name: str,
+        exec_: str,
+        args: list[str] | None = None,
+        *,
+        where: Path | None = None,
+        dirname: str | None = None,
+        **manifest: Any,
+    ) -> Path:
+        """Write ``<where>/<dirname or name>/extension.json``; returns the directory."""
+        d = (where or self.exts) / (dirname or name)
+        d.mkdir(parents=True, exist_ok=True)
+        data = {"name": name, "version": "1.0.0", "exec": exec_, "args": args or [], **manifest}
+        (d / "extension.json").write_text(json.dumps(data))
+        return d
+
+    def chaos(self, name: str, *flags: str, where: Path | None = None, **manifest: Any) -> Path:
+        """An extension running chaos.py (by absolute path) with ``flags``."""
+        manifest.setdefault("language", "python")
+        return self.write(name, str(CHAOS), ["--name", name, *flags], where=where, **manifest)
+
+    def inline(self, name: str, body: str, *, where: Path | None = None, **manifest: Any) -> Path:
+        """An extension whose ``ext.py`` is :data:`PRELUDE` plus ``body`` (dedented)."""
+        manifest.setdefault("language", "python")
+        d = self.write(name, "./ext.py", where=where, **manifest)
+        (d / "ext.py").write_text(PRELUDE + textwrap.dedent(body))
+        return d
+
+    def open(
+        self,
+        *paths: Path,
+        config: SupervisorConfig | None = None,
+        host: HostInfo | None = None,
+        discover: bool = False,
+        project_dir: str | None = None,
+    ) -> AbstractAsyncContextManager[SupervisorClient]:
+        """``open_supervisor`` on ``paths`` (as ``--ext``), installed ones not scanned."""
+        return open_supervisor(
+            config or self.config(),
+            ext_paths=[str(p) for p in paths],
+            discover=discover,
+            project_dir=project_dir,
+            host=host,
+        )
+
+    def log_path(self, name: str) -> Path:
+        """The extension's stderr log."""
+        return self.home / "logs" / f"ext-{name}.log"
+
+    def log_text(self, name: str) -> str:
+        """The extension's stderr log, or "" when it does not exist."""
+        path = self.log_path(name)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def started_pids(self, name: str) -> list[int]:
+        """Pids the supervisor noted as started, from the extension log."""
+        return [int(m) for m in re.findall(r"\[corral\] started pid (\d+)", self.log_text(name))]
+
+    def spawned_pids(self, name: str) -> list[int]:
+        """Grandchild pids chaos ``--spawn`` reported on its stderr."""
+        return [int(m) for m in re.findall(r"chaos: spawned pid (\d+)", self.log_text(name))]
+
+
+async def wait_for(
+    events: trio.MemoryReceiveChannel[SupervisorEvent],
+    kind: type[E],
+    pred: Callable[[E], bool] = lambda _e: True,
+    *,
+    timeout: float = 10.0,
+    seen: list[SupervisorEvent] | None = None,
+) -> E:
+    """Receive events until one of ``kind`` matching ``pred`` arrives (bounded)."""
+    with trio.fail_after(timeout):
+        async for event in events:
+            if seen is not None:
+                seen.append(event)
+            if isinstance(event, kind) and pred(event):
+                return event
+    raise AssertionError(f"event channel closed before a {kind.__name__} arrived")
+
+
+def capture_logs() -> AbstractContextManager[list[MutableMapping[str, Any]]]:
+    """``structlog.testing.capture_logs`` that keeps context-bound keys (``extension``)."""
+    return structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars])
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` names a live (not zombie) process."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def cmdline(pid: int) -> list[str]:
+    """argv of a live process, from ``/proc``."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return [a.decode() for a in f.read().split(b"\0") if a]
+
+
+def environ(pid: int) -> dict[str, str]:
+    """Environment of a live process, from ``/proc``."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        items = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    return dict(item.split("=", 1) for item in items if "=" in item)
+
+
+def num_fds() -> int:
+    """Open file descriptors of this (test) process."""
+    return typing.cast(int, psutil.Process(os.getpid()).num_fds())

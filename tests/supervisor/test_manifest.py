@@ -1,0 +1,221 @@
+"""Manifests and discovery: field-level errors, load order, duplicates, invalid ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from supkit import CHAOS, CYCLE, Kit, capture_logs
+
+from supervisor import ManifestError, discover, load_manifest
+
+
+def _write(d: Path, content: str | dict[str, Any]) -> Path:
+    d.mkdir(parents=True, exist_ok=True)
+    text = content if isinstance(content, str) else json.dumps(content)
+    (d / "extension.json").write_text(text)
+    return d
+
+
+def _ok(name: str = "ok", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "exec": str(CHAOS), "language": "python", **extra}
+
+
+def test_valid_manifest_loads(tmp_path: Path) -> None:
+    d = _write(tmp_path / "ok", _ok(version="2.0", args=["--hang"], description="d"))
+    (d / "run.sh").write_text("#!/bin/sh\n")
+    spec = load_manifest(d, "project", home=str(tmp_path / "home"))
+    assert spec.name == "ok"
+    assert spec.source == "project"
+    assert spec.dir == str(d)
+    assert spec.manifest_path == str(d / "extension.json")
+    assert spec.exec_path == str(CHAOS)
+    assert spec.manifest.args == ["--hang"]
+    assert spec.manifest.enabled is True
+    assert spec.manifest.restart == "on-failure"
+    assert spec.unknown_fields == []
+    # A file path works as well as its directory; relative exec resolves against it.
+    _write(d, {"name": "ok", "exec": "./run.sh"})
+    assert load_manifest(d / "extension.json").exec_path == str(d / "run.sh")
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "words"),
+    [
+        ({"exec": str(CHAOS)}, "name", "required"),
+        ({"name": "x"}, "exec", "required"),
+        ({"name": 5, "exec": str(CHAOS)}, "name", "str"),
+        ({"name": "x", "exec": ["a"]}, "exec", "str"),
+        ({"name": "x", "exec": str(CHAOS), "args": "--hang"}, "args", "array"),
+        ({"name": "x", "exec": str(CHAOS), "args": ["a", 1]}, "args[1]", "str"),
+        ({"name": "x", "exec": str(CHAOS), "enabled": "yes"}, "enabled", "bool"),
+        ({"name": "x", "exec": str(CHAOS), "restart": "sometimes"}, "restart", "sometimes"),
+        ({"name": "x", "exec": str(CHAOS), "permissions": []}, "permissions", "object"),
+        ({"name": "has space", "exec": str(CHAOS)}, "name", "not a valid name"),
+        ({"name": "../escape", "exec": str(CHAOS)}, "name", "not a valid name"),
+        ({"name": "", "exec": str(CHAOS)}, "name", "not a valid name"),
+        ({"name": "x", "exec": "  "}, "exec", "empty"),
+        ({"name": "x", "exec": "./missing.py"}, "exec", "does not exist"),
+        (
+            {"name": "x", "exec": str(CHAOS), "permissions": {"netwrok": True}},
+            "permissions",
+            "netwrok",
+        ),
+        (
+            {"name": "x", "exec": str(CHAOS), "permissions": {"env": ["NOT VALID"]}},
+            "permissions.env[0]",
+            "NOT VALID",
+        ),
+        ("{not json", "", "not valid JSON"),
+        ("", "", "not valid JSON"),
+        ("[1, 2]", "", "JSON object"),
+        ('"name"', "", "JSON object"),
+    ],
+)
+def test_manifest_errors_name_file_and_field(
+    tmp_path: Path, content: str | dict[str, Any], field: str, words: str
+) -> None:
+    d = _write(tmp_path / "bad", content)
+    with pytest.raises(ManifestError) as info:
+        load_manifest(d)
+    err = info.value
+    assert err.path == str(d / "extension.json")
+    assert err.field == field
+    assert words.lower() in err.message.lower()
+    assert str(d / "extension.json") in str(err)
+    if field:
+        assert f": {field}: " in str(err)
+
+
+def test_missing_manifest_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ManifestError) as info:
+        load_manifest(tmp_path / "empty")
+    assert info.value.path == str(tmp_path / "empty" / "extension.json")
+
+
+def test_unknown_fields_are_reported_not_fatal(tmp_path: Path) -> None:
+    d = _write(tmp_path / "ok", _ok(homepage="https://x", zot_min="0.1"))
+    spec = load_manifest(d)
+    assert spec.unknown_fields == ["homepage", "zot_min"]
+
+
+async def test_unknown_fields_are_reported_when_started(kit: Kit) -> None:
+    """Reported means somewhere a user can see it: the log names the field."""
+    ext = kit.chaos("extra", homepage="https://example.invalid")
+    with capture_logs() as logs, trio.fail_after(CYCLE):
+        async with kit.open(ext) as client:
+            (info,) = await client.list_extensions()
+            assert info.state == "running"
+    assert any("homepage" in json.dumps(e, default=str) for e in logs), logs
+
+
+def test_discovery_order_and_duplicates(kit: Kit, tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    local = project / ".corral" / "extensions"
+    glob = kit.home / "extensions"
+    cli = kit.chaos("dup", "--stderr-lines", "1")
+    kit.chaos("dup", where=local)
+    kit.chaos("dup", where=glob)
+    kit.chaos("p-only", where=local)
+    kit.chaos("shared", where=local)
+    kit.chaos("shared", where=glob)
+    kit.chaos("g-only", where=glob)
+    found = discover([str(cli)], project_dir=str(project), home=str(kit.home))
+    assert [(s.name, s.source) for s in found.specs] == [
+        ("dup", "cli"),
+        ("p-only", "project"),
+        ("shared", "project"),
+        ("g-only", "global"),
+    ]
+    assert [(s.name, s.source, w.source) for s, w in found.duplicates] == [
+        ("dup", "project", "cli"),
+        ("dup", "global", "cli"),
+        ("shared", "global", "project"),
+    ]
+    assert found.problems == []
+    # Without installed ones: only --ext paths.
+    only = discover(
+        [str(cli)], project_dir=str(project), home=str(kit.home), include_installed=False
+    )
+    assert [s.source for s in only.specs] == ["cli"]
+
+
+def test_discovery_collects_problems_and_keeps_going(kit: Kit) -> None:
+    glob = kit.home / "extensions"
+    kit.chaos("good", where=glob)
+    _write(glob / "broken", "{")
+    _write(glob / "nameless", {"exec": str(CHAOS)})
+    (glob / "not-an-extension").mkdir()  # no manifest: not a candidate at all
+    found = discover([], home=str(kit.home))
+    assert [s.name for s in found.specs] == ["good"]
+    assert sorted((Path(p.path).parent.name, p.field) for p in found.problems) == [
+        ("broken", ""),
+        ("nameless", "name"),
+    ]
+
+
+MARKER = """\
+open(os.path.join(os.environ["CORRAL_EXT_DIR"], "started"), "w").close()
+emit({"type": "hello", "name": NAME, "version": "1.0.0"})
+emit({"type": "ready"})
+for msg in frames():
+    if msg["type"] == "shutdown":
+        break
+"""
+
+
+async def test_duplicates_listed_never_started(kit: Kit, tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    local = project / ".corral" / "extensions"
+    glob = kit.home / "extensions"
+    cli = kit.inline("dup", MARKER)
+    proj_dup = kit.inline("dup", MARKER, where=local)
+    glob_dup = kit.inline("dup", MARKER, where=glob)
+    with trio.fail_after(CYCLE):
+        async with kit.open(cli, discover=True, project_dir=str(project)) as client:
+            infos = await client.list_extensions()
+    by_path = {i.path: i for i in infos}
+    assert by_path[str(cli)].state == "running"
+    assert by_path[str(cli)].source == "cli"
+    for dup in (proj_dup, glob_dup):
+        info = by_path[str(dup)]
+        assert info.state == "duplicate"
+        assert info.pid is None
+        assert str(cli) in info.problem
+        assert not (dup / "started").exists()
+    assert (cli / "started").exists()
+
+
+async def test_invalid_manifests_listed_others_run(kit: Kit) -> None:
+    glob = kit.home / "extensions"
+    good = kit.chaos("good", where=glob)
+    _write(glob / "broken", {"name": "broken", "exec": "./nope.py"})
+    _write(glob / "garbled", "{{{")
+    with trio.fail_after(CYCLE):
+        async with kit.open(discover=True) as client:
+            infos = {i.name: i for i in await client.list_extensions()}
+            result = await client.call_tool("chaos_echo", {"text": "still here"})
+    assert result.content[0].text == "echo: still here"  # type: ignore[union-attr]
+    assert infos["good"].state == "running"
+    assert infos["good"].path == str(good)
+    assert infos["broken"].state == "invalid"
+    assert "exec" in infos["broken"].problem
+    assert "nope.py" in infos["broken"].problem
+    assert infos["garbled"].state == "invalid"
+    assert "JSON" in infos["garbled"].problem
+
+
+async def test_disabled_extension_not_started(kit: Kit) -> None:
+    ext = kit.inline("off", MARKER, enabled=False)
+    with trio.fail_after(CYCLE):
+        async with kit.open(ext) as client:
+            (info,) = await client.list_extensions()
+            assert client.tools() == []
+    assert info.state == "disabled"
+    assert info.enabled is False
+    assert info.pid is None
+    assert not (ext / "started").exists()
