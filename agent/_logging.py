@@ -51,5 +51,6 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
+        # Not cached: loggers created at import must follow a later reconfiguration.
+        cache_logger_on_first_use=False,
     )

@@ -14,7 +14,7 @@ import socket
 import threading
 from pathlib import Path
 
-from .conftest import ROOT, World
+from sandbox_harness import ROOT, World
 
 
 def test_cannot_read_outside_grants(world: World) -> None:

@@ -11,16 +11,15 @@ import termios
 from typing import Any
 
 import psutil
+from sandbox_harness import RUN_TIMEOUT, World, as_user
 
 from sandbox._diagnose import read_sysctl
-
-from .conftest import RUN_TIMEOUT, World, _as
 
 
 def test_cannot_signal_or_trace_host_or_other_extensions(world: World) -> None:
     # A process of the host's user standing in for the host and the user's programs,
     # and another sandboxed extension with its own host.
-    bystander = subprocess.Popen(["sleep", "300"], **_as(world.who.uid, world.who.gid))
+    bystander = subprocess.Popen(["sleep", "300"], **as_user(world.who.uid, world.who.gid))
     victim = world.hold("idle_echo.py", then="wait")
     try:
         spawned = victim.expect(lambda e: e["event"] == "spawned")

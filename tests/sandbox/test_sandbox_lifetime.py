@@ -13,8 +13,7 @@ import uuid
 
 import psutil
 import pytest
-
-from .conftest import World
+from sandbox_harness import World
 
 
 def _marked(marker: str) -> list[psutil.Process]:

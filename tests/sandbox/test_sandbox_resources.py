@@ -13,8 +13,7 @@ import re
 from typing import Any
 
 import pytest
-
-from .conftest import World
+from sandbox_harness import World
 
 MEMORY_MB = 128
 #: Interpreter baseline plus one allocation step over the limit.
