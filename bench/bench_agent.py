@@ -2,8 +2,7 @@
 
 Run from the repository root::
 
-    python bench/bench_agent.py            # both figures, a table and one JSON line
-    python bench/bench_agent.py --quick    # fewer iterations, for a smoke run
+    python bench/bench_agent.py [--quick] [--json-out PATH]   # or: python bench/run.py
 
 1. **Overhead per turn.** A scripted provider answers every prompt with one call
    of the ``chaos_echo`` tool of a real (sandboxed when possible) chaos extension,
@@ -19,30 +18,24 @@ Run from the repository root::
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
-import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
-import trio
+from _common import ROOT as REPO
+from _common import Row, main
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from agent._engine import AgentOptions  # noqa: E402 - after the path fix-up above
-from agent._events import AgentEvent  # noqa: E402
-from agent._logging import configure_logging  # noqa: E402
-from agent._scripted import ScriptedProvider, parse_script  # noqa: E402
-from agent._session_host import open_agent  # noqa: E402
+from agent._engine import AgentOptions
+from agent._events import AgentEvent
+from agent._logging import configure_logging
+from agent._scripted import ScriptedProvider, parse_script
+from agent._session_host import open_agent
 
 CHAOS = REPO / "examples" / "extensions" / "chaos" / "chaos.py"
 
@@ -168,63 +161,66 @@ async def memory(turns: int, warmup: int, every: int) -> dict[str, Any]:
     }
 
 
-def _table(o: dict[str, Any], m: dict[str, Any]) -> str:
-    rows = [
-        ("figure", "value", "target"),
-        (
-            "prompt (2 model turns + 1 ext tool call), p50",
-            f"{o['prompt_ms']['p50']:.3f} ms",
-            "",
+async def measure(quick: bool) -> list[Row]:
+    """Both figures as rows (``--quick``: 100 prompts, 2,000 turns)."""
+    prompts, turns, warmup, every = (100, 2000, 400, 200) if quick else (500, 10_000, 1000, 500)
+    configure_logging(level="error")
+    o = await overhead(prompts, "auto")
+    m = await memory(turns, warmup, every)
+    sandbox = f"extension sandbox: {o['backend']}"
+    over_p50 = o["overhead_ms_p50"]
+    spread = m["rss_spread_pct"]
+    return [
+        Row(
+            bench="agent",
+            case="prompt_p50",
+            value=o["prompt_ms"]["p50"],
+            unit="ms",
+            note="2 model turns + 1 extension tool call; " + sandbox,
         ),
-        ("extension tool round trip (call_tool), p50", f"{o['tool_rtt_ms']['p50']:.3f} ms", ""),
-        ("corral overhead per prompt, p50", f"{o['overhead_ms_p50']:.3f} ms", "< 2 ms"),
-        ("corral overhead per prompt, mean", f"{o['overhead_ms_mean']:.3f} ms", "< 2 ms"),
-        ("extension sandbox", f"{o['backend']} (sandboxed={o['sandboxed']})", ""),
-        (
-            f"RSS over {m['turns']} turns (min..max)",
-            f"{m['rss_min_mib']:.1f}..{m['rss_max_mib']:.1f} MiB",
-            "",
+        Row(
+            bench="agent",
+            case="tool_rtt_p50",
+            value=o["tool_rtt_ms"]["p50"],
+            unit="ms",
+            note="the same tool through client.call_tool",
         ),
-        ("RSS spread after warm-up", f"{m['rss_spread_pct']:.2f} %", "< 10 %"),
-        (
-            "compactions / final transcript",
-            f"{m['compactions']} / {m['final_transcript_bytes']} B",
-            "",
+        Row(
+            bench="agent",
+            case="overhead_p50",
+            value=over_p50,
+            unit="ms",
+            target="< 2 ms",
+            ok=over_p50 < 2.0,
+            note="prompt minus the tool's own round trip",
+        ),
+        Row(
+            bench="agent",
+            case="overhead_mean",
+            value=o["overhead_ms_mean"],
+            unit="ms",
+            target="< 2 ms",
+            ok=o["overhead_ms_mean"] < 2.0,
+        ),
+        Row(
+            bench="agent",
+            case="rss_min",
+            value=m["rss_min_mib"],
+            unit="MiB",
+            note=f"{m['turns']} scripted turns, {m['compactions']} compactions",
+        ),
+        Row(bench="agent", case="rss_max", value=m["rss_max_mib"], unit="MiB"),
+        Row(
+            bench="agent",
+            case="rss_spread",
+            value=spread,
+            unit="%",
+            target="< 10 %",
+            ok=spread < 10.0,
+            note=f"after {warmup} warm-up turns, sampled every {every}",
         ),
     ]
-    width = [max(len(r[i]) for r in rows) for i in range(3)]
-    lines = []
-    for index, row in enumerate(rows):
-        lines.append("  ".join(cell.ljust(width[i]) for i, cell in enumerate(row)).rstrip())
-        if index == 0:
-            lines.append("  ".join("-" * w for w in width))
-    return "\n".join(lines)
-
-
-async def _main(args: argparse.Namespace) -> dict[str, Any]:
-    o = await overhead(args.prompts, args.sandbox)
-    m = await memory(args.turns, args.warmup, args.every)
-    return {"bench": "agent", "python": sys.version.split()[0], "overhead": o, "memory": m}
-
-
-def main() -> None:
-    """Run both figures; print a table, then one JSON line."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=500, help="prompts timed for overhead")
-    parser.add_argument("--turns", type=int, default=10_000, help="model turns for memory")
-    parser.add_argument("--warmup", type=int, default=1000, help="turns before RSS sampling")
-    parser.add_argument("--every", type=int, default=500, help="turns between RSS samples")
-    parser.add_argument("--sandbox", choices=["auto", "required", "off"], default="auto")
-    parser.add_argument("--quick", action="store_true", help="100 prompts, 2,000 turns")
-    args = parser.parse_args()
-    if args.quick:
-        args.prompts, args.turns, args.warmup, args.every = 100, 2000, 400, 200
-    configure_logging(0)
-    os.environ.setdefault("CORRAL_LOG", "error")
-    result = trio.run(_main, args)
-    print(_table(result["overhead"], result["memory"]))
-    print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    main()
+    main(measure)

@@ -343,16 +343,7 @@ class Extension:
         self._stderr.note(f"refused: {reason}")
         log.error("extension_refused", reason=reason)
         self._set_state(ExtensionState.FAILED)  # STOPPED/BACKOFF -> FAILED
-        self._publish(
-            ExtensionCrashed(
-                extension=self.name,
-                returncode=None,
-                signal=None,
-                reason=reason,
-                stderr_tail=[],
-                restart_in=None,
-            )
-        )
+        self._report_crash(None, None, reason, [], None)
         self._on_change(self)
         self.settled.set()
         return _Exit(None, reason)
@@ -422,6 +413,25 @@ class Extension:
         kill_pids(tree, signal.SIGKILL)
         await proc.wait()
 
+    def _report_crash(
+        self,
+        returncode: int | None,
+        sig: str | None,
+        reason: str,
+        tail: list[str],
+        restart_in: float | None,
+    ) -> None:
+        self._publish(
+            ExtensionCrashed(
+                extension=self.name,
+                returncode=returncode,
+                signal=sig,
+                reason=reason,
+                stderr_tail=tail,
+                restart_in=restart_in,
+            )
+        )
+
     async def _cut_after_ack(self, race: trio.CancelScope) -> None:
         await self._acked.wait()
         await trio.sleep(self._config.ack_grace)
@@ -445,31 +455,13 @@ class Extension:
             self._set_state(ExtensionState.FAILED)  # STARTING -> FAILED
             log.error("extension_refused", reason=exit_.refused, returncode=code)
             self._on_change(self)
-            self._publish(
-                ExtensionCrashed(
-                    extension=self.name,
-                    returncode=code,
-                    signal=sig,
-                    reason=exit_.refused,
-                    stderr_tail=tail,
-                    restart_in=None,
-                )
-            )
+            self._report_crash(code, sig, exit_.refused, tail, None)
             return None
         clean = code == 0
         if policy == "never" or (clean and policy == "on-failure"):
             self.problem = "" if clean and not self._early_exit else reason
             self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
-            self._publish(
-                ExtensionCrashed(
-                    extension=self.name,
-                    returncode=code,
-                    signal=sig,
-                    reason=reason,
-                    stderr_tail=tail,
-                    restart_in=None,
-                )
-            )
+            self._report_crash(code, sig, reason, tail, None)
             self._on_change(self)
             return None
         now = time.monotonic()
@@ -499,16 +491,7 @@ class Extension:
         log.warning(
             "extension_crashed", reason=reason, restart_in=round(delay, 3), stderr_tail=tail
         )
-        self._publish(
-            ExtensionCrashed(
-                extension=self.name,
-                returncode=code,
-                signal=sig,
-                reason=reason,
-                stderr_tail=tail,
-                restart_in=delay,
-            )
-        )
+        self._report_crash(code, sig, reason, tail, delay)
         return delay
 
     # --- writing -----------------------------------------------------------------------
