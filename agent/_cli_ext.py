@@ -296,5 +296,5 @@ def sandbox_check(as_json: bool) -> None:
         click.echo(msgspec.json.encode(report).decode())
     else:
         click.echo(format_report(report))
-    if getattr(report, "backend", "none") == "none":
+    if report.chosen == "none":
         sys.exit(1)

@@ -96,6 +96,7 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         "help",
         "reload-ext",
         "ext",
+        "tools",
         "clear",
         "compact",
         "model",

@@ -96,7 +96,14 @@ class ExtensionState(enum.Enum):
     QUARANTINED = "quarantined"
 
 
-_TERMINAL = frozenset({ExtensionState.STOPPED, ExtensionState.FAILED, ExtensionState.QUARANTINED})
+_LISTED = frozenset(
+    {
+        ExtensionState.STARTING,
+        ExtensionState.REGISTERING,
+        ExtensionState.RUNNING,
+        ExtensionState.BACKOFF,
+    }
+)
 
 
 @typing.final
@@ -201,6 +208,11 @@ class Extension:
     def _set_state(self, new: ExtensionState) -> None:
         log.debug("extension_state", old=self.state.value, new=new.value)
         self.state = new
+
+    @property
+    def listed(self) -> bool:
+        """Its registrations count: running, or restarting after a crash."""
+        return self.state in _LISTED
 
     @property
     def serving(self) -> bool:

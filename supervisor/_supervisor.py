@@ -1,4 +1,4 @@
-"""The supervisor: one nursery, one owner task per extension, one request router.
+"""The supervisor: one nursery, one owner task per extension, requests routed on submission.
 
 :func:`open_supervisor` discovers extensions, starts them all in parallel, waits
 until each is ready or has failed (every wait is bounded), and yields a
@@ -71,15 +71,6 @@ log = structlog.get_logger("corral.supervisor")
 
 T = typing.TypeVar("T")
 
-_LISTED = frozenset(
-    {
-        ExtensionState.STARTING,
-        ExtensionState.REGISTERING,
-        ExtensionState.RUNNING,
-        ExtensionState.BACKOFF,
-    }
-)
-
 
 @typing.final
 class _Refusing:
@@ -95,10 +86,6 @@ class _Refusing:
 
     def cleanup(self, plan: LaunchPlan) -> None:
         pass
-
-
-def _listed(ext: Extension) -> bool:
-    return ext.state in _LISTED
 
 
 @typing.final
@@ -121,7 +108,7 @@ class _Supervisor:
         self._host = host
         self._exts: list[Extension] = []
         self._discovery = Discovery(specs=[], problems=[], duplicates=[])
-        self._registry: Registry[_RegOwner] = Registry(
+        self._registry: Registry[Extension] = Registry(
             config.reserved_tools, config.reserved_commands
         )
         self._subscribers: list[trio.MemorySendChannel[SupervisorEvent]] = []
@@ -192,9 +179,6 @@ class _Supervisor:
                 )
         if not self._starting:
             self._on_change_all()
-
-    def _owners(self) -> list[_RegOwner]:
-        return [_RegOwner(e) for e in self._exts]
 
     # --- start and stop -----------------------------------------------------------------
 
@@ -306,7 +290,7 @@ class _Supervisor:
                 req.reply.fail(UnknownTool(req.name))
                 return
             name, args = req.name, req.args
-            owner.ext.call(
+            owner.call(
                 "tool",
                 f"tool {name}",
                 lambda rid: f.ToolCall(id=rid, name=name, args=args),
@@ -318,7 +302,7 @@ class _Supervisor:
                 req.reply.fail(UnknownCommand(req.name))
                 return
             cname, cargs = req.name, req.args.strip()
-            cowner.ext.call(
+            cowner.call(
                 "command",
                 f"command /{cname}",
                 lambda rid: f.CommandInvoked(id=rid, name=cname, args=cargs),
@@ -404,7 +388,7 @@ class _Supervisor:
 
     def _on_change_all(self) -> None:
         """Rebuild the registry; announce ``tools_changed`` when the agent's view changed."""
-        if self._registry.rebuild(self._owners()):
+        if self._registry.rebuild(self._exts):
             self._publish(
                 ToolsChanged(
                     extension="*",
@@ -487,6 +471,7 @@ class _Supervisor:
         extension runs below it. Runs in a worker thread.
         """
         out: dict[int, dict[str, Any]] = {}
+        seen: set[int] = set()
         for pid in pids:
             try:
                 root = self._psutil.get(pid)
@@ -509,25 +494,10 @@ class _Supervisor:
                 except psutil.Error:
                     self._psutil.pop(found.pid, None)
             out[pid] = {"rss": rss, "cpu": round(cpu, 1), "fds": fds}
+            seen.update(p.pid for p in tree)
+        for gone in set(self._psutil) - seen:
+            del self._psutil[gone]
         return out
-
-
-@typing.final
-class _RegOwner:
-    """Adapts an :class:`Extension` to the registry's :class:`Owner` protocol."""
-
-    __slots__ = ("commands", "ext", "index", "name", "tools")
-
-    def __init__(self, ext: Extension) -> None:
-        self.ext = ext
-        self.name = ext.name
-        self.index = ext.index
-        self.tools = ext.tools
-        self.commands = ext.commands
-
-    @property
-    def listed(self) -> bool:
-        return _listed(self.ext)
 
 
 @asynccontextmanager
