@@ -200,7 +200,8 @@ async def report_extensions(host: AgentHost, err: TextIO) -> None:
     """
     for info in await host.extensions():
         if info.problem:
-            err.write(f"warning: extension {info.name}: {info.problem}\n")
+            where = f" ({info.path})" if info.state in ("invalid", "duplicate") else ""
+            err.write(f"warning: extension {info.name}{where}: {info.problem}\n")
         elif info.pid is not None and not info.sandboxed:
             err.write(f"warning: extension {info.name} runs UNSANDBOXED (backend {info.backend})\n")
     err.flush()

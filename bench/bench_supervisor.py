@@ -11,10 +11,12 @@ interpreter (and the same interpreter for every child):
 * ``mcp.*``: the MCP SDK's stdio client against ``bench/mcp_echo_server.py`` (one
   ``echo`` tool), sequential and 32 concurrent callers (anyio, asyncio backend: the
   SDK's default and its faster one here).
-* ``corral.*``: the supervisor with ``examples/extensions/chaos``: tool calls,
-  intercept chains, spawn-to-ready, stop (cooperative and stubborn), idle CPU. The
-  ``direct_chaos50_*`` rows run the same 50 chaos.py without corral, to tell
-  corral's share of start-up and stop from the extensions' own.
+* ``corral.*``: the supervisor with ``examples/extensions/chaos`` for tool calls,
+  intercept chains, stubborn stops and idle CPU; spawn-to-ready and cooperative
+  stop use a lean SDK extension (``LEAN``: the stdlib-only SDK, one tool), the
+  lightest realistic extension. The ``direct_lean50_*`` rows run the same 50
+  without corral, to tell corral's share of start-up and stop from the
+  extensions' own.
 
 Every child runs in its own session, as corral's extensions and the MCP SDK's
 servers do: with the kernel's autogroup scheduling a session is also a CPU-share
@@ -46,6 +48,7 @@ import trio
 from _common import ROOT, Row, Rows, main, median, stopwatch
 
 from supervisor import SupervisorClient, SupervisorConfig, open_supervisor
+from supervisor._spawn import SDK_DIR
 
 CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
 MCP_SERVER = Path(__file__).resolve().parent / "mcp_echo_server.py"
@@ -277,6 +280,36 @@ def chaos_dirs(root: Path, names: list[str], *flags: str) -> list[str]:
     return paths
 
 
+#: The lightest realistic extension: the stdlib-only SDK, one tool, a ``ready`` frame.
+LEAN = """\
+import os
+import corral_ext
+
+ext = corral_ext.Extension(os.environ["CORRAL_EXT_NAME"], "1.0.0")
+
+
+@ext.tool("lean_" + ext.name.replace("-", "_"), "echo", {"type": "object"})
+def echo(args):
+    return "ok"
+
+
+ext.run()
+"""
+
+
+def lean_dirs(root: Path, names: list[str]) -> list[str]:
+    """One extension directory per name, each running the lean SDK extension."""
+    paths = []
+    for name in names:
+        d = root / "lean" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "lean.py").write_text(LEAN)
+        manifest = {"name": name, "version": "1.0.0", "exec": "./lean.py"}
+        (d / "extension.json").write_bytes(msgspec.json.encode(manifest))
+        paths.append(str(d))
+    return paths
+
+
 def _config(root: Path, **overrides: Any) -> SupervisorConfig:
     return SupervisorConfig(home=str(root / "home"), sandbox="off", **overrides)
 
@@ -392,14 +425,20 @@ def bare_interpreters(n: int) -> float:
     return t[0]
 
 
-def direct_chaos(n: int) -> tuple[float, float]:
-    """Without corral: seconds until ``n`` chaos.py started at once all sent ``ready``,
-    and seconds from closing their stdin until all exited."""
-    argv, env, pipe = [sys.executable, str(CHAOS)], _child_env(), subprocess.PIPE
+def direct_lean(paths: list[str]) -> tuple[float, float]:
+    """Without corral: seconds until the lean extensions in ``paths``, started at once,
+    all sent ``ready``, and seconds from closing their stdin until all exited."""
+    pipe = subprocess.PIPE
     with stopwatch() as ready:
         procs = [
-            subprocess.Popen(argv, env=env, stdin=pipe, stdout=pipe, start_new_session=True)
-            for _ in range(n)
+            subprocess.Popen(
+                [sys.executable, str(Path(d) / "lean.py")],
+                env=_child_env() | {"PYTHONPATH": SDK_DIR, "CORRAL_EXT_NAME": Path(d).name},
+                stdin=pipe,
+                stdout=pipe,
+                start_new_session=True,
+            )
+            for d in paths
         ]
         for p in procs:
             assert p.stdout is not None
@@ -514,7 +553,7 @@ def _spawn_and_stop(root: Path, sizes: Sizes, rows: Rows) -> None:
 
     The 50-extension runs alternate with the baselines, so load drifts hit all three.
     """
-    paths = chaos_dirs(root, [f"ext{i:02d}" for i in range(50)])
+    paths = lean_dirs(root, [f"ext{i:02d}" for i in range(50)])
     cfg = _config(root)
     trio.run(start_stop, paths[:1], cfg)  # warm-up: imports, spawner thread, caches
     bare_interpreters(5)
@@ -525,16 +564,16 @@ def _spawn_and_stop(root: Path, sizes: Sizes, rows: Rows) -> None:
     for _ in range(sizes.spawn_reps):
         runs.append(trio.run(start_stop, paths, cfg))
         bare.append(bare_interpreters(50))
-        direct.append(direct_chaos(50))
+        direct.append(direct_lean(paths))
     _ready_row(rows, 50, runs)
     rows.add("corral.bare_python50", median(bare) * 1000, "ms", note="python -c pass ×50 at once")
     r = median([_ratio(run.ready_s, b) for run, b in zip(runs, bare, strict=True)])
     rows.add("corral.ready50_vs_bare", r, "×", target="≤ 1.5", ok=r <= 1.5, note="paired")
     rows.add(
-        "corral.direct_chaos50_ready",
+        "corral.direct_lean50_ready",
         median([d[0] for d in direct]) * 1000,
         "ms",
-        note="chaos.py ×50 without corral, until each sent ready",
+        note="the same 50 lean extensions without corral, until each sent ready",
     )
     r = median([_ratio(run.ready_s, d[0]) for run, d in zip(runs, direct, strict=True)])
     rows.add("corral.ready50_vs_direct", r, "×", note="paired; corral's own share of start-up")
@@ -549,16 +588,16 @@ def _spawn_and_stop(root: Path, sizes: Sizes, rows: Rows) -> None:
         note=f"{alive} left alive",
     )
     rows.add(
-        "corral.direct_chaos50_stop",
+        "corral.direct_lean50_stop",
         median([d[1] for d in direct]) * 1000,
         "ms",
-        note="chaos.py ×50 without corral: close stdin, wait all",
+        note="the same 50 without corral: close stdin, wait all",
     )
 
 
 def _ready_row(rows: Rows, n: int, runs: list[StartStop]) -> None:
     short = [r.running for r in runs if r.running != n]
-    note = f"{n} chaos" + (f"; only {short} running" if short else "")
+    note = f"{n} lean SDK extensions" + (f"; only {short} running" if short else "")
     rows.add(f"corral.ready{n}", median([r.ready_s for r in runs]) * 1000, "ms", note=note)
 
 

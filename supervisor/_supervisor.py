@@ -64,12 +64,19 @@ from ._intercept import run_chain
 from ._manifest import Discovery, discover
 from ._reap import find_by_tokens, kill_pids
 from ._registry import Registry
+from ._spawn import sdk_bytecode
 
 __all__ = ["open_supervisor"]
 
 log = structlog.get_logger("corral.supervisor")
 
 T = typing.TypeVar("T")
+
+
+def _name_of(manifest_path: str) -> str:
+    """A name for a manifest that could not be read: its directory's."""
+    path = Path(manifest_path)
+    return (path.parent if path.name == "extension.json" else path).name or manifest_path
 
 
 @typing.final
@@ -212,6 +219,7 @@ class _Supervisor:
                 ignored=shadowed.manifest_path,
                 winner=winner.manifest_path,
             )
+        pycache = await trio.to_thread.run_sync(sdk_bytecode, self.config.home)
         self._exts = [
             Extension(
                 spec,
@@ -228,6 +236,7 @@ class _Supervisor:
         self._starting = True
         try:
             for ext in self._exts:
+                ext.pycache = pycache
                 ext.prepare()
                 self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
             for ext in self._exts:
@@ -415,7 +424,7 @@ class _Supervisor:
         infos = await self._infos(self._exts)
         infos += [
             ExtensionInfo(
-                name=Path(p.path).parent.name,
+                name=_name_of(p.path),
                 version="",
                 source="",
                 path=p.path,
