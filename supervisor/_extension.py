@@ -167,8 +167,6 @@ class Extension:
         self.tokens: list[str] = []
         #: When True the supervisor sweeps descendants once for everyone at stop.
         self.defer_sweep = False
-        #: Where the host compiled the SDK (``PYTHONPYCACHEPREFIX``), if it could.
-        self.pycache: str | None = None
 
         self._stats = {"calls": 0, "errors": 0, "timeouts": 0, "bad_frames": 0}
         self._latencies: deque[float] = deque(maxlen=2048)
@@ -300,7 +298,7 @@ class Extension:
     # --- one incarnation -----------------------------------------------------------
 
     async def _incarnation(self) -> _Exit:
-        request, token = launch_request(self.spec, self._config, self.pycache)
+        request, token = launch_request(self.spec, self._config)
         try:
             plan = self._sandbox.plan(request)
         except SandboxError as exc:

@@ -64,29 +64,24 @@ def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]
     return [spec.exec_path, *spec.manifest.args]
 
 
-def sdk_bytecode(home: str) -> str | None:
-    """Compile the SDK into ``<home>/pycache`` once; return that prefix (or None).
+def sdk_bytecode() -> bool:
+    """Make sure the SDK's bytecode sits beside it; True when it does.
 
     Python extensions run with ``PYTHONDONTWRITEBYTECODE`` (the SDK directory is
-    shared, and read-only in a sandbox), so without a cache every start would
-    compile the SDK again: about 15 ms per extension. ``PYTHONPYCACHEPREFIX`` points
-    the extension's interpreter at bytecode compiled here, by the host's own
-    interpreter (an extension on another Python version ignores it).
+    shared, and read-only in a sandbox), so without this every start would compile
+    the SDK again: about 15 ms per extension. An installed package usually has the
+    bytecode already (pip compiles it); a source checkout gets it here, once.
+    (``PYTHONPYCACHEPREFIX`` is no way out: it moves the lookup for the whole
+    standard library too, which then compiles at every start.)
     """
-    prefix = Path(home) / "pycache"
     source = Path(SDK_DIR) / "corral_ext.py"
-    target = (
-        prefix
-        / Path(SDK_DIR).relative_to(Path(SDK_DIR).anchor)
-        / (f"corral_ext.{sys.implementation.cache_tag}.pyc")
-    )
+    target = Path(SDK_DIR) / "__pycache__" / f"corral_ext.{sys.implementation.cache_tag}.pyc"
     try:
         if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
-            target.parent.mkdir(parents=True, exist_ok=True)
             py_compile.compile(str(source), cfile=str(target), doraise=True)
     except (OSError, py_compile.PyCompileError):
-        return None  # only slower: the extension compiles the SDK itself
-    return str(prefix)
+        return False  # only slower: each extension compiles the SDK itself
+    return True
 
 
 def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:
@@ -109,13 +104,10 @@ def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[
     return env
 
 
-def launch_request(
-    spec: ExtensionSpec, config: SupervisorConfig, pycache: str | None = None
-) -> tuple[LaunchRequest, str]:
+def launch_request(spec: ExtensionSpec, config: SupervisorConfig) -> tuple[LaunchRequest, str]:
     """Build the sandbox's input for one incarnation; returns it with its instance token.
 
     Creates the extension's data directory when its permissions ask for one.
-    ``pycache`` is the prefix :func:`sdk_bytecode` returned, for Python extensions.
     """
     data_dir: str | None = None
     if spec.manifest.permissions.data_dir:
@@ -123,21 +115,14 @@ def launch_request(
         data.mkdir(parents=True, exist_ok=True)
         data_dir = str(data)
     token = f"{spec.name}:{secrets.token_hex(8)}"
-    env = _environment(spec, data_dir, token)
-    runtime = []
-    if _is_python(spec):
-        runtime.append(SDK_DIR)
-        if pycache is not None:
-            env["PYTHONPYCACHEPREFIX"] = pycache
-            runtime.append(pycache)
     request = LaunchRequest(
         name=spec.name,
         argv=interpreter_argv(spec, config),
-        env=env,
+        env=_environment(spec, data_dir, token),
         ext_dir=spec.dir,
         data_dir=data_dir,
         permissions=spec.manifest.permissions,
-        runtime_paths=runtime,
+        runtime_paths=[SDK_DIR] if _is_python(spec) else [],
     )
     return request, token
 

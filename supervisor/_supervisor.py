@@ -219,7 +219,7 @@ class _Supervisor:
                 ignored=shadowed.manifest_path,
                 winner=winner.manifest_path,
             )
-        pycache = await trio.to_thread.run_sync(sdk_bytecode, self.config.home)
+        await trio.to_thread.run_sync(sdk_bytecode)
         self._exts = [
             Extension(
                 spec,
@@ -236,7 +236,6 @@ class _Supervisor:
         self._starting = True
         try:
             for ext in self._exts:
-                ext.pycache = pycache
                 ext.prepare()
                 self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
             for ext in self._exts:

@@ -45,7 +45,7 @@ _FACTS = {
 }
 _ALLOWED = {"PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER"}
 # What the host adds for Python extensions (SDK path, unbuffered, no bytecode).
-_PYTHON = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"}
+_PYTHON = {"PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
 
 
 async def test_environment_is_an_allowlist(kit: Kit, monkeypatch: pytest.MonkeyPatch) -> None:
