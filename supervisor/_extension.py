@@ -14,8 +14,6 @@ and the restart policy, backoff and quarantine decide what happens next.
 from __future__ import annotations
 
 import enum
-import itertools
-import math
 import os
 import random
 import re
@@ -44,12 +42,11 @@ from ._api import (
     SupervisorEvent,
     ToolOutcome,
 )
+from ._calls import PendingCalls
 from ._config import HostInfo, SupervisorConfig
 from ._exceptions import (
-    CallTimeout,
     ExtensionGone,
     ExtensionStopping,
-    ProtocolViolation,
 )
 from ._io import LineReader, Oversize, StderrLog
 from ._manifest import ExtensionSpec
@@ -69,8 +66,6 @@ _BAD_FRAME_LOG_LIMIT = 10
 #: After the process exits, how long the reader may take to reach EOF on stdout (a
 #: grandchild can hold the pipe open forever).
 _EOF_AFTER_EXIT = 0.5
-#: Request ids are unique per host (SPEC), not per extension.
-_REQUEST_IDS = itertools.count(1)
 
 
 class ExtensionState(enum.Enum):
@@ -104,17 +99,6 @@ _LISTED = frozenset(
         ExtensionState.BACKOFF,
     }
 )
-
-
-@typing.final
-class _Pending:
-    __slots__ = ("kind", "reply", "t0", "what")
-
-    def __init__(self, kind: str, what: str, reply: Reply[Any]) -> None:
-        self.kind = kind
-        self.what = what
-        self.reply = reply
-        self.t0 = time.perf_counter()
 
 
 class _Exit(typing.NamedTuple):
@@ -168,18 +152,15 @@ class Extension:
         #: When True the supervisor sweeps descendants once for everyone at stop.
         self.defer_sweep = False
 
-        self._stats = {"calls": 0, "errors": 0, "timeouts": 0, "bad_frames": 0}
-        self._latencies: deque[float] = deque(maxlen=2048)
         self._crashes: deque[float] = deque()
-        self._pending: dict[str, _Pending] = {}
-        self._timeouts = {
-            "tool": config.tool_timeout,
-            "command": config.command_timeout,
-            "intercept": config.intercept_timeout,
-        }
-        self._deadlines: dict[str, deque[tuple[float, str]]] = {k: deque() for k in self._timeouts}
-        self._timer_target = math.inf
-        self._timer_wake = trio.Event()
+        self._calls = PendingCalls(
+            spec.name,
+            {
+                "tool": config.tool_timeout,
+                "command": config.command_timeout,
+                "intercept": config.intercept_timeout,
+            },
+        )
         self._out: trio.MemorySendChannel[bytes] | None = None
         self._proc: ChildProcess | None = None
         self._stop_requested = False
@@ -330,7 +311,7 @@ class Extension:
                 nursery.start_soon(self._stderr.drain, proc.stderr)
                 nursery.start_soon(self._write_loop, proc.stdin, recv)
                 nursery.start_soon(self._read_loop, proc.stdout, reader_done)
-                nursery.start_soon(self._expire_loop)
+                nursery.start_soon(self._calls.run_timer)
                 with trio.CancelScope() as scope:
                     self._interruptible = scope
                     if self._stop_requested:
@@ -377,7 +358,7 @@ class Extension:
         self._sandbox.cleanup(plan)
         self._out = None
         self._proc = None
-        self._fail_pending(self._gone_error(proc.returncode))
+        self._calls.fail_all(self._gone_error(proc.returncode))
 
     async def _ladder(self, proc: ChildProcess) -> None:
         """The shutdown ladder: ``shutdown`` + close stdin, SIGTERM, SIGKILL; always reaps.
@@ -389,7 +370,7 @@ class Extension:
         process. Callers shield it.
         """
         self._set_state(ExtensionState.STOPPING)  # * -> STOPPING
-        self._fail_pending(ExtensionStopping(self.name, "call", "the extension is being stopped"))
+        self._calls.fail_all(ExtensionStopping(self.name, "call", "the extension is being stopped"))
         cfg = self._config
         with trio.move_on_after(cfg.shutdown_grace):
             if self._writer_scope is not None:
@@ -578,61 +559,19 @@ class Extension:
         """
         if reply.done:
             return
-        self._stats["calls"] += 1
+        counts = self._calls.counts
+        counts["calls"] += 1
         if not self.serving:
-            self._stats["errors"] += 1
+            counts["errors"] += 1
             reply.fail(self._unavailable(what))
             return
-        rid = f"{kind[0]}{next(_REQUEST_IDS)}"
-        pending = _Pending(kind, what, reply)
+        rid = self._calls.new_id(kind)
         error = self._send(f.encode_frame(frame_for(rid)))
         if error is not None:
-            self._stats["errors"] += 1
+            counts["errors"] += 1
             reply.fail(ExtensionGone(self.name, what, error))
             return
-        self._pending[rid] = pending
-        reply.bind(lambda seconds: self._give_up(rid, seconds))
-        deadline = trio.current_time() + self._timeouts[kind]
-        queue = self._deadlines[kind]
-        queue.append((deadline, rid))
-        # Calls are mostly answered in order: keep the queue about as long as the
-        # number of calls in flight.
-        while queue and queue[0][1] not in self._pending:
-            queue.popleft()
-        if deadline < self._timer_target:
-            self._timer_wake.set()
-
-    async def _expire_loop(self) -> None:
-        """Fail calls whose deadline passed. One task per incarnation; never polls.
-
-        Each kind has one constant timeout, so each kind's deadlines arrive in
-        order and the earliest is at the front of its queue.
-        """
-        while True:
-            now = trio.current_time()
-            target = math.inf
-            for queue in self._deadlines.values():
-                while queue and (queue[0][1] not in self._pending or queue[0][0] <= now):
-                    deadline, rid = queue.popleft()
-                    if deadline <= now and rid in self._pending:
-                        self._give_up(rid, self._timeouts[self._pending[rid].kind])
-                if queue:
-                    target = min(target, queue[0][0])
-            self._timer_target = target
-            self._timer_wake = trio.Event()
-            with trio.move_on_at(target):
-                await self._timer_wake.wait()
-
-    def _give_up(self, rid: str, seconds: float | None) -> None:
-        pending = self._pending.pop(rid, None)
-        if pending is None:
-            return
-        if seconds is None:
-            pending.reply.fail(ExtensionGone(self.name, pending.what, "the caller gave up"))
-            return
-        self._stats["timeouts"] += 1
-        log.warning("call_timeout", call=pending.what, seconds=seconds)
-        pending.reply.fail(CallTimeout(self.name, pending.what, seconds))
+        self._calls.add(rid, kind, what, reply)
 
     def send_event(self, frame: f.Event) -> None:
         """Queue a one-way lifecycle event if the extension subscribed to it."""
@@ -662,16 +601,6 @@ class Extension:
         msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")
         return ExtensionGone(self.name, "call", msg, returncode=returncode)
 
-    def _fail_pending(self, error: ExtensionGone) -> None:
-        pending, self._pending = self._pending, {}
-        for queue in self._deadlines.values():
-            queue.clear()
-        for p in pending.values():
-            self._stats["errors"] += 1
-            err = type(error)(self.name, p.what, str(error).split(": ", 1)[-1])
-            err.returncode = error.returncode
-            p.reply.fail(err)
-
     # --- reading ----------------------------------------------------------------------------
 
     async def _read_loop(self, stdout: trio.abc.ReceiveStream, done: trio.Event) -> None:
@@ -692,7 +621,7 @@ class Extension:
         if proc is not None and proc.returncode is None:
             with trio.move_on_after(_EOF_AFTER_EXIT):
                 await proc.wait()
-        self._fail_pending(self._gone_error(proc.returncode if proc else None))
+        self._calls.fail_all(self._gone_error(proc.returncode if proc else None))
 
     def _refuse(self, reason: str) -> None:
         self._refused = reason
@@ -769,15 +698,12 @@ class Extension:
         self.settled.set()
 
     def _bad_frame(self, message: str, excerpt: str, frame_id: str | None) -> None:
-        self._stats["bad_frames"] += 1
-        n = self._stats["bad_frames"]
+        self._calls.counts["bad_frames"] += 1
+        n = self._calls.counts["bad_frames"]
         if n <= _BAD_FRAME_LOG_LIMIT or n % 1000 == 0:
             log.warning("bad_frame", problem=message, excerpt=excerpt, count=n)
         if frame_id is not None:
-            pending = self._pending.pop(frame_id, None)
-            if pending is not None:
-                self._stats["errors"] += 1
-                pending.reply.fail(ProtocolViolation(self.name, pending.what, message, excerpt))
+            self._calls.violated(frame_id, message, excerpt)
 
     def _handle(self, item: bytes | Oversize) -> None:
         if isinstance(item, Oversize):
@@ -844,16 +770,14 @@ class Extension:
             self._on_change(self)
 
     def _resolve(self, rid: str, kind: str, frame: Any) -> None:
-        pending = self._pending.get(rid)
-        if pending is None or pending.kind != kind:
+        pending = self._calls.take(rid, kind)
+        if pending is None:
             self._bad_frame(f"reply to unknown id {rid!r}", rid, None)
             return
-        del self._pending[rid]
-        self._latencies.append(time.perf_counter() - pending.t0)
         reply = pending.reply
         if kind == "tool":
             if frame.is_error:
-                self._stats["errors"] += 1
+                self._calls.counts["errors"] += 1
             reply.set(
                 ToolOutcome(
                     content=list(frame.content),
@@ -882,28 +806,14 @@ class Extension:
 
     def stats(self, proc_figures: dict[str, Any] | None = None) -> ExtensionStats:
         """Counters, latency percentiles and (given) psutil figures."""
-        lat = sorted(self._latencies)
-
-        def pct(q: float) -> float | None:
-            if not lat:
-                return None
-            return round(lat[min(len(lat) - 1, math.ceil(q * len(lat)) - 1)] * 1000, 3)
-
         uptime = (
             round(time.monotonic() - self.started_at, 3)
             if self.started_at is not None and self.pid is not None and self.serving
             else None
         )
         figures = proc_figures or {}
-        return ExtensionStats(
-            calls=self._stats["calls"],
-            errors=self._stats["errors"],
-            timeouts=self._stats["timeouts"],
-            bad_frames=self._stats["bad_frames"],
+        return self._calls.stats(
             restarts=self.restarts,
-            latency_p50_ms=pct(0.50),
-            latency_p95_ms=pct(0.95),
-            latency_p99_ms=pct(0.99),
             rss_bytes=figures.get("rss"),
             cpu_percent=figures.get("cpu"),
             open_fds=figures.get("fds"),
