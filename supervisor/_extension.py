@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import os
-import random
 import re
 import signal
 import time
@@ -52,6 +51,7 @@ from ._io import LineReader, Oversize, StderrLog
 from ._manifest import ExtensionSpec
 from ._process import ChildProcess
 from ._reap import descendants, find_by_tokens, kill_pids, signal_group
+from ._restart import Verdict, decide, describe_exit
 from ._spawn import launch_request, spawn
 
 __all__ = ["Extension", "ExtensionState"]
@@ -431,61 +431,51 @@ class Extension:
         race.cancel()
 
     def _after_crash(self, exit_: _Exit) -> float | None:
-        """Decide what follows an exit we did not ask for; None means "do not restart"."""
-        code = exit_.returncode
+        """Carry out the restart policy's decision; None means "do not restart"."""
         tail = self._stderr.flush_tail()
-        sig = signal.Signals(-code).name if code is not None and code < 0 else None
-        status = f"killed by {sig}" if sig else f"exit status {code}"
-        reason = exit_.refused or status
-        if exit_.refused is None and self._early_exit:
-            reason = f"exited before sending hello ({status})"
-        policy = self.spec.manifest.restart
-        self._stderr.note(f"exited: {reason}")
+        code = exit_.returncode
+        _, sig = describe_exit(code)
+        d = decide(
+            name=self.name,
+            policy=self.spec.manifest.restart,
+            returncode=code,
+            refused=exit_.refused,
+            early_exit=self._early_exit,
+            crashes=self._crashes,
+            now=time.monotonic(),
+            config=self._config,
+        )
+        self._stderr.note(f"exited: {d.reason}")
         # Whoever waits for start-up learns of the crash now; restarts go on behind it.
         self.settled.set()
-        if exit_.refused is not None:
-            self.problem = exit_.refused
-            self._set_state(ExtensionState.FAILED)  # STARTING -> FAILED
-            log.error("extension_refused", reason=exit_.refused, returncode=code)
-            self._on_change(self)
-            self._report_crash(code, sig, exit_.refused, tail, None)
-            return None
-        clean = code == 0
-        if policy == "never" or (clean and policy == "on-failure"):
-            self.problem = "" if clean and not self._early_exit else reason
-            self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
-            self._report_crash(code, sig, reason, tail, None)
-            self._on_change(self)
-            return None
-        now = time.monotonic()
-        self._crashes.append(now)
-        while self._crashes and now - self._crashes[0] > self._config.quarantine_window:
-            self._crashes.popleft()
-        crashes = len(self._crashes)
-        if crashes >= self._config.quarantine_crashes:
-            window = self._config.quarantine_window
-            why = (
-                f"crashed {crashes} times in {window:g} s (last: {reason}); "
-                f"run `corral ext enable {self.name}` or reload to try again"
+        if d.verdict is Verdict.RESTART:
+            self.problem = d.reason
+            log.warning(
+                "extension_crashed",
+                reason=d.reason,
+                restart_in=round(d.delay or 0, 3),
+                stderr_tail=tail,
             )
-            self.problem = why
+            self._report_crash(code, sig, d.reason, tail, d.delay)
+            return d.delay
+        if d.verdict is Verdict.FAILED:
+            self.problem = d.reason
+            self._set_state(ExtensionState.FAILED)  # STARTING -> FAILED
+            log.error("extension_refused", reason=d.reason, returncode=code)
+            self._report_crash(code, sig, d.reason, tail, None)
+        elif d.verdict is Verdict.STOPPED:
+            self.problem = "" if code == 0 and not self._early_exit else d.reason
+            self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
+            self._report_crash(code, sig, d.reason, tail, None)
+        else:
+            self.problem = d.reason
             self._quarantine_file.parent.mkdir(parents=True, exist_ok=True)
-            self._quarantine_file.write_text(why + "\n")
+            self._quarantine_file.write_text(d.reason + "\n")
             self._set_state(ExtensionState.QUARANTINED)  # RUNNING -> QUARANTINED
-            log.error("extension_quarantined", reason=why, stderr_tail=tail)
-            self._publish(Quarantined(extension=self.name, reason=why, crashes=crashes))
-            self._on_change(self)
-            return None
-        base = min(
-            self._config.restart_backoff_max, self._config.restart_backoff * 2.0 ** (crashes - 1)
-        )
-        delay = base * random.uniform(0.8, 1.2)
-        self.problem = reason
-        log.warning(
-            "extension_crashed", reason=reason, restart_in=round(delay, 3), stderr_tail=tail
-        )
-        self._report_crash(code, sig, reason, tail, delay)
-        return delay
+            log.error("extension_quarantined", reason=d.reason, stderr_tail=tail)
+            self._publish(Quarantined(extension=self.name, reason=d.reason, crashes=d.crashes))
+        self._on_change(self)
+        return None
 
     # --- writing -----------------------------------------------------------------------
 
@@ -593,11 +583,7 @@ class Extension:
         if returncode is None:
             return ExtensionGone(self.name, "call", "the extension closed its stdout")
         tail = self._stderr.tail[-1] if self._stderr.tail else ""
-        status = (
-            f"killed by {signal.Signals(-returncode).name}"
-            if returncode is not None and returncode < 0
-            else f"exit status {returncode}"
-        )
+        status, _ = describe_exit(returncode)
         msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")
         return ExtensionGone(self.name, "call", msg, returncode=returncode)
 

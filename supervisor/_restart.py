@@ -1,0 +1,97 @@
+"""What follows an exit the host did not ask for: the restart policy, as pure logic.
+
+:func:`decide` takes the facts of one exit (status, refusal, restart policy, the
+recent crash times) and returns a :class:`Decision`; the owner task carries it out
+(state, events, quarantine record, the backoff sleep). Keeping it pure keeps the
+policy testable without processes.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import signal
+from collections import deque
+
+import msgspec
+
+from ._config import RestartPolicy, SupervisorConfig
+
+__all__ = ["Decision", "Verdict", "decide", "describe_exit"]
+
+
+class Verdict(enum.Enum):
+    """What the owner does next."""
+
+    #: Refused (handshake): not restarted.
+    FAILED = "failed"
+    #: Exited under a policy that does not restart this exit.
+    STOPPED = "stopped"
+    #: Crashed too often within the window: not restarted until enabled.
+    QUARANTINE = "quarantine"
+    #: Restart after ``delay`` seconds.
+    RESTART = "restart"
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """The verdict, why, and (for a restart) after how long."""
+
+    verdict: Verdict
+    #: What happened, for events and ``ext list`` (exit status, refusal, quarantine).
+    reason: str
+    #: Crashes inside the quarantine window, this one included.
+    crashes: int = 0
+    delay: float | None = None
+
+
+def describe_exit(returncode: int | None) -> tuple[str, str | None]:
+    """``("exit status 3", None)`` or ``("killed by SIGKILL", "SIGKILL")``."""
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name
+        return f"killed by {name}", name
+    return f"exit status {returncode}", None
+
+
+def decide(
+    *,
+    name: str,
+    policy: RestartPolicy,
+    returncode: int | None,
+    refused: str | None,
+    early_exit: bool,
+    crashes: deque[float],
+    now: float,
+    config: SupervisorConfig,
+) -> Decision:
+    """Decide what follows one exit; records it in ``crashes`` when it counts as one.
+
+    Args:
+        name: the extension's name (quarantine advice names it).
+        policy: the manifest's ``restart``.
+        returncode: exit status (negative: killed by that signal).
+        refused: why the handshake refused the extension, if it did.
+        early_exit: it exited before sending ``hello``.
+        crashes: monotonic times of recent crashes; pruned and appended to here.
+        now: the current monotonic time.
+        config: backoff and quarantine settings.
+    """
+    status, _ = describe_exit(returncode)
+    if refused is not None:
+        return Decision(verdict=Verdict.FAILED, reason=refused)
+    reason = f"exited before sending hello ({status})" if early_exit else status
+    clean = returncode == 0
+    if policy == "never" or (clean and policy == "on-failure"):
+        return Decision(verdict=Verdict.STOPPED, reason=reason)
+    crashes.append(now)
+    while crashes and now - crashes[0] > config.quarantine_window:
+        crashes.popleft()
+    count = len(crashes)
+    if count >= config.quarantine_crashes:
+        why = (
+            f"crashed {count} times in {config.quarantine_window:g} s (last: {reason}); "
+            f"run `corral ext enable {name}` or reload to try again"
+        )
+        return Decision(verdict=Verdict.QUARANTINE, reason=why, crashes=count)
+    base = min(config.restart_backoff_max, config.restart_backoff * 2.0 ** (count - 1))
+    delay = base * random.uniform(0.8, 1.2)
+    return Decision(verdict=Verdict.RESTART, reason=reason, crashes=count, delay=delay)

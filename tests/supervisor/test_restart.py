@@ -1,0 +1,99 @@
+"""The restart policy as pure logic (no processes: ``decide`` is a pure function)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+
+from supervisor import SupervisorConfig
+from supervisor._restart import Decision, Verdict, decide, describe_exit
+
+CFG = SupervisorConfig(
+    home="/nonexistent",
+    restart_backoff=1.0,
+    restart_backoff_max=4.0,
+    quarantine_crashes=3,
+    quarantine_window=60.0,
+)
+
+
+def run(crashes: deque[float], now: float = 100.0, **kw: object) -> Decision:
+    args: dict[str, object] = {
+        "name": "x",
+        "policy": "on-failure",
+        "returncode": 3,
+        "refused": None,
+        "early_exit": False,
+        "crashes": crashes,
+        "now": now,
+        "config": CFG,
+    }
+    args.update(kw)
+    return decide(**args)  # type: ignore[arg-type]
+
+
+def test_describe_exit() -> None:
+    assert describe_exit(3) == ("exit status 3", None)
+    assert describe_exit(-9) == ("killed by SIGKILL", "SIGKILL")
+
+
+def test_refusal_is_final_and_not_a_crash() -> None:
+    crashes: deque[float] = deque()
+    d = run(crashes, refused="hello names 'y'")
+    assert d.verdict is Verdict.FAILED
+    assert d.reason == "hello names 'y'"
+    assert not crashes
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "verdict"),
+    [
+        ("on-failure", 0, Verdict.STOPPED),
+        ("on-failure", 3, Verdict.RESTART),
+        ("on-failure", -9, Verdict.RESTART),
+        ("always", 0, Verdict.RESTART),
+        ("never", 3, Verdict.STOPPED),
+    ],
+)
+def test_policies(policy: str, code: int, verdict: Verdict) -> None:
+    assert run(deque(), policy=policy, returncode=code).verdict is verdict
+
+
+def test_backoff_doubles_with_jitter_up_to_the_ceiling() -> None:
+    crashes: deque[float] = deque()
+    cfg = SupervisorConfig(
+        home="/n", restart_backoff=1.0, restart_backoff_max=4.0, quarantine_crashes=10
+    )
+    delays = [
+        decide(
+            name="x",
+            policy="always",
+            returncode=1,
+            refused=None,
+            early_exit=False,
+            crashes=crashes,
+            now=100.0 + i,
+            config=cfg,
+        ).delay
+        for i in range(5)
+    ]
+    for delay, base in zip(delays, [1, 2, 4, 4, 4], strict=True):
+        assert delay is not None
+        assert base * 0.8 <= delay <= base * 1.2
+
+
+def test_quarantine_after_n_crashes_in_the_window_only() -> None:
+    crashes: deque[float] = deque([0.0, 10.0])  # the first is outside a 60 s window
+    d = run(crashes, now=65.0)
+    assert d.verdict is Verdict.RESTART
+    d = run(crashes, now=66.0)
+    assert d.verdict is Verdict.QUARANTINE
+    assert "crashed 3 times in 60 s" in d.reason
+    assert "corral ext enable x" in d.reason
+
+
+def test_exit_before_hello_is_a_crash_that_says_so() -> None:
+    d = run(deque(), early_exit=True, returncode=7)
+    assert d.verdict is Verdict.RESTART
+    assert d.reason == "exited before sending hello (exit status 7)"
