@@ -48,8 +48,10 @@ def test_cannot_read_outside_grants(world: World) -> None:
     # The project tree is invisible, unless the interpreter's venv lives inside it:
     # then the tree shows as an empty skeleton leading to the venv (checked above).
     assert str(ROOT) not in verdict["listed"] or str(ROOT) in skeleton
-    assert set(verdict["root"]) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32",
-                                    "proc", "root", "sbin", "tmp", "usr", "var"}  # fmt: skip
+    system = {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "sbin",
+              "tmp", "usr", "var"}  # fmt: skip
+    # Plus the first component of each bound path (e.g. /work for a venv under /work).
+    assert set(verdict["root"]) <= system | skeleton.get("/", set())
 
 
 def test_cannot_learn_host_secrets(world: World) -> None:
