@@ -120,7 +120,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
     for err in found.problems:
         rows.append(
             {
-                "name": Path(err.path).parent.name,
+                "name": err.extension,
                 "version": "",
                 "source": "",
                 "enabled": False,

@@ -20,6 +20,8 @@ are different types so callers can tell a crash from a reload.
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 __all__ = [
     "CallFailed",
     "CallTimeout",
@@ -55,6 +57,12 @@ class ManifestError(SupervisorError):
         self.path = path
         self.field = field
         self.message = message
+
+    @property
+    def extension(self) -> str:
+        """A name for the extension whose manifest failed: its directory's."""
+        p = PurePath(self.path)
+        return (p.parent if p.name == "extension.json" else p).name or self.path
 
 
 class SupervisorClosed(SupervisorError):

@@ -73,12 +73,6 @@ log = structlog.get_logger("corral.supervisor")
 T = typing.TypeVar("T")
 
 
-def _name_of(manifest_path: str) -> str:
-    """A name for a manifest that could not be read: its directory's."""
-    path = Path(manifest_path)
-    return (path.parent if path.name == "extension.json" else path).name or manifest_path
-
-
 @typing.final
 class _Refusing:
     """Stands in for the sandbox when ``required`` found none: refuses every start."""
@@ -423,7 +417,7 @@ class _Supervisor:
         infos = await self._infos(self._exts)
         infos += [
             ExtensionInfo(
-                name=_name_of(p.path),
+                name=p.extension,
                 version="",
                 source="",
                 path=p.path,
