@@ -29,15 +29,15 @@ from ._events import (
     UserMessage,
 )
 from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
+from ._host import BUILTIN_TOOLS, AgentHost, open_agent
 from ._loop import AgentBusy, AgentLoop, LoopState
 from ._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
-from ._offline import OfflineProvider
-from ._provider import ModelInfo, ModelRequest, Provider, ProviderEvent, ToolSpec
-from ._providers import PROVIDERS, UnknownProvider, make_provider
-from ._rpc import serve_rpc
+from ._providers.base import ModelInfo, ModelRequest, Provider, ProviderEvent, ToolSpec
+from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
+from ._providers.offline import OfflineProvider
+from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
+from ._rpc.server import serve_rpc
 from ._runtime import EventStream, Job, JobState, Runtime, RuntimeClosed, RuntimeState, open_runtime
-from ._scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
-from ._session_host import BUILTIN_TOOLS, AgentHost, open_agent
 
 __all__ = [
     "BUILTIN_TOOLS",

@@ -1,6 +1,6 @@
 """The contract between the agent loop and what drives it (CLI, RPC, embedding).
 
-:func:`agent.open_agent` (in ``_session_host.py``) opens the supervisor, the
+:func:`agent.open_agent` (in ``_host.py``) opens the supervisor, the
 provider and the loop for one :class:`AgentOptions` and yields an :class:`Engine`.
 The RPC server and the in-process runtime add queueing, abort and ``done`` on top.
 """
@@ -14,7 +14,7 @@ import msgspec
 
 from ._events import AgentEvent, UsageTotals
 from ._messages import ImageContent, Message
-from ._provider import ModelInfo, ToolSpec
+from ._providers.base import ModelInfo, ToolSpec
 
 __all__ = ["AgentOptions", "Emit", "Engine"]
 

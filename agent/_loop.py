@@ -63,7 +63,7 @@ from ._messages import (
     ToolResultContent,
     now_iso,
 )
-from ._provider import (
+from ._providers.base import (
     ModelInfo,
     ModelRequest,
     Provider,
@@ -74,7 +74,7 @@ from ._provider import (
     ToolSpec,
 )
 from ._registry import ToolRegistry, ToolRunResult, error_result
-from ._session import (
+from ._transcript import (
     COMPACT_INSTRUCTION,
     COMPACT_SYSTEM,
     Transcript,

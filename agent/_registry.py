@@ -23,7 +23,7 @@ import structlog
 from supervisor import ImageBlock, SupervisorError, ToolInfo, ToolOutcome
 
 from ._messages import ImageContent, TextContent
-from ._provider import ToolSpec
+from ._providers.base import ToolSpec
 
 __all__ = [
     "ExtensionTool",

@@ -37,10 +37,10 @@ from supervisor import CommandOutcome, ExtensionInfo, ReloadStats
 from ._engine import AgentOptions, Emit
 from ._events import AgentEvent, Done, ErrorEvent, TurnEnd, UsageTotals
 from ._exceptions import AgentError
+from ._host import AgentHost, open_agent
 from ._loop import AgentBusy
 from ._messages import ImageContent, Message
-from ._provider import ModelInfo, ToolSpec
-from ._session_host import AgentHost, open_agent
+from ._providers.base import ModelInfo, ToolSpec
 
 __all__ = [
     "EventStream",

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from _common import ROOT, Row, Rows, main, median
 
-RPC_ARGV = [sys.executable, "-c", "from agent._cli_rpc import rpc_cmd; rpc_cmd()"]
+RPC_ARGV = [sys.executable, "-c", "from agent._cli.rpc_cmd import rpc_cmd; rpc_cmd()"]
 
 #: The baseline: what any trio NDJSON server has to do for a ping, and nothing more.
 RAW_SERVER = r"""

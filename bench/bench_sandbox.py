@@ -22,7 +22,7 @@ import trio
 from _common import Row, Rows, main, median
 from bench_supervisor import lean_dirs
 
-from agent._logging import configure_logging
+from agent._cli.logs import configure_logging
 from sandbox import Sandbox, select_sandbox
 from supervisor import SupervisorConfig, open_supervisor
 

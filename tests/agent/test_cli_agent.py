@@ -1,6 +1,6 @@
 """``corral run``, ``chat`` and ``demo`` through the real entry point.
 
-Most tests invoke the ``corral`` click group (``agent._cli:main``, what the console
+Most tests invoke the ``corral`` click group (``agent._cli.main:main``, what the console
 script runs) with ``CliRunner``; the Ctrl-C tests run it as a real subprocess.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from agent_helpers import EXAMPLES, REPO, probe, script
 from click.testing import CliRunner, Result
 
-from agent._cli import main
+from agent._cli.main import main
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -193,7 +193,7 @@ def test_demo(home: Path) -> None:
 
 def spawn_corral(args: list[str], home: Path, work: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO)}
-    code = "import sys; from agent._cli import main; sys.exit(main())"
+    code = "import sys; from agent._cli.main import main; sys.exit(main())"
     return subprocess.Popen(
         [sys.executable, "-u", "-c", code, *args],
         stdin=subprocess.PIPE,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from agent._cli import main
+from agent._cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "extensions"
@@ -166,7 +166,7 @@ def test_sandbox_check_reports_bwrap() -> None:
 def test_console_script_runs() -> None:
     """The installed entry point (not just the click object) works."""
     out = subprocess.run(
-        [sys.executable, "-c", "from agent._cli import main; main()", "--version"],
+        [sys.executable, "-c", "from agent._cli.main import main; main()", "--version"],
         capture_output=True,
         text=True,
         check=False,

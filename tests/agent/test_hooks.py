@@ -1,6 +1,6 @@
 """Hooks against real extension processes: every intercept outcome, crashes, reload.
 
-Each test opens a real agent session (:func:`agent._session_host.open_agent`) with
+Each test opens a real agent session (:func:`agent._host.open_agent`) with
 extension processes from ``examples/extensions`` or the probe fixture, drives it
 with the scripted provider, and checks no process is left behind.
 """
@@ -16,8 +16,8 @@ import trio
 from agent_helpers import EXAMPLES, Collector, chaos, options, probe, script
 
 from agent._events import ExtDisplay, ExtStatus, TurnEnd
+from agent._host import open_agent
 from agent._messages import TextContent, ToolCallContent, text_of
-from agent._session_host import open_agent
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

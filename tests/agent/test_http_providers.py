@@ -20,9 +20,7 @@ import trio
 from http_fakes import FakeServer, Reply, anthropic_sse, json_reply, openai_sse
 from http_fakes import split as pieces
 
-from agent._anthropic import AnthropicProvider
 from agent._exceptions import ProviderError
-from agent._http import lookup
 from agent._messages import (
     ImageContent,
     Message,
@@ -31,8 +29,8 @@ from agent._messages import (
     ToolResultContent,
     now_iso,
 )
-from agent._openai import OpenAIProvider
-from agent._provider import (
+from agent._providers.anthropic import AnthropicProvider
+from agent._providers.base import (
     ModelInfo,
     ModelRequest,
     Provider,
@@ -43,6 +41,8 @@ from agent._provider import (
     ProviderUsage,
     ToolSpec,
 )
+from agent._providers.http import lookup
+from agent._providers.openai import OpenAIProvider
 
 PNG = "iVBORw0KGgo="
 JPEG = "/9j/4AAQ"

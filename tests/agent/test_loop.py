@@ -24,11 +24,11 @@ from agent._events import (
 )
 from agent._loop import AgentBusy, AgentLoop, LoopState
 from agent._messages import Message, TextContent, ToolCallContent, ToolResultContent
-from agent._offline import OfflineProvider
-from agent._provider import ToolSpec
+from agent._providers.base import ToolSpec
+from agent._providers.offline import OfflineProvider
+from agent._providers.scripted import ScriptedProvider, parse_script
 from agent._registry import Progress, ToolRegistry, ToolRunResult, error_result, text_result
-from agent._scripted import ScriptedProvider, parse_script
-from agent._session import SUMMARY_PREFIX
+from agent._transcript import SUMMARY_PREFIX
 from supervisor import EmitEvent, InterceptOutcome
 
 OBJ: dict[str, Any] = {"type": "object", "properties": {}}

@@ -15,15 +15,15 @@ from agent._messages import (
     ToolResultContent,
     now_iso,
 )
-from agent._offline import OfflineProvider, plan_reply
-from agent._provider import (
+from agent._providers.base import (
     ModelRequest,
     ProviderStop,
     ProviderTextDelta,
     ProviderToolCall,
     ToolSpec,
 )
-from agent._session import COMPACT_SYSTEM, SUMMARY_PREFIX
+from agent._providers.offline import OfflineProvider, plan_reply
+from agent._transcript import COMPACT_SYSTEM, SUMMARY_PREFIX
 
 OBJ: dict[str, Any] = {"type": "object", "properties": {}}
 BUILTINS = [ToolSpec(name=n, description="", schema=OBJ) for n in ("read", "write", "edit", "bash")]

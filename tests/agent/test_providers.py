@@ -9,9 +9,9 @@ from agent_helpers import script
 
 from agent._engine import AgentOptions
 from agent._exceptions import AgentError, ScriptError
-from agent._offline import OfflineProvider
-from agent._providers import PROVIDERS, UnknownProvider, make_provider
-from agent._scripted import ScriptedProvider
+from agent._providers.factory import PROVIDERS, UnknownProvider, make_provider
+from agent._providers.offline import OfflineProvider
+from agent._providers.scripted import ScriptedProvider
 
 
 def test_offline_is_the_default() -> None:

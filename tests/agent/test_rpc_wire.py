@@ -13,11 +13,11 @@ import trio
 import trio.testing
 from rpc_fixtures.rpc_harness import write_script
 
-from agent._cli_rpc import rewrite_rpc_flag
+from agent._cli.rpc_cmd import rewrite_rpc_flag
 from agent._engine import AgentOptions
 from agent._events import ToolProgress, ToolResultEvent, UserMessage
 from agent._messages import ImageContent, TextContent
-from agent._rpc import COMMANDS, LineReader, Response, encode_line, serve_rpc
+from agent._rpc.server import COMMANDS, LineReader, Response, encode_line, serve_rpc
 from agent._runtime import open_runtime
 
 

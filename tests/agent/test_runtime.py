@@ -9,7 +9,6 @@ import pytest
 import trio
 from rpc_fixtures.rpc_harness import chaos_ext, write_script
 
-from agent._bash import BashTool
 from agent._engine import AgentOptions
 from agent._events import (
     AgentEvent,
@@ -33,6 +32,7 @@ from agent._loop import AgentBusy
 from agent._messages import ImageContent, TextContent
 from agent._registry import ToolRunResult
 from agent._runtime import JobState, RuntimeClosed, open_runtime
+from agent._tools.bash import BashTool
 
 TIMEOUT = 20
 

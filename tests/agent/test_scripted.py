@@ -11,7 +11,7 @@ import trio.testing
 
 from agent._exceptions import ProviderError, ScriptError
 from agent._messages import Message, TextContent, now_iso
-from agent._provider import (
+from agent._providers.base import (
     ModelRequest,
     ProviderEvent,
     ProviderStop,
@@ -19,8 +19,8 @@ from agent._provider import (
     ProviderToolCall,
     ProviderUsage,
 )
-from agent._scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
-from agent._session import COMPACT_SYSTEM
+from agent._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
+from agent._transcript import COMPACT_SYSTEM
 
 REQUEST = ModelRequest(
     model="scripted",

@@ -10,7 +10,7 @@ import trio
 
 from agent._exceptions import SessionError
 from agent._messages import Message, TextContent, ToolCallContent, ToolResultContent, now_iso
-from agent._session import (
+from agent._transcript import (
     COMPACT_INSTRUCTION,
     SUMMARY_PREFIX,
     SessionHeader,

@@ -13,11 +13,11 @@ import pytest
 import trio
 from agent_helpers import children
 
-from agent._bash import BashTool, BoundedOutput
 from agent._exceptions import ToolError
 from agent._messages import ImageContent, TextContent
 from agent._registry import ToolRunResult
-from agent._tools import EditTool, ReadTool, Workspace, WriteTool
+from agent._tools.bash import BashTool, BoundedOutput
+from agent._tools.files import EditTool, ReadTool, Workspace, WriteTool
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

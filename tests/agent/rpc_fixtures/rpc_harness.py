@@ -21,7 +21,7 @@ import trio
 
 REPO = Path(__file__).resolve().parents[3]
 #: The ``corral rpc`` command without the console script.
-RPC_ARGV = [sys.executable, "-c", "from agent._cli_rpc import rpc_cmd; rpc_cmd()"]
+RPC_ARGV = [sys.executable, "-c", "from agent._cli.rpc_cmd import rpc_cmd; rpc_cmd()"]
 
 Frame = dict[str, Any]
 

@@ -41,16 +41,16 @@ from supervisor import (
     open_supervisor,
 )
 
-from ._bash import BashTool
 from ._engine import AgentOptions, Emit
 from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
 from ._exceptions import AgentError
 from ._loop import AgentLoop
-from ._provider import Provider
-from ._providers import make_provider
+from ._providers.base import Provider
+from ._providers.factory import make_provider
 from ._registry import Tool, ToolRegistry
-from ._session import SessionHeader, SessionStore, Transcript
-from ._tools import EditTool, ReadTool, Workspace, WriteTool
+from ._tools.bash import BashTool
+from ._tools.files import EditTool, ReadTool, Workspace, WriteTool
+from ._transcript import SessionHeader, SessionStore, Transcript
 
 __all__ = ["BUILTIN_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
 

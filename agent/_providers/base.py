@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from ._messages import Message
+from .._messages import Message
 
 __all__ = [
     "ModelInfo",

@@ -23,10 +23,10 @@ from typing import Any
 import msgspec
 import trio
 
-from ._exceptions import ToolError
-from ._messages import ImageContent
-from ._provider import ToolSpec
-from ._registry import Progress, ToolRunResult, error_result, text_result
+from .._exceptions import ToolError
+from .._messages import ImageContent
+from .._providers.base import ToolSpec
+from .._registry import Progress, ToolRunResult, error_result, text_result
 
 __all__ = ["EditTool", "ReadTool", "Workspace", "WriteTool", "decode_args"]
 

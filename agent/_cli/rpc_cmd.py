@@ -17,11 +17,11 @@ import click
 import structlog
 import trio
 
-from ._cli_agent import AgentCLIError, agent_options, run_trio
-from ._engine import AgentOptions
-from ._logging import configure_logging
-from ._rpc import DEFAULT_LINE_LIMIT, TOKEN_ENV, serve_rpc
-from ._runtime import open_runtime
+from .._engine import AgentOptions
+from .._rpc.server import DEFAULT_LINE_LIMIT, TOKEN_ENV, serve_rpc
+from .._runtime import open_runtime
+from .agent_cmds import AgentCLIError, agent_options, run_trio
+from .logs import configure_logging
 
 __all__ = ["rewrite_rpc_flag", "rpc_cmd", "run_rpc"]
 
@@ -79,7 +79,7 @@ async def run_rpc(
     Takes ownership of both descriptors (they are closed on return).
 
     Returns:
-        The exit status (see :func:`~agent._rpc.serve_rpc`), or 128 + the signal
+        The exit status (see :func:`~agent._rpc.server.serve_rpc`), or 128 + the signal
         number after SIGINT or SIGTERM.
 
     Raises:

@@ -31,11 +31,11 @@ import trio
 from sandbox import LaunchPlan, LaunchRequest, Permissions, Sandbox
 from sandbox import spawn as sandbox_spawn
 
-from ._exceptions import ToolError
-from ._messages import TextContent
-from ._provider import ToolSpec
-from ._registry import Progress, ToolRunResult, error_result
-from ._tools import Workspace, decode_args
+from .._exceptions import ToolError
+from .._messages import TextContent
+from .._providers.base import ToolSpec
+from .._registry import Progress, ToolRunResult, error_result
+from .files import Workspace, decode_args
 
 __all__ = ["BashTool", "BoundedOutput"]
 

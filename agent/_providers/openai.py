@@ -19,10 +19,9 @@ from typing import Any
 import msgspec
 import structlog
 
-from ._exceptions import ProviderError
-from ._http import decode_data, excerpt, known_models, new_client, open_sse, usage_event
-from ._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
-from ._provider import (
+from .._exceptions import ProviderError
+from .._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from .base import (
     ModelInfo,
     ModelRequest,
     ProviderEvent,
@@ -31,6 +30,7 @@ from ._provider import (
     ProviderToolCall,
     ProviderUsage,
 )
+from .http import decode_data, excerpt, known_models, new_client, open_sse, usage_event
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProvider"]
 

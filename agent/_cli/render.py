@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from ._events import (
+from .._events import (
     AgentEvent,
     AssistantMessage,
     AssistantStart,
@@ -31,7 +31,7 @@ from ._events import (
     Usage,
     UserMessage,
 )
-from ._messages import ImageContent, Message, TextContent, wire_message
+from .._messages import ImageContent, Message, TextContent, wire_message
 
 __all__ = ["HumanRenderer", "JsonRenderer", "Style", "clip"]
 

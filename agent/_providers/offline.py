@@ -3,7 +3,7 @@
 It reads the last message of the request and answers by fixed rules (documented
 in ``docs/agent.md``), checked in this order:
 
-1. A compaction request gets :func:`~agent._session.local_summary`.
+1. A compaction request gets :func:`~agent._transcript.local_summary`.
 2. After tool results, it summarises them, one line per call, and stops.
 3. ``say "X"`` (also ``repeat``/``echo``, any quotes or a colon) answers exactly X.
 4. Tool calls, each only when that tool is offered, in the order they appear:
@@ -34,8 +34,9 @@ from typing import Any
 
 import trio
 
-from ._messages import Message, ToolCallContent, ToolResultContent, text_of
-from ._provider import (
+from .._messages import Message, ToolCallContent, ToolResultContent, text_of
+from .._transcript import SUMMARY_PREFIX, is_compaction, local_summary
+from .base import (
     ModelInfo,
     ModelRequest,
     ProviderEvent,
@@ -45,7 +46,6 @@ from ._provider import (
     ProviderUsage,
     ToolSpec,
 )
-from ._session import SUMMARY_PREFIX, is_compaction, local_summary
 
 __all__ = ["OfflineProvider", "plan_reply"]
 

@@ -21,15 +21,15 @@ import trio
 
 from supervisor import SupervisorError
 
-from ._chat import run_chat
-from ._demo import default_examples_dir, run_demo
-from ._engine import AgentOptions
-from ._events import Done
-from ._exceptions import AgentError
-from ._logging import configure_logging
-from ._providers import PROVIDERS
-from ._render import HumanRenderer, JsonRenderer
-from ._session_host import AgentHost, open_agent
+from .._engine import AgentOptions
+from .._events import Done
+from .._exceptions import AgentError
+from .._host import AgentHost, open_agent
+from .._providers.factory import PROVIDERS
+from .chat import run_chat
+from .demo import default_examples_dir, run_demo
+from .logs import configure_logging
+from .render import HumanRenderer, JsonRenderer
 
 __all__ = [
     "AgentCLIError",

@@ -7,11 +7,11 @@ missing HTTP stack can never break offline use.
 
 from __future__ import annotations
 
-from ._engine import AgentOptions
-from ._exceptions import AgentError
-from ._offline import OfflineProvider
-from ._provider import Provider
-from ._scripted import ScriptedProvider, load_script
+from .._engine import AgentOptions
+from .._exceptions import AgentError
+from .base import Provider
+from .offline import OfflineProvider
+from .scripted import ScriptedProvider, load_script
 
 __all__ = ["PROVIDERS", "UnknownProvider", "make_provider"]
 
@@ -43,11 +43,11 @@ def make_provider(options: AgentOptions) -> Provider:
         return ScriptedProvider(load_script(options.script), model=options.model)
     if name == "openai":
         # Imported here: the HTTP stack is optional and loaded on demand.
-        from ._openai import OpenAIProvider  # type: ignore[import-not-found, unused-ignore]
+        from .openai import OpenAIProvider  # type: ignore[import-not-found, unused-ignore]
 
         return OpenAIProvider(options.model, options.base_url, options.api_key)
     if name == "anthropic":
-        from ._anthropic import AnthropicProvider  # type: ignore[import-not-found, unused-ignore]
+        from .anthropic import AnthropicProvider  # type: ignore[import-not-found, unused-ignore]
 
         return AnthropicProvider(options.model, options.base_url, options.api_key)
     raise UnknownProvider(f"unknown provider {name!r}; valid providers: {', '.join(PROVIDERS)}")

@@ -26,10 +26,10 @@ import trio
 
 from supervisor import CommandOutcome, ExtensionInfo, SupervisorError
 
-from ._engine import AgentOptions, Emit
-from ._exceptions import AgentError
-from ._render import HumanRenderer
-from ._session_host import AgentHost, open_agent
+from .._engine import AgentOptions, Emit
+from .._exceptions import AgentError
+from .._host import AgentHost, open_agent
+from .render import HumanRenderer
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 

@@ -34,10 +34,10 @@ import trio
 
 from supervisor import SupervisorError
 
-from ._events import AgentEvent, AssistantMessage, ToolResultEvent, UserMessage
-from ._exceptions import AgentError
-from ._messages import ImageContent, Message, wire_message
-from ._runtime import Runtime
+from .._events import AgentEvent, AssistantMessage, ToolResultEvent, UserMessage
+from .._exceptions import AgentError
+from .._messages import ImageContent, Message, wire_message
+from .._runtime import Runtime
 
 __all__ = [
     "COMMANDS",

@@ -17,7 +17,7 @@ Order of events in a call: ``delay``; the text in chunks (only the first
 ``break_after_chars`` characters when set, then a retryable :class:`ProviderError`
 "stream broke"); ``error`` raises :class:`ProviderError` after the text; otherwise
 the tool calls, the usage, and the stop. Compaction requests are answered with
-:func:`~agent._session.local_summary` and do not consume a line. When the script
+:func:`~agent._transcript.local_summary` and do not consume a line. When the script
 runs out, the call fails with a clear error (or starts over with ``cycle=True``).
 """
 
@@ -31,8 +31,9 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from ._exceptions import ProviderError, ScriptError
-from ._provider import (
+from .._exceptions import ProviderError, ScriptError
+from .._transcript import is_compaction, local_summary
+from .base import (
     ModelInfo,
     ModelRequest,
     ProviderEvent,
@@ -41,7 +42,6 @@ from ._provider import (
     ProviderToolCall,
     ProviderUsage,
 )
-from ._session import is_compaction, local_summary
 
 __all__ = ["ScriptToolCall", "ScriptTurn", "ScriptedProvider", "load_script", "parse_script"]
 

@@ -10,10 +10,10 @@ import typing
 
 import click
 
-from ._cli_agent import chat_cmd, demo_cmd, run_cmd
-from ._cli_ext import ext_group, sandbox_group
-from ._cli_rpc import rewrite_rpc_flag, rpc_cmd
-from ._logging import configure_logging
+from .agent_cmds import chat_cmd, demo_cmd, run_cmd
+from .ext_cmds import ext_group, sandbox_group
+from .logs import configure_logging
+from .rpc_cmd import rewrite_rpc_flag, rpc_cmd
 
 __all__ = ["main"]
 

@@ -37,7 +37,7 @@ from ._messages import (
     now_iso,
     text_of,
 )
-from ._provider import ModelRequest
+from ._providers.base import ModelRequest
 
 __all__ = [
     "COMPACT_INSTRUCTION",

@@ -24,8 +24,8 @@ import msgspec
 import structlog
 import trio
 
-from ._exceptions import ProviderError
-from ._provider import ModelInfo, ProviderUsage
+from .._exceptions import ProviderError
+from .base import ModelInfo, ProviderUsage
 
 __all__ = [
     "TIMEOUT",

@@ -23,12 +23,12 @@ from typing import TextIO
 import psutil
 import trio
 
-from ._chat import ChatSession, format_extensions
-from ._engine import AgentOptions
-from ._events import AgentEvent, AssistantMessage, ExtStatus, ToolResultEvent
-from ._messages import TextContent, text_of
-from ._render import HumanRenderer, text_of_blocks
-from ._session_host import AgentHost, open_agent
+from .._engine import AgentOptions
+from .._events import AgentEvent, AssistantMessage, ExtStatus, ToolResultEvent
+from .._host import AgentHost, open_agent
+from .._messages import TextContent, text_of
+from .chat import ChatSession, format_extensions
+from .render import HumanRenderer, text_of_blocks
 
 __all__ = ["DEMO_EXTENSIONS", "default_examples_dir", "run_demo"]
 
@@ -40,7 +40,7 @@ _RESTART_WAIT = 15.0
 
 def default_examples_dir() -> Path | None:
     """``examples/extensions`` of the source tree this package runs from, if present."""
-    candidate = Path(__file__).resolve().parent.parent / "examples" / "extensions"
+    candidate = Path(__file__).resolve().parents[2] / "examples" / "extensions"
     return candidate if (candidate / "weather" / "extension.json").is_file() else None
 
 

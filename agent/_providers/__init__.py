@@ -1,0 +1,1 @@
+"""Model providers: the interface, the factory, offline, scripted and HTTP ones."""

@@ -1,0 +1,1 @@
+"""RPC mode: the NDJSON wire server (seeds/rpc.md)."""

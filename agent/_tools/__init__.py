@@ -1,0 +1,1 @@
+"""Built-in tools the agent offers the model."""
