@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from supervisor._hostwire import (
     ErrorResponse,
     EventBody,
     ExecuteValue,
+    HostErrorType,
     HostEvent,
     HostWireError,
     Method,
@@ -29,6 +31,7 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
+from supervisor._spawn import SDK_DIR
 
 
 def line(obj: Any) -> bytes:
@@ -214,3 +217,12 @@ def test_execute_values() -> None:
 )
 def test_formatted_results(value: Any, expected: Any) -> None:
     assert decode_formatted_result(value) == expected
+
+
+def test_runner_errors_match_the_codec() -> None:
+    """Both runners answer with the codec's error types: one vocabulary on both sides."""
+    node = (Path(SDK_DIR) / "host.mjs").read_text()
+    python = (Path(SDK_DIR) / "corral_toolhost.py").read_text()
+    for error_type in HostErrorType:
+        assert f'"{error_type}"' in python, error_type
+        assert f'"{error_type}"' in node, error_type
