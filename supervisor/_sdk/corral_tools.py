@@ -473,7 +473,8 @@ def struct_schema(args_type: type[msgspec.Struct]) -> JSONObject:
                     kept[target] = inline(_untitled(defs[target]), (target,))
                 return {"$ref": "#" if target == root else ref, **rest}
             return {**inline(_untitled(defs[target]), (*stack, target)), **rest}
-        return {k: inline(v, stack) for k, v in node.items()}
+        # msgspec writes "required": [] for all-optional objects; draft-04 forbids it.
+        return {k: inline(v, stack) for k, v in node.items() if not (k == "required" and v == [])}
 
     schema: JSONObject = inline({"$ref": f"#/$defs/{root}"}, ())
     if kept:

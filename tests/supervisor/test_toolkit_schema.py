@@ -265,3 +265,18 @@ def test_sdk_module_imports_stdlib_only_until_a_typed_tool_is_built() -> None:
         check=True,
     )
     assert out.stdout.strip() == "[]"
+
+
+class AllOptional(msgspec.Struct):
+    tag: str | None = None
+
+
+def test_an_all_optional_object_has_no_empty_required_list() -> None:
+    @tool
+    def find(args: AllOptional) -> None:
+        """Find."""
+
+    assert find.schema == {
+        "type": "object",
+        "properties": {"tag": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}},
+    }
