@@ -55,6 +55,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from queue import SimpleQueue
 from types import ModuleType
 from typing import IO, TYPE_CHECKING, Any, Final, final
 
@@ -175,6 +176,51 @@ def _sniff_id(head: bytes) -> str | int | None:
 
 
 @final
+class _Workers:
+    """Threads that run calls; a new one starts only when none is idle.
+
+    A thread per call would cost a start-up handshake with the reading thread for
+    every call (about half of a call's round trip, see bench/bench_toolkit.py); this
+    keeps the threads of the busiest moment so far. A queued call never waits
+    behind a running one: it is queued only for an idle or a new thread.
+    """
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self._log = log
+        self._jobs: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0  # threads done with their job and not yet promised another
+        self._threads: list[threading.Thread] = []  # only the reading thread appends
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # promised to this job
+        self._jobs.put(job)
+        if start:
+            thread = threading.Thread(target=self._work, name=f"tool-{len(self._threads)}")
+            self._threads.append(thread)
+            thread.start()
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except BaseException as exc:  # calls answer their own errors; this is a bug
+                self._log(f"internal error in a call: {type(exc).__name__}: {exc}")
+            with self._lock:
+                self._idle += 1
+
+    def join(self) -> None:
+        """Let queued and running calls finish, then end every thread."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+
+
+@final
 class ToolHost:
     """Serves the tool-host protocol on a pair of binary streams.
 
@@ -190,7 +236,7 @@ class ToolHost:
         self._tools: dict[str, tuple[corral_tools.Tool, _Module]] = {}
         self._config: dict[str, Any] = {}
         self._state: dict[str, Any] = {}
-        self._threads: list[threading.Thread] = []
+        self._workers = _Workers(self.log)
         self._handlers: dict[str, Callable[[dict[str, Any]], tuple[Any, Any]]] = {
             "init": self._init,
             "get_tool_schemas": self._get_tool_schemas,
@@ -229,8 +275,7 @@ class ToolHost:
                 self.handle(line)
             except Exception as exc:  # a bug of ours (or no thread left): keep serving
                 self.log(f"internal error on a request: {type(exc).__name__}: {exc}")
-        for thread in self._threads:
-            thread.join()
+        self._workers.join()
 
     def _discard_oversize(self, head: bytes, inp: IO[bytes]) -> None:
         size = len(head)
@@ -448,15 +493,8 @@ class ToolHost:
         except _Failure as failure:
             self._send_error(rid, failure.type, failure.detail)
             return
-        arguments = params.get("arguments")
-        thread = threading.Thread(
-            target=self._execute,
-            args=(rid, entry[0], {} if arguments is None else arguments, state, echo),
-            name=f"tool-{name}",
-        )
-        self._threads = [t for t in self._threads if t.is_alive()]
-        self._threads.append(thread)
-        thread.start()
+        arguments = {} if params.get("arguments") is None else params["arguments"]
+        self._workers.submit(lambda: self._execute(rid, entry[0], arguments, state, echo))
 
     def _execute(
         self, rid: str | int, one: corral_tools.Tool, arguments: Any, state: Any, echo: bool

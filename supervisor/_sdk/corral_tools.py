@@ -232,7 +232,9 @@ class Tool:
     """
 
     __slots__ = (
+        "_convert",
         "_decoder",
+        "_errors",
         "_fn",
         "_has_args",
         "_is_async",
@@ -272,10 +274,15 @@ class Tool:
         self._wants = tuple(p for p in extra if p in _EXTRA_PARAMS)
         self._is_async = bool(code.co_flags & _CO_COROUTINE)
         self._decoder: msgspec.json.Decoder[Any] | None = None
+        self._convert: Callable[..., Any] = _drop
+        self._errors: tuple[type[Exception], ...] = ()
         if args_type is not None:
             import msgspec
 
+            # Bound once: the strict path is the hot path (see bench/bench_toolkit.py).
             self._decoder = msgspec.json.Decoder(args_type)
+            self._convert = msgspec.convert
+            self._errors = (msgspec.ValidationError, msgspec.DecodeError)
 
     def __repr__(self) -> str:
         kind = "raw" if self.args_type is None else self.args_type.__name__
@@ -300,14 +307,14 @@ class Tool:
         """
         decoder = self._decoder
         if decoder is not None:
-            import msgspec
-
             try:
-                if isinstance(arguments, str | bytes):
-                    return decoder.decode(arguments), ()
-                return msgspec.convert(arguments, decoder.type), ()
-            except (msgspec.ValidationError, msgspec.DecodeError):
+                if type(arguments) is dict:
+                    return self._convert(arguments, decoder.type), ()
+                return decoder.decode(arguments), ()
+            except self._errors:
                 pass  # the slow path finds out what is wrong, and repairs what it can
+            except TypeError:
+                pass  # neither a dict nor JSON text: the slow path says what it is
         elif isinstance(arguments, dict):
             return arguments, ()
         return _decode_repaired(arguments, self.args_type, self.schema)
