@@ -36,9 +36,10 @@ Guarantees:
   stream nor steal requests.
 * Every request with a readable id gets exactly one response; ``part`` events of a
   call are all written before its response (a part emitted later is dropped).
-* ``execute_tool`` runs each call in its own thread, so slow calls overlap; every
-  other method runs in order on the reading thread (keep hooks quick). Tools share
-  the host's state object only when the request carries none.
+* ``execute_tool`` calls run on worker threads, so slow calls overlap (a call never
+  waits behind another); every other method runs in order on the reading thread
+  (keep hooks quick). Tools share the host's state object only when the request
+  carries none.
 * Malformed lines, a wrong ``v``, unknown methods, oversize lines (more than 64 MiB)
   and raising tools are answered with an error when the request's id can be read,
   and logged to stderr otherwise; the runner keeps serving. A response that would
@@ -64,7 +65,14 @@ if TYPE_CHECKING:  # the type checker sees the SDK as part of the supervisor pac
 else:
     import corral_tools
 
-__all__ = ["MAX_REQUEST_BYTES", "MAX_RESPONSE_BYTES", "PROTOCOL_VERSION", "ToolHost", "main"]
+__all__ = [
+    "MAX_REQUEST_BYTES",
+    "MAX_RESPONSE_BYTES",
+    "PROTOCOL_VERSION",
+    "ErrorType",
+    "ToolHost",
+    "main",
+]
 
 PROTOCOL_VERSION: Final = 1
 MAX_REQUEST_BYTES: Final = 64 << 20
@@ -306,7 +314,7 @@ class ToolHost:
             return
         rid = msg.get("id")
         if not isinstance(rid, str | int) or isinstance(rid, bool):
-            self.log(f"dropping a request without a string id: {line[:80]!r}")
+            self.log(f"dropping a request without a usable id: {line[:80]!r}")
             return
         v = msg.get("v")
         if type(v) is not int or v != PROTOCOL_VERSION:
@@ -440,7 +448,10 @@ class ToolHost:
                 return _Module(entry, importlib.import_module(entry))
             path = os.path.abspath(entry)
             name = os.path.splitext(os.path.basename(path))[0]
-            if name in sys.modules:
+            known = sys.modules.get(name)
+            if known is not None:
+                if getattr(known, "__file__", None) == path:
+                    return _Module(name, known)  # loaded by an init that failed later
                 detail = f"{entry}: the module name {name!r} is already taken; rename the file"
                 raise _Failure(ErrorType.INVALID_CONFIG, detail)
             spec = importlib.util.spec_from_file_location(name, path)

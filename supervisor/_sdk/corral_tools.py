@@ -249,19 +249,20 @@ class Tool:
         self,
         fn: Callable[..., Any],
         *,
-        name: str,
-        description: str,
+        name: str | None,
+        description: str | None,
         schema: JSONObject,
         args_type: type[msgspec.Struct] | None,
     ) -> None:
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            raise TypeError(f"{fn!r} is not a plain (async) function")
+        name = name if name is not None else fn.__name__
         self.name = _check_name(name)
-        self.description = description
+        self.description = description if description is not None else _first_paragraph(fn.__doc__)
         self.schema = schema
         self.args_type = args_type
         self._fn = fn
-        code = getattr(fn, "__code__", None)
-        if code is None:
-            raise TypeError(f"tool {name!r}: {fn!r} is not a plain (async) function")
         params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         self._has_args = bool(params) and params[0] not in _EXTRA_PARAMS
         extra = params[1:] if self._has_args else params
@@ -382,13 +383,7 @@ def tool(
         schema = (
             {"type": "object", "properties": {}} if args_type is None else struct_schema(args_type)
         )
-        return Tool(
-            fn,
-            name=name if name is not None else fn.__name__,
-            description=description if description is not None else _first_paragraph(fn.__doc__),
-            schema=schema,
-            args_type=args_type,
-        )
+        return Tool(fn, name=name, description=description, schema=schema, args_type=args_type)
 
     return build if fn is None else build(fn)
 
@@ -414,13 +409,7 @@ def raw_tool(
         raise ValueError(f"schema must be a JSON object schema (type: object), not {schema!r:.80}")
 
     def build(fn: Callable[..., Any]) -> Tool:
-        return Tool(
-            fn,
-            name=name if name is not None else fn.__name__,
-            description=description if description is not None else _first_paragraph(fn.__doc__),
-            schema=schema,
-            args_type=None,
-        )
+        return Tool(fn, name=name, description=description, schema=schema, args_type=None)
 
     return build
 

@@ -434,7 +434,7 @@ async function handleLine(buf) {
   }
   const id = msg.id;
   if (typeof id !== "string" && !Number.isInteger(id)) {
-    log(`dropping a request without a string id: ${JSON.stringify(text.slice(0, 80))}`);
+    log(`dropping a request without a usable id: ${JSON.stringify(text.slice(0, 80))}`);
     return;
   }
   if (msg.v !== PROTOCOL_VERSION) {

@@ -353,7 +353,7 @@ async def test_bad_lines_are_answered_or_logged_and_serving_goes_on(lang: str) -
             assert "no_such_method" in unknown.error.detail
             assert (await host.execute("echo", {"text": "still here"})).result == "still here"
             log = await host.stderr_text("this is not json")
-    assert "without a string id" in log
+    assert "without a usable id" in log
 
 
 async def test_calls_before_init_and_unknown_tools_and_second_init(lang: str) -> None:
@@ -381,6 +381,11 @@ async def test_a_module_that_fails_to_load_names_itself_and_init_can_retry(lang:
             assert "broken on purpose" in error.error.detail
             missing = await host.error(Method.INIT, {"config": {"modules": ["./nowhere.js"]}})
             assert "nowhere" in missing.error.detail
+            both = [host.module("tools"), broken]
+            assert (
+                broken
+                in (await host.error(Method.INIT, {"config": {"modules": both}})).error.detail
+            )
             await host.init()
             assert (await host.execute("echo", {"text": "ok"})).result == "ok"
 

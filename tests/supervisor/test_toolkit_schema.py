@@ -280,3 +280,8 @@ def test_an_all_optional_object_has_no_empty_required_list() -> None:
         "type": "object",
         "properties": {"tag": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}},
     }
+
+
+def test_only_plain_functions_become_tools() -> None:
+    with pytest.raises(TypeError, match="not a plain"):
+        raw_tool(schema={"type": "object"})(print)
