@@ -173,10 +173,14 @@ async def open_host(lang: str) -> AsyncIterator[Host]:
             with trio.fail_after(STEP):
                 await proc.wait()
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            with trio.move_on_after(STEP):
-                await proc.wait()
+        with trio.move_on_after(STEP) as cleanup:  # kill if still running, close every pipe
+            cleanup.shield = True
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    await stream.aclose()
 
 
 pytestmark = pytest.mark.parametrize("lang", ["py", "js"])
