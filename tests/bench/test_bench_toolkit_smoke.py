@@ -1,0 +1,50 @@
+"""Smoke test of ``bench/bench_toolkit.py --quick`` through ``bench/run.py``.
+
+It checks that every case is measured and reported as a number; it asserts nothing
+about speed (that is what the full benchmark is for, on a quiet machine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EXPECTED_CASES = {
+    *(f"decode.{k}" for k in ("strict_text", "repair_aware_text", "added_text")),
+    *(f"decode.{k}" for k in ("strict_dict", "repair_aware_dict", "added_dict", "one_repair")),
+    *(f"ready.{k}" for k in ("bare_python", "py_runner_raw_tool", "py_runner_typed_tool")),
+    *(f"ready.{k}" for k in ("bare_node", "js_runner", "js_runner_vs_bare")),
+    "ready.py_runner_raw_tool_vs_bare",
+    "ready.py_runner_typed_tool_vs_bare",
+    *(f"import.{m}" for m in ("corral_ext", "corral_toolhost", "msgspec")),
+    *(f"rt.{k}.{m}" for k in ("py", "js", "ext") for m in ("seq", "concurrent32")),
+    *(f"rt.{k}.{m}_vs_ext" for k in ("py", "js") for m in ("seq", "concurrent32")),
+}
+
+
+def test_quick_toolkit_bench_reports_every_case(tmp_path: Path) -> None:
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    out = tmp_path / "rows.json"
+    argv = [sys.executable, "bench/run.py", "--quick", "--only", "toolkit", "--json", str(out)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = json.loads(out.read_text())
+    for row in rows:
+        assert row["bench"] == "toolkit"
+        assert not row["note"].startswith("error:"), row
+        assert isinstance(row["value"], int | float), row
+        assert math.isfinite(row["value"]), row
+        assert row["value"] >= 0, row
+        assert (row["target"] is None) == (row["ok"] is None), row
+    cases = [row["case"] for row in rows]
+    assert len(cases) == len(set(cases)), cases
+    assert set(cases) == EXPECTED_CASES

@@ -1,0 +1,3 @@
+"""Python tool module for the runner tests: fails to import."""
+
+raise ImportError("this module is broken on purpose")
