@@ -65,7 +65,7 @@ async def test_a_chain_arriving_during_a_reload_runs_after_it() -> None:
 async def test_a_chain_waits_for_back_to_back_reloads() -> None:
     gate = ReloadGate()
     log: list[str] = []
-    first, second, done = trio.Event(), trio.Event(), trio.Event()
+    first, done = trio.Event(), trio.Event()
     done.set()
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
