@@ -60,6 +60,7 @@ from ._exceptions import (
     UnknownTool,
 )
 from ._extension import Extension, ExtensionState
+from ._gate import ReloadGate
 from ._intercept import run_chain
 from ._manifest import Discovery, discover
 from ._reap import find_by_tokens, kill_pids
@@ -116,6 +117,8 @@ class _Supervisor:
         self._dropped = 0
         self._announced: dict[str, int] = {}
         self._reload_lock = trio.Lock()
+        #: Intercept chains and reloads exclude each other (see ``_gate``).
+        self._gate = ReloadGate()
         self._psutil: dict[int, psutil.Process] = {}
         self._nursery: trio.Nursery | None = None
         self._closed = False
@@ -311,11 +314,10 @@ class _Supervisor:
                 req.reply,
             )
         elif isinstance(req, Intercept):
-            subs = [e for e in self._exts if req.event in e.intercepts and e.serving]
-            if not subs:
+            if self._gate.is_open and not self._subscribers_of(req):
                 req.reply.set(InterceptOutcome(args=req.tool_args))
             else:
-                self._start_answering(functools.partial(self._chain, req, subs), req.reply)
+                self._start_answering(functools.partial(self._chain, req), req.reply)
         elif isinstance(req, EmitEvent):
             frame = f.Event(
                 event=req.event,
@@ -359,13 +361,17 @@ class _Supervisor:
         assert self._nursery is not None
         self._nursery.start_soon(run)
 
-    async def _chain(
-        self, req: Intercept, subs: list[Extension], reply: Reply[InterceptOutcome]
-    ) -> None:
-        reply.set(await run_chain(req, subs))
+    def _subscribers_of(self, req: Intercept) -> list[Extension]:
+        return [e for e in self._exts if req.event in e.intercepts and e.serving]
+
+    async def _chain(self, req: Intercept, reply: Reply[InterceptOutcome]) -> None:
+        # Subscribers are chosen once the gate is held: after a reload, never during.
+        async with self._gate.chain():
+            subs = self._subscribers_of(req)
+            reply.set(await run_chain(req, subs) if subs else InterceptOutcome(args=req.tool_args))
 
     async def _reload(self, reply: Reply[ReloadStats]) -> None:
-        async with self._reload_lock:
+        async with self._reload_lock, self._gate.reload():
             log.info("reload_started")
             old = self._exts
             stopped = await self._stop_all(old)

@@ -30,6 +30,7 @@ from .chat import run_chat
 from .demo import default_examples_dir, run_demo
 from .logs import configure_logging
 from .render import HumanRenderer, JsonRenderer
+from .safe_text import visible
 
 __all__ = [
     "AgentCLIError",
@@ -50,6 +51,10 @@ EXIT_INTERRUPTED = 130
 
 class AgentCLIError(click.ClickException):
     """A user mistake or an unusable setup, shown as one line without a traceback."""
+
+    def format_message(self) -> str:
+        # Supervisor errors quote manifests and extension output.
+        return visible(self.message)
 
 
 def _user_error(exc: BaseException) -> BaseException | None:
@@ -201,9 +206,10 @@ async def report_extensions(host: AgentHost, err: TextIO) -> None:
     for info in await host.extensions():
         if info.problem:
             where = f" ({info.path})" if info.state in ("invalid", "duplicate") else ""
-            err.write(f"warning: extension {info.name}{where}: {info.problem}\n")
+            err.write(visible(f"warning: extension {info.name}{where}: {info.problem}") + "\n")
         elif info.pid is not None and not info.sandboxed:
-            err.write(f"warning: extension {info.name} runs UNSANDBOXED (backend {info.backend})\n")
+            warning = f"warning: extension {info.name} runs UNSANDBOXED (backend {info.backend})"
+            err.write(visible(warning) + "\n")
     err.flush()
 
 

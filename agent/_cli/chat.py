@@ -30,6 +30,7 @@ from .._engine import AgentOptions, Emit
 from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
 from .render import HumanRenderer
+from .safe_text import visible
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 
@@ -171,18 +172,19 @@ class TerminalReader:
 
 
 def format_extensions(infos: list[ExtensionInfo]) -> list[str]:
-    """``/ext``: one block per extension with state, sandbox and stats."""
+    """``/ext``: one block per extension with state, sandbox and stats (terminal-safe)."""
     if not infos:
         return ["no extensions loaded (install some, or pass -e PATH)"]
     lines: list[str] = []
     for info in infos:
         sandbox = f"sandboxed ({info.backend})" if info.sandboxed else "UNSANDBOXED"
         pid = f"pid {info.pid}" if info.pid is not None else "not running"
-        lines.append(f"{info.name} {info.version} — {info.state}, {pid}, {sandbox} [{info.source}]")
+        head = f"{info.name} {info.version} — {info.state}, {pid}, {sandbox} [{info.source}]"
+        lines.append(visible(head))
         if info.tools or info.commands:
             tools = ", ".join(info.tools) or "-"
             commands = ", ".join("/" + c for c in info.commands) or "-"
-            lines.append(f"    tools: {tools}; commands: {commands}")
+            lines.append(visible(f"    tools: {tools}; commands: {commands}"))
         st = info.stats
         figures = [f"calls {st.calls}", f"errors {st.errors}", f"timeouts {st.timeouts}"]
         figures += [f"restarts {st.restarts}", f"bad frames {st.bad_frames}"]
@@ -196,7 +198,7 @@ def format_extensions(infos: list[ExtensionInfo]) -> list[str]:
             figures.append(f"up {st.uptime_s:.0f} s")
         lines.append("    " + ", ".join(figures))
         if info.problem:
-            lines.append(f"    problem: {info.problem}")
+            lines.append(f"    problem: {visible(info.problem)}")
     return lines
 
 
@@ -272,7 +274,7 @@ class ChatSession:
             try:
                 await self.host.engine.prompt(text, [], self.emit)
             except AgentError as exc:
-                self.renderer.line(self.renderer.style(f"! {exc}", "red"))
+                self.renderer.line(self.renderer.style(f"! {visible(str(exc))}", "red"))
             finally:
                 self._turn = None
 
@@ -292,7 +294,7 @@ class ChatSession:
             elif name == "reload-ext":
                 r.line(r.style("reloading extensions…", "dim"))
                 stats = await self.host.reload()
-                errors = "; ".join(stats.errors) or "none"
+                errors = visible("; ".join(stats.errors)) or "none"
                 r.line(
                     f"reloaded: stopped {stats.stopped}, loaded {stats.loaded}, "
                     f"ready {stats.ready}, errors: {errors}"
@@ -301,7 +303,7 @@ class ChatSession:
                 await self._ext(args)
             elif name == "tools":
                 for tool, source in self.host.engine.registry.sources().items():
-                    r.line(f"{tool}  ({source})")
+                    r.line(visible(f"{tool}  ({source})"))
             elif name == "compact":
                 await self.host.engine.compact(self.emit)
             elif name == "clear":
@@ -314,7 +316,7 @@ class ChatSession:
             else:
                 await self._extension_command(name, args)
         except (SupervisorError, AgentError, ValueError) as exc:
-            r.line(r.style(f"! /{name}: {exc}", "red"))
+            r.line(r.style(visible(f"! /{name}: {exc}"), "red"))
         return True
 
     def _help(self) -> None:
@@ -326,13 +328,13 @@ class ChatSession:
         if commands:
             r.line(r.style("extension commands", "bold"))
             for cmd in commands:
-                r.line(f"  /{cmd.name:<11} {cmd.description}  [{cmd.extension}]")
+                r.line(visible(f"  /{cmd.name:<11} {cmd.description}  [{cmd.extension}]"))
 
     async def _ext(self, args: str) -> None:
         verb, _, rest = args.partition(" ")
         if verb == "enable" and rest.strip():
             info = await self.host.enable(rest.strip())
-            self.renderer.line(f"{info.name}: {info.state}")
+            self.renderer.line(visible(f"{info.name}: {info.state}"))
             return
         for text in format_extensions(await self.host.extensions()):
             self.renderer.line(text)
@@ -341,7 +343,7 @@ class ChatSession:
         known = {c.name for c in self.host.commands()}
         if name not in known:
             self.renderer.line(
-                self.renderer.style(f"unknown command /{name}; /help lists them", "red")
+                self.renderer.style(visible(f"unknown command /{name}; /help lists them"), "red")
             )
             return
         outcome = await self.host.invoke_command(name, args)
@@ -355,12 +357,13 @@ class ChatSession:
         r = self.renderer
         who = outcome.extension or "extension"
         if outcome.error:
-            r.note(who, r.style(outcome.error, "red"), "red")
+            r.note(who, outcome.error, "red")
         if outcome.action == "prompt" and outcome.prompt:
-            r.line(r.style("you ›", "bold", "green") + " " + outcome.prompt)
+            r.line(r.style("you ›", "bold", "green") + " " + visible(outcome.prompt))
             await self.turn(outcome.prompt)
         elif outcome.action == "insert" and outcome.insert:
-            self._default = outcome.insert
+            # It becomes the user's input line: what they see is what they send.
+            self._default = visible(outcome.insert)
         # A ``display`` answer arrives as an ``ext_display`` event (the supervisor
         # publishes it), which the event forwarder renders: nothing to do here.
 
@@ -389,12 +392,10 @@ async def _chat(options: AgentOptions, renderer: HumanRenderer, reader: LineRead
         await nursery.start(chat.watch_interrupts)
         s = renderer.style
         engine = host.engine
-        renderer.line(
-            s("corral chat", "bold")
-            + s(f" — {engine.provider_name}/{engine.model} in {engine.cwd}", "dim")
-        )
-        names = [info.name for info in await host.extensions() if info.pid is not None]
-        renderer.line(s(f"extensions: {', '.join(names) or 'none'}; /help for commands", "dim"))
+        where = visible(f" — {engine.provider_name}/{engine.model} in {engine.cwd}")
+        renderer.line(s("corral chat", "bold") + s(where, "dim"))
+        names = visible(", ".join(i.name for i in await host.extensions() if i.pid is not None))
+        renderer.line(s(f"extensions: {names or 'none'}; /help for commands", "dim"))
         if len(engine.transcript):
             renderer.line(s(f"resumed session with {len(engine.transcript)} messages", "dim"))
         await chat.run()

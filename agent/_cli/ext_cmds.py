@@ -7,6 +7,7 @@ start an extension. Live status and stats of running extensions are in
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +31,17 @@ from supervisor import (
     quarantine_file,
 )
 
+from .safe_text import StreamSanitizer, visible
+
 __all__ = ["ext_group", "sandbox_group"]
 
 
 class UserError(click.ClickException):
     """A mistake the user can fix; shown as one line, exit status 1."""
+
+    def format_message(self) -> str:
+        # Messages quote manifests, paths and logs: the extension's text.
+        return visible(self.message)
 
 
 def _home() -> Path:
@@ -138,10 +146,12 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
         click.echo(f"no extensions (install one with `corral ext install PATH`; home: {home})")
         return
     cols = ["name", "version", "source", "state", "sandbox", "problem"]
-    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols[:-1]}
+    # Every cell may come from a manifest or a quarantine record: made terminal-safe.
+    cells = [{c: visible(str(r[c])) for c in cols} for r in rows]
+    widths = {c: max(len(c), *(len(r[c]) for r in cells)) for c in cols[:-1]}
     click.echo("  ".join(c.upper().ljust(widths.get(c, 0)) for c in cols).rstrip())
-    for r in rows:
-        click.echo("  ".join(str(r[c]).ljust(widths.get(c, 0)) for c in cols).rstrip())
+    for r in cells:
+        click.echo("  ".join(r[c].ljust(widths.get(c, 0)) for c in cols).rstrip())
 
 
 @ext_group.command("install")
@@ -191,7 +201,7 @@ def ext_install(source: str, force: bool) -> None:
         quarantine_file(_home(), spec.name).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    click.echo(f"installed {spec.name} {spec.manifest.version} → {dest}".rstrip())
+    click.echo(visible(f"installed {spec.name} {spec.manifest.version} → {dest}".rstrip()))
 
 
 def _installed_names() -> list[str]:
@@ -253,18 +263,35 @@ def ext_disable(name: str) -> None:
     click.echo(f"disabled {name}")
 
 
+@typing.final
+class _LogPrinter:
+    """Writes log bytes as terminal-safe UTF-8 text; chunks may split characters."""
+
+    def __init__(self, out: typing.BinaryIO) -> None:
+        self._out = out
+        self._decoder = codecs.getincrementaldecoder("utf-8")("backslashreplace")
+        self._text = StreamSanitizer()
+
+    def write(self, chunk: bytes, *, final: bool = False) -> None:
+        shown = self._text.feed(self._decoder.decode(chunk, final))
+        if final:
+            shown += self._text.flush()
+        self._out.write(shown.encode())
+        self._out.flush()
+
+
 @ext_group.command("logs")
 @click.argument("name")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 def ext_logs(name: str, follow: bool) -> None:
-    """Print an extension's stderr log."""
+    """Print an extension's stderr log, control characters made visible."""
     path = _home() / "logs" / f"ext-{name}.log"
     if not path.exists():
         raise UserError(f"no log for {name} yet (looked for {path})")
-    out = sys.stdout.buffer
+    # The file keeps the bytes as written; only what reaches the terminal is escaped.
+    out = _LogPrinter(sys.stdout.buffer)
     with path.open("rb") as fh:
-        out.write(fh.read())
-        out.flush()
+        out.write(fh.read(), final=not follow)
         if not follow:
             return
         try:
@@ -272,7 +299,6 @@ def ext_logs(name: str, follow: bool) -> None:
                 chunk = fh.read()
                 if chunk:
                     out.write(chunk)
-                    out.flush()
                 elif path.stat().st_size < fh.tell():  # rotated: start over
                     fh.seek(0)
                 else:

@@ -2,8 +2,10 @@
 
 :class:`HumanRenderer` prints assistant text as it streams, tool calls and their
 results in one line each, blocked turns and errors with their reason, and
-extension notes with the extension's name in brackets. :class:`JsonRenderer`
-writes one event per line, exactly as ``corral rpc`` would.
+extension notes with the extension's name in brackets on every line. Whatever
+came from an extension, a model or a tool is made terminal-safe first
+(:mod:`~agent._cli.safe_text`). :class:`JsonRenderer` writes one event per line,
+exactly as ``corral rpc`` would (the data unchanged; JSON escapes it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from .._events import (
     UserMessage,
 )
 from .._messages import ImageContent, Message, TextContent, wire_message
+from .safe_text import StreamSanitizer, visible, visible_lines
 
 __all__ = ["HumanRenderer", "JsonRenderer", "Style", "clip"]
 
@@ -39,9 +42,10 @@ _encoder = msgspec.json.Encoder()
 
 
 def clip(text: str, limit: int = 200) -> str:
-    """``text`` on one line, at most ``limit`` characters."""
+    """``text`` on one line, at most ``limit`` characters, made terminal-safe."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    flat = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return visible(flat)
 
 
 @typing.final
@@ -95,6 +99,7 @@ class HumanRenderer:
         self._show_usage = show_usage
         self._mid_line = False
         self._streamed = False
+        self._text = StreamSanitizer()
         self.last_stop: str | None = None
         self.last_error: str | None = None
 
@@ -109,14 +114,20 @@ class HumanRenderer:
         self.show(event)
 
     def line(self, text: str) -> None:
-        """Print one line, ending a streamed line first."""
+        """Print one line, ending a streamed line first; ``text`` must be safe already."""
         self._break()
         self._out.write(text + "\n")
         self._out.flush()
 
     def note(self, extension: str, text: str, *styles: str) -> None:
-        """An extension's note: ``[name] text``."""
-        self.line(self.style(f"[{extension}]", "bold", *styles) + " " + text)
+        """An extension's note, ``[name] text``, with the prefix on every line of it.
+
+        ``text`` is the extension's own (it is made terminal-safe here), so no line
+        of it can pass for another extension's or for corral's.
+        """
+        prefix = self.style(f"[{visible(extension)}]", "bold", *styles)
+        for part in visible_lines(text):
+            self.line(f"{prefix} {part}".rstrip())
 
     def _break(self) -> None:
         if self._mid_line:
@@ -131,18 +142,27 @@ class HumanRenderer:
                 self._break()
                 self._out.write(s("●", "cyan") + " ")
                 self._streamed = True
-            self._out.write(event.delta)
-            self._mid_line = not event.delta.endswith("\n")
+            shown = self._text.feed(event.delta)
+            self._out.write(shown)
+            if shown:
+                self._mid_line = not shown.endswith("\n")
             self._out.flush()
         elif isinstance(event, AssistantStart):
             self._streamed = False
+            self._text = StreamSanitizer()
         elif isinstance(event, AssistantMessage):
+            held = self._text.flush()
+            if held:
+                self._out.write(held)
+                self._mid_line = True
             self._break()
         elif isinstance(event, UserMessage):
             if self._show_user:
-                self.line(s("you ›", "bold", "green") + " " + text_of_blocks(event.content))
+                text = "\n".join(visible_lines(text_of_blocks(event.content)))
+                self.line(s("you ›", "bold", "green") + " " + text)
         elif isinstance(event, ToolCallEvent):
-            self.line(s(f"  → {event.name}", "yellow") + " " + s(_args(event.args), "dim"))
+            name = visible(event.name)
+            self.line(s(f"  → {name}", "yellow") + " " + s(_args(event.args), "dim"))
         elif isinstance(event, ToolProgress):
             self.line(s(f"    … {clip(event.text, 160)}", "dim"))
         elif isinstance(event, ToolResultEvent):
@@ -157,7 +177,7 @@ class HumanRenderer:
             if self._show_usage:
                 self.line(s(f"  [tokens in {event.input} out {event.output}]", "dim"))
         elif isinstance(event, ErrorEvent):
-            self.line(s(f"! {event.message}", "red"))
+            self.line(s(f"! {visible(event.message)}", "red"))
         elif isinstance(event, CompactDone):
             self.line(s(f"(compacted the transcript into {len(event.summary)} characters)", "dim"))
         elif isinstance(event, ExtNotify):
@@ -171,10 +191,11 @@ class HumanRenderer:
         s = self.style
         self.last_stop = event.stop
         self.last_error = event.error
+        error = visible(event.error) if event.error else None
         if event.stop == "blocked":
-            self.line(s(f"✖ turn blocked — {event.error or 'no reason given'}", "red", "bold"))
+            self.line(s(f"✖ turn blocked — {error or 'no reason given'}", "red", "bold"))
         elif event.stop == "error":
-            self.line(s(f"✖ model error — {event.error or 'unknown'}", "red", "bold"))
+            self.line(s(f"✖ model error — {error or 'unknown'}", "red", "bold"))
         elif event.stop == "aborted":
             self.line(s("⏹ turn cancelled", "yellow"))
         elif event.stop == "length":
@@ -194,7 +215,8 @@ class HumanRenderer:
         if event.sandboxed is False:
             text += " — UNSANDBOXED"
         if event.detail:
-            text += f": {event.detail}"
+            # One line: a crash report quotes the extension's stderr.
+            text += f": {visible(event.detail)}"
         self.note(event.extension, text, styles.get(event.status, "blue"))
 
 

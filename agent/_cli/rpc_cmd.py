@@ -4,6 +4,9 @@ The protocol is in ``docs/rpc.md``. Standard input and output belong to the
 protocol alone: the command takes private copies of descriptors 0 and 1, then
 points 0 at ``/dev/null`` and 1 at standard error, so a stray ``print`` or a child
 process that inherits them can never corrupt the stream. Logs go to standard error.
+
+The token comes from ``CORRAL_RPC_TOKEN`` or, for embedders written for the seed,
+its alias ``ZOTCORE_RPC_TOKEN``; both are removed from the environment at start-up.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import structlog
 import trio
 
 from .._engine import AgentOptions
-from .._rpc.server import DEFAULT_LINE_LIMIT, TOKEN_ENV, serve_rpc
+from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, run_trio
 from .logs import configure_logging
@@ -61,10 +64,20 @@ def _claim_stdio() -> tuple[int, int]:
 
 
 def _take_token() -> str | None:
-    token = os.environ.pop(TOKEN_ENV, None)  # popped: no child process may inherit it
-    if token is not None and not token:
-        raise AgentCLIError(f"{TOKEN_ENV} is set but empty; give it a value or unset it")
-    return token
+    # Both popped, whatever happens next: no child process may inherit either.
+    found = {name: os.environ.pop(name, None) for name in (TOKEN_ENV, SEED_TOKEN_ENV)}
+    for name, value in found.items():
+        if value is not None and not value:
+            raise AgentCLIError(f"{name} is set but empty; give it a value or unset it")
+    ours, seed = found[TOKEN_ENV], found[SEED_TOKEN_ENV]
+    if ours is not None and seed is not None and ours != seed:
+        raise AgentCLIError(
+            f"{TOKEN_ENV} and {SEED_TOKEN_ENV} are both set, to different tokens; "
+            f"set only {TOKEN_ENV}"
+        )
+    if ours is None and seed is not None:
+        log.info("rpc_token_from_seed_variable", variable=SEED_TOKEN_ENV)
+    return ours if ours is not None else seed
 
 
 async def run_rpc(

@@ -43,6 +43,7 @@ __all__ = [
     "COMMANDS",
     "DEFAULT_LINE_LIMIT",
     "PROTOCOL_VERSION",
+    "SEED_TOKEN_ENV",
     "TOKEN_ENV",
     "Command",
     "Response",
@@ -57,6 +58,9 @@ PROTOCOL_VERSION = 1
 DEFAULT_LINE_LIMIT = 16 * 1024 * 1024
 #: Environment variable holding the shared secret ``hello`` must present.
 TOKEN_ENV = "CORRAL_RPC_TOKEN"
+#: The seed's name for it (``zot rpc``), honoured as an alias so that an embedder
+#: written for the seed never gets an unauthenticated server by setting only it.
+SEED_TOKEN_ENV = "ZOTCORE_RPC_TOKEN"
 #: Lines waiting for the writer before producers wait (back-pressure from stdout).
 _OUT_BUFFER = 1024
 #: Extension commands (``ext_*``) waiting for their turn before the reader waits.

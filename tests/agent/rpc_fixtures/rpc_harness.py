@@ -131,7 +131,8 @@ def events(frames: list[Frame]) -> list[str]:
 
 def rpc_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of a test ``corral rpc``: private home, the repo importable."""
-    env = {k: v for k, v in os.environ.items() if k != "CORRAL_RPC_TOKEN"}
+    tokens = ("CORRAL_RPC_TOKEN", "ZOTCORE_RPC_TOKEN")
+    env = {k: v for k, v in os.environ.items() if k not in tokens}
     env["CORRAL_HOME"] = str(home)
     env["PYTHONPATH"] = os.pathsep.join(
         [p for p in [os.environ.get("PYTHONPATH", ""), str(REPO)] if p]
