@@ -70,7 +70,6 @@ from ._trust import (
     TrustState,
     TrustStore,
     TrustVerdict,
-    adopt_legacy_state,
     describe_permissions,
     trust_command,
 )
@@ -126,7 +125,6 @@ __all__ = [
     "UnknownCommand",
     "UnknownExtension",
     "UnknownTool",
-    "adopt_legacy_state",
     "corral_home",
     "data_dir",
     "describe_permissions",

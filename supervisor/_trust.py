@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import structlog
 
 from sandbox import Permissions
 
@@ -42,11 +43,12 @@ __all__ = [
     "TrustState",
     "TrustStore",
     "TrustVerdict",
-    "adopt_legacy_state",
     "canonical_permissions",
     "describe_permissions",
     "trust_command",
 ]
+
+log = structlog.get_logger("corral.supervisor")
 
 _STORE_MAX = 64 * 1024 * 1024
 
@@ -367,6 +369,9 @@ class TrustStore:
     def pin(self, spec: ExtensionSpec, tree: TreeDigest) -> TrustPin:
         """Trust ``spec`` as digested in ``tree`` (what the user was shown).
 
+        An installed extension pinned for the first time also takes over the state
+        an older corral kept under its name (see :func:`_adopt_legacy_state`).
+
         Raises:
             TrustError: ``tree`` is not a digest of the manifest ``spec`` came from.
             TrustStoreError: the store cannot be read or written.
@@ -388,6 +393,9 @@ class TrustStore:
             pins = self.pins()
             pins[spec.identity] = pin
             self._write(pins)
+        moved = _adopt_legacy_state(self.dir.parent, spec)
+        if moved:
+            log.info("legacy_state_adopted", extension=spec.name, moved=moved)
         return pin
 
     def unpin(self, identity: str) -> bool:
@@ -412,7 +420,7 @@ class TrustStore:
         return None if verdict.ok else verdict.problem
 
 
-def adopt_legacy_state(home: str | Path, spec: ExtensionSpec) -> list[str]:
+def _adopt_legacy_state(home: str | Path, spec: ExtensionSpec) -> list[str]:
     """Move an installed extension's name-keyed state to its identity; returns what moved.
 
     Before identities, the data directory, log and quarantine record were keyed by

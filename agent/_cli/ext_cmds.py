@@ -32,7 +32,6 @@ from supervisor import (
     TrustState,
     TrustStore,
     TrustVerdict,
-    adopt_legacy_state,
     corral_home,
     data_dir,
     describe_permissions,
@@ -273,7 +272,6 @@ def ext_install(source: str, force: bool) -> None:
         except (ManifestError, TrustError) as exc:
             shutil.rmtree(dest, ignore_errors=True)
             raise UserError(f"not installed: {exc}") from None
-        adopt_legacy_state(home, spec)
         quarantine_file(home, spec.identity).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -415,10 +413,7 @@ def ext_trust(target: str, yes: bool) -> None:
         store.pin(spec, verdict.tree)
     except TrustError as exc:
         raise UserError(f"not trusted: {exc}") from None
-    moved = adopt_legacy_state(_home(), spec)
     click.echo(f"trusted {spec.name}")
-    if moved:
-        click.echo(f"moved its earlier state to: {', '.join(moved)}")
 
 
 @ext_group.command("untrust")

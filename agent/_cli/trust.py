@@ -24,7 +24,6 @@ from supervisor import (
     TrustState,
     TrustStore,
     TrustVerdict,
-    adopt_legacy_state,
     corral_home,
     describe_permissions,
     discover,
@@ -152,7 +151,6 @@ async def _trusted(
     except TrustError as exc:
         renderer.line(renderer.style(f"! not trusted: {exc}", "red"))
         return False
-    await trio.to_thread.run_sync(adopt_legacy_state, store.dir.parent, spec)
     renderer.line(f"trusted {spec.name}")
     return True
 

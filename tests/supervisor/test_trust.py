@@ -20,7 +20,6 @@ from supervisor import (
     TrustState,
     TrustStore,
     TrustStoreError,
-    adopt_legacy_state,
     data_dir,
     describe_permissions,
     digest_tree,
@@ -322,11 +321,13 @@ def test_legacy_state_moves_only_to_an_installed_extension(tmp_path: Path) -> No
     (home / "data" / "demo" / "token").write_text("t")
     (home / "logs").mkdir()
     (home / "logs" / "ext-demo.log").write_text("old log\n")
-    local = make_ext(tmp_path / "proj" / ".corral" / "extensions")
-    assert adopt_legacy_state(home, spec_of(local, home, "project")) == []
+    store = TrustStore(home)
+    local = spec_of(make_ext(tmp_path / "proj" / ".corral" / "extensions"), home, "project")
+    store.pin(local, store.digest(local))  # a project-local one takes nothing
+    assert (home / "data" / "demo" / "token").exists()
+    assert not data_dir(home, local.identity).exists()
     installed = spec_of(make_ext(home / "extensions"), home, "global")
-    moved = adopt_legacy_state(home, installed)
-    assert len(moved) == 2
+    store.pin(installed, store.digest(installed))
     assert (data_dir(home, installed.identity) / "token").read_text() == "t"
     assert log_file(home, installed.identity).read_text() == "old log\n"
     assert not (home / "data" / "demo").exists()
