@@ -159,16 +159,15 @@ async def ask_trust(
     options: AgentOptions,
     renderer: HumanRenderer,
     read: Callable[[str], Awaitable[str | None]],
-) -> list[TrustVerdict]:
+) -> None:
     """``corral chat``: ask y/N for each extension that needs trust, before any starts.
 
     A yes pins the extension as shown; anything else (or end of input) leaves it
-    untrusted, and the supervisor will not start it. Returns the declined ones.
+    untrusted, and the supervisor will not start it.
 
     Cancellation: stops asking; what was answered so far is recorded.
     """
     found, verdicts = await trio.to_thread.run_sync(check_extensions, options)
-    declined: list[TrustVerdict] = []
     store = TrustStore(_home(options))
     for v in verdicts:
         renderer.line(renderer.style(f"extension {v.spec.name} needs your trust:", "bold"))
@@ -176,7 +175,5 @@ async def ask_trust(
             renderer.line(line)
         if v.tree is not None and await _trusted(v.spec, v.tree, store, renderer, read):
             continue
-        declined.append(v)
         hint = trust_command(v.spec) if v.tree is not None else "trim its directory"
         renderer.line(renderer.style(f"not starting {v.spec.name} ({hint})", "yellow"))
-    return declined
