@@ -27,23 +27,52 @@ from ._api import (
     ToolOutcome,
     ToolsChanged,
 )
-from ._config import HostInfo, RestartPolicy, SupervisorConfig, corral_home, quarantine_file
+from ._config import (
+    HostInfo,
+    RestartPolicy,
+    SupervisorConfig,
+    corral_home,
+    data_dir,
+    identity_of,
+    log_file,
+    quarantine_file,
+)
+from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
 from ._exceptions import (
     CallFailed,
     CallTimeout,
+    DirectoryUnhashable,
     ExtensionGone,
     ExtensionStopping,
     ManifestError,
     ProtocolViolation,
     SupervisorClosed,
     SupervisorError,
+    TrustError,
+    TrustStoreError,
     UnknownCommand,
     UnknownExtension,
     UnknownTool,
 )
 from ._frames import PROTOCOL_VERSION, ImageBlock, TextBlock
-from ._manifest import MANIFEST_NAME, Discovery, ExtensionSpec, Manifest, discover, load_manifest
+from ._manifest import (
+    MANIFEST_NAME,
+    Discovery,
+    ExtensionSpec,
+    Manifest,
+    Source,
+    discover,
+    load_manifest,
+)
 from ._supervisor import open_supervisor
+from ._trust import (
+    TrustPin,
+    TrustState,
+    TrustStore,
+    TrustVerdict,
+    describe_permissions,
+    trust_command,
+)
 
 __all__ = [
     "MANIFEST_NAME",
@@ -52,6 +81,8 @@ __all__ = [
     "CallTimeout",
     "CommandInfo",
     "CommandOutcome",
+    "DigestLimits",
+    "DirectoryUnhashable",
     "Discovery",
     "Displayed",
     "EmitEvent",
@@ -74,6 +105,7 @@ __all__ = [
     "Quarantined",
     "ReloadStats",
     "RestartPolicy",
+    "Source",
     "SupervisorClient",
     "SupervisorClosed",
     "SupervisorConfig",
@@ -83,12 +115,26 @@ __all__ = [
     "ToolInfo",
     "ToolOutcome",
     "ToolsChanged",
+    "TreeDigest",
+    "TrustError",
+    "TrustPin",
+    "TrustState",
+    "TrustStore",
+    "TrustStoreError",
+    "TrustVerdict",
     "UnknownCommand",
     "UnknownExtension",
     "UnknownTool",
     "corral_home",
+    "data_dir",
+    "describe_permissions",
+    "digest_tree",
     "discover",
+    "file_sha256",
+    "identity_of",
     "load_manifest",
+    "log_file",
     "open_supervisor",
     "quarantine_file",
+    "trust_command",
 ]

@@ -6,6 +6,7 @@ than as ``timeout=`` arguments scattered through the code.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -13,7 +14,16 @@ from typing import Literal
 
 import msgspec
 
-__all__ = ["HostInfo", "RestartPolicy", "SupervisorConfig", "corral_home", "quarantine_file"]
+__all__ = [
+    "HostInfo",
+    "RestartPolicy",
+    "SupervisorConfig",
+    "corral_home",
+    "data_dir",
+    "identity_of",
+    "log_file",
+    "quarantine_file",
+]
 
 RestartPolicy = Literal["on-failure", "always", "never"]
 
@@ -34,9 +44,34 @@ def corral_home() -> Path:
     return (base / "corral").absolute()
 
 
-def quarantine_file(home: str | Path, name: str) -> Path:
+def identity_of(name: str, ext_dir: str) -> str:
+    """An extension's identity: its name and a hash of its directory's real path.
+
+    Per-extension state (data directory, log, quarantine record, trust pin) is keyed
+    by it, never by the name alone: a project-local extension named like an
+    installed one has a different directory, so it never reaches the installed
+    one's state. 64 bits of SHA-256 keep a directory name chosen to collide out of
+    reach. Names are validated (letters, digits, ``.``, ``_``, ``-``), so the
+    identity is a safe file name.
+    """
+    real = os.fsencode(os.path.realpath(ext_dir))
+    tag = hashlib.sha256(b"corral-extension\0" + real).hexdigest()[:16]
+    return f"{name}-{tag}"
+
+
+def quarantine_file(home: str | Path, identity: str) -> Path:
     """Where a quarantine is recorded; it persists until ``ext enable`` or a reload."""
-    return Path(home) / "state" / "quarantine" / f"{name}.txt"
+    return Path(home) / "state" / "quarantine" / f"{identity}.txt"
+
+
+def log_file(home: str | Path, identity: str) -> Path:
+    """An extension's stderr log (rotated to ``<log>.1``)."""
+    return Path(home) / "logs" / f"ext-{identity}.log"
+
+
+def data_dir(home: str | Path, identity: str) -> Path:
+    """An extension's private data directory (``$CORRAL_DATA_DIR``)."""
+    return Path(home) / "data" / identity
 
 
 class HostInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,6 +8,9 @@
     ├── UnknownExtension         no extension of that name
     ├── UnknownTool              no extension offers that tool
     ├── UnknownCommand           no extension offers that command
+    ├── TrustError               trust cannot be checked or recorded
+    │   ├── DirectoryUnhashable  ...an extension's directory cannot be digested
+    │   └── TrustStoreError      ...the trust store is unreadable, corrupt or unsafe
     └── CallFailed               a call reached an extension and did not succeed
         ├── CallTimeout          ...the deadline passed ("it was too slow")
         ├── ExtensionGone        ...the extension died or was stopped first
@@ -25,12 +28,15 @@ from pathlib import PurePath
 __all__ = [
     "CallFailed",
     "CallTimeout",
+    "DirectoryUnhashable",
     "ExtensionGone",
     "ExtensionStopping",
     "ManifestError",
     "ProtocolViolation",
     "SupervisorClosed",
     "SupervisorError",
+    "TrustError",
+    "TrustStoreError",
     "UnknownCommand",
     "UnknownExtension",
     "UnknownTool",
@@ -94,6 +100,28 @@ class UnknownCommand(SupervisorError):
     def __init__(self, name: str) -> None:
         super().__init__(f"no extension offers the command /{name}")
         self.name = name
+
+
+class TrustError(SupervisorError):
+    """Trust in an extension cannot be checked or recorded.
+
+    Attributes:
+        path: the directory or file at fault.
+        reason: what is wrong with it.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class DirectoryUnhashable(TrustError):
+    """An extension's directory is too large to digest, unreadable, or changed meanwhile."""
+
+
+class TrustStoreError(TrustError):
+    """The trust store cannot be read or written, is corrupt, or others may write it."""
 
 
 class CallFailed(SupervisorError):

@@ -42,7 +42,7 @@ from ._api import (
     ToolOutcome,
 )
 from ._calls import PendingCalls
-from ._config import HostInfo, SupervisorConfig
+from ._config import HostInfo, SupervisorConfig, log_file
 from ._exceptions import (
     ExtensionGone,
     ExtensionStopping,
@@ -89,6 +89,8 @@ class ExtensionState(enum.Enum):
     FAILED = "failed"
     #: Crashed too often; not restarted until enabled or reloaded.
     QUARANTINED = "quarantined"
+    #: Not trusted (never, or changed since): not started, or not restarted.
+    UNTRUSTED = "untrusted"
 
 
 _LISTED = frozenset(
@@ -121,6 +123,7 @@ class Extension:
         publish: Callable[[SupervisorEvent], None],
         on_change: Callable[[Extension], None],
         quarantine_file: Path,
+        trust: Callable[[ExtensionSpec], str | None] | None = None,
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -131,6 +134,8 @@ class Extension:
         self._publish = publish
         self._on_change = on_change
         self._quarantine_file = quarantine_file
+        #: Why the extension may not start now (None: it may); asked before every spawn.
+        self._trust = trust
 
         self.state = ExtensionState.STOPPED
         self.problem = ""
@@ -176,7 +181,7 @@ class Extension:
         self._refused: str | None = None
         self._early_exit = False
         self._stderr = StderrLog(
-            Path(config.home) / "logs" / f"ext-{spec.name}.log",
+            log_file(config.home, spec.identity),
             config.log_max_bytes,
             config.stderr_tail_lines,
         )
@@ -235,6 +240,8 @@ class Extension:
         self._stderr.open()
         try:
             while True:
+                if await self._untrusted():
+                    return
                 exit_ = await self._incarnation()
                 if self._stop_requested or self.state is ExtensionState.FAILED:
                     if self.state is not ExtensionState.FAILED:
@@ -330,6 +337,20 @@ class Extension:
             with trio.CancelScope(shield=True):
                 await self._reap(proc, plan, token)
         return _Exit(proc.returncode, self._refused)
+
+    async def _untrusted(self) -> bool:
+        """Check trust right before a spawn (restarts too): the directory may have changed."""
+        if self._trust is None:
+            return False
+        problem = await trio.to_thread.run_sync(self._trust, self.spec)
+        if problem is None:
+            return False
+        self.problem = problem
+        self._stderr.note(f"not started: {problem}")
+        log.error("extension_untrusted", problem=problem)
+        self._set_state(ExtensionState.UNTRUSTED)  # STOPPED/BACKOFF -> UNTRUSTED
+        self._on_change(self)
+        return True
 
     def _refuse_start(self, reason: str) -> _Exit:
         self.problem = reason

@@ -9,6 +9,7 @@ reported as duplicates, never started.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ import msgspec
 
 from sandbox import Permissions, PermissionsError, validate_permissions
 
-from ._config import RestartPolicy
+from ._config import RestartPolicy, identity_of
 from ._exceptions import ManifestError
 
 __all__ = [
@@ -69,6 +70,11 @@ class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
     source: Source
     #: Absolute path of the executable (``exec`` resolved against ``dir``).
     exec_path: str
+    #: Name plus a hash of the directory's real path; keys the extension's state.
+    identity: str
+    #: SHA-256 (hex) of the manifest bytes this spec was parsed from, so a trust
+    #: check can tell that the manifest it digests is the one that will be used.
+    manifest_sha256: str
     #: Fields present in the file that corral does not know (reported, not fatal).
     unknown_fields: list[str] = []
 
@@ -165,6 +171,8 @@ def load_manifest(
         manifest_path=where,
         source=source,
         exec_path=str(exec_path),
+        identity=identity_of(manifest.name, str(ext_dir)),
+        manifest_sha256=hashlib.sha256(raw).hexdigest(),
         unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
     )
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from sandbox import LaunchPlan, LaunchRequest
 
 from ._config import SupervisorConfig
+from ._config import data_dir as data_dir_of
 from ._frames import PROTOCOL_VERSION
 from ._manifest import ExtensionSpec
 from ._process import ChildProcess, open_child
@@ -111,7 +112,8 @@ def launch_request(spec: ExtensionSpec, config: SupervisorConfig) -> tuple[Launc
     """
     data_dir: str | None = None
     if spec.manifest.permissions.data_dir:
-        data = Path(config.home) / "data" / spec.name
+        # Keyed by identity: an extension named like another never gets its data.
+        data = data_dir_of(config.home, spec.identity)
         data.mkdir(parents=True, exist_ok=True)
         data_dir = str(data)
     token = f"{spec.name}:{secrets.token_hex(8)}"

@@ -62,10 +62,11 @@ from ._exceptions import (
 from ._extension import Extension, ExtensionState
 from ._gate import ReloadGate
 from ._intercept import run_chain
-from ._manifest import Discovery, discover
+from ._manifest import Discovery, ExtensionSpec, discover
 from ._reap import find_by_tokens, kill_pids
 from ._registry import Registry
 from ._spawn import sdk_bytecode
+from ._trust import TrustStore
 
 __all__ = ["open_supervisor"]
 
@@ -109,6 +110,7 @@ class _Supervisor:
         self._discover = discover
         self._host = host
         self._exts: list[Extension] = []
+        self._trust = TrustStore(config.home)
         self._discovery = Discovery(specs=[], problems=[], duplicates=[])
         self._registry: Registry[Extension] = Registry(
             config.reserved_tools, config.reserved_commands
@@ -186,8 +188,8 @@ class _Supervisor:
 
     # --- start and stop -----------------------------------------------------------------
 
-    def _quarantine_file(self, name: str) -> Path:
-        return quarantine_file(self.config.home, name)
+    def _quarantine_file(self, spec: ExtensionSpec) -> Path:
+        return quarantine_file(self.config.home, spec.identity)
 
     async def _start_all(self) -> None:
         assert self._nursery is not None
@@ -226,7 +228,8 @@ class _Supervisor:
                 host_info=lambda: self._host,
                 publish=self._publish,
                 on_change=self._on_change,
-                quarantine_file=self._quarantine_file(spec.name),
+                quarantine_file=self._quarantine_file(spec),
+                trust=self._trust.problem,
             )
             for i, spec in enumerate(self._discovery.specs)
         ]
@@ -376,7 +379,7 @@ class _Supervisor:
             old = self._exts
             stopped = await self._stop_all(old)
             for ext in old:
-                self._quarantine_file(ext.name).unlink(missing_ok=True)
+                self._quarantine_file(ext.spec).unlink(missing_ok=True)
             self._announced.clear()
             await self._start_all()
             errors = [str(p) for p in self._discovery.problems]
@@ -410,7 +413,7 @@ class _Supervisor:
         if ext is None:
             reply.fail(UnknownExtension(name))
             return
-        self._quarantine_file(name).unlink(missing_ok=True)
+        self._quarantine_file(ext.spec).unlink(missing_ok=True)
         if ext.finished.is_set() and ext.state is not ExtensionState.DISABLED:
             assert self._nursery is not None
             ext.reset_crashes()

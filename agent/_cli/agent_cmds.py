@@ -31,12 +31,14 @@ from .demo import default_examples_dir, run_demo
 from .logs import configure_logging
 from .render import HumanRenderer, JsonRenderer
 from .safe_text import visible
+from .trust import check_extensions
 
 __all__ = [
     "AgentCLIError",
     "agent_options",
     "chat_cmd",
     "demo_cmd",
+    "refuse_untrusted",
     "report_extensions",
     "run_cmd",
     "run_prompt",
@@ -198,6 +200,24 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
     return decorated
 
 
+def refuse_untrusted(options: AgentOptions) -> None:
+    """Refuse to run while a project-local or installed extension is not trusted.
+
+    A whole ``run`` or ``rpc`` fails rather than going on without the extension: the
+    one left out may be the guard the user counts on.
+
+    Raises:
+        AgentCLIError: one line per untrusted extension, each naming the command
+            that trusts it.
+    """
+    try:
+        _, untrusted = check_extensions(options)
+    except SupervisorError as exc:
+        raise AgentCLIError(f"cannot check which extensions are trusted: {exc}") from None
+    if untrusted:
+        raise AgentCLIError("\n".join(v.problem for v in untrusted))
+
+
 async def report_extensions(host: AgentHost, err: TextIO) -> None:
     """Warn on ``err`` about extensions that failed or run without a sandbox.
 
@@ -260,6 +280,7 @@ def run_cmd(
 ) -> None:
     """Run one prompt and print the answer ("-" reads the prompt from stdin)."""
     text = " ".join(prompt)
+    refuse_untrusted(options)
     ctx.exit(run_trio(run_prompt, options, sys.stdin.read() if text == "-" else text, as_json))
 
 

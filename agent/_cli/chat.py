@@ -31,6 +31,7 @@ from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
 from .render import HumanRenderer
 from .safe_text import visible
+from .trust import ask_trust
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 
@@ -386,6 +387,7 @@ async def run_chat(
 
 
 async def _chat(options: AgentOptions, renderer: HumanRenderer, reader: LineReader) -> None:
+    await ask_trust(options, renderer, reader.read)
     async with open_agent(options) as host, trio.open_nursery() as nursery:
         await nursery.start(host.run_forwarder, renderer.emit)
         chat = ChatSession(host, renderer, reader)

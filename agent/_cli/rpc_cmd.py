@@ -23,7 +23,7 @@ import trio
 from .._engine import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
-from .agent_cmds import AgentCLIError, agent_options, run_trio
+from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
 from .logs import configure_logging
 
 __all__ = ["rewrite_rpc_flag", "rpc_cmd", "run_rpc"]
@@ -145,6 +145,7 @@ def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int) -> None:
     if not structlog.is_configured():
         configure_logging(0)  # run on its own (not under the corral group)
     token = _take_token()
+    refuse_untrusted(options)
     in_fd, out_fd = _claim_stdio()
     status = run_trio(run_rpc, options, in_fd, out_fd, token, line_limit)
     sys.stderr.flush()

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agent._cli.main import main
+from supervisor import data_dir, identity_of, log_file, quarantine_file
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "extensions"
@@ -103,7 +104,8 @@ def test_list_shows_invalid_duplicate_and_quarantined(home: Path, tmp_path: Path
     shutil.copytree(EXAMPLES / "weather", local / "weather")
     (local / "broken").mkdir(parents=True)
     (local / "broken" / "extension.json").write_text('{"name": "broken", "exec": 3}')
-    quarantine = home / "state" / "quarantine" / "weather.txt"
+    # Quarantine records are keyed by identity: this one is the project-local weather's.
+    quarantine = quarantine_file(home, identity_of("weather", str(local / "weather")))
     quarantine.parent.mkdir(parents=True)
     quarantine.write_text("crashed 5 times in 300 s (last: exit status 3)\n")
 
@@ -111,6 +113,8 @@ def test_list_shows_invalid_duplicate_and_quarantined(home: Path, tmp_path: Path
     rows = [json.loads(line) for line in out.output.splitlines()]
     by_state = {(r["name"], r["state"]): r for r in rows}
     assert by_state[("weather", "quarantined")]["source"] == "project"
+    assert by_state[("weather", "quarantined")]["trust"] == "untrusted"
+    assert by_state[("weather", "duplicate")]["source"] == "global"
     assert "exit status 3" in str(by_state[("weather", "quarantined")]["problem"])
     assert "shadowed by" in str(by_state[("weather", "duplicate")]["problem"])
     assert by_state[("broken", "invalid")]["problem"].startswith("exec")  # type: ignore[union-attr]
@@ -133,7 +137,7 @@ def test_mistakes_are_one_line_and_non_zero(home: Path) -> None:
     for args, words in [
         (["ext", "remove", "nope"], "not installed"),
         (["ext", "enable", "nope"], "no extension named nope"),
-        (["ext", "logs", "nope"], "no log for nope"),
+        (["ext", "logs", "nope"], "no extension named nope"),
         (["ext", "install", "/definitely/not/here"], "no such directory"),
     ]:
         out = corral(*args)
@@ -146,7 +150,8 @@ def test_mistakes_are_one_line_and_non_zero(home: Path) -> None:
 
 
 def test_logs_prints_the_extension_log(home: Path) -> None:
-    log = home / "logs" / "ext-clock.log"
+    assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
+    log = log_file(home, identity_of("clock", str(home / "extensions" / "clock")))
     log.parent.mkdir(parents=True)
     log.write_text("[corral] started pid 1\nhello from stderr\n")
     out = corral("ext", "logs", "clock")
@@ -174,3 +179,109 @@ def test_console_script_runs() -> None:
     )
     assert out.returncode == 0
     assert "version" in out.stdout
+
+
+def _copy(src: Path, dest: Path, **changes: object) -> Path:
+    shutil.copytree(src, dest)
+    manifest = json.loads((dest / "extension.json").read_text())
+    manifest.update(changes)
+    (dest / "extension.json").write_text(json.dumps(manifest))
+    return dest
+
+
+def test_install_pins_and_shows_the_permissions(home: Path, tmp_path: Path) -> None:
+    perms = {"network": True, "env": ["WEATHER_KEY"], "limits": {"memory_mb": 256}}
+    src = _copy(EXAMPLES / "weather", tmp_path / "weather", permissions=perms)
+    out = corral("ext", "install", str(src))
+    assert out.exit_code == 0, out.output
+    assert "permissions  net, env:WEATHER_KEY, mem 256M" in out.output
+    assert "content      sha256:" in out.output
+    row = listed()["weather"]
+    assert row["trust"] == "trusted"
+    assert row["permissions_summary"] == "net, env:WEATHER_KEY, mem 256M"
+    full = row["permissions"]
+    assert isinstance(full, dict)
+    assert full["network"] is True
+    assert full["limits"]["memory_mb"] == 256  # the whole structure, defaults included
+    assert full["limits"]["processes"] == 64
+    head = corral("ext", "list").output.splitlines()[0].split()
+    assert head[:6] == ["NAME", "VERSION", "SOURCE", "STATE", "TRUST", "PERMISSIONS"]
+
+
+def test_trust_and_untrust_a_project_extension(home: Path) -> None:
+    local = Path.cwd() / ".corral" / "extensions"
+    shutil.copytree(EXAMPLES / "weather", local / "weather")
+    assert listed()["weather"]["trust"] == "untrusted"
+    asked = corral("ext", "trust", "weather")  # CliRunner's stdin is no terminal
+    assert asked.exit_code == 1
+    assert "add -y" in asked.output
+    assert "status       never trusted" in asked.output
+    assert corral("ext", "trust", "-y", "weather").exit_code == 0
+    assert listed()["weather"]["trust"] == "trusted"
+    again = corral("ext", "trust", "weather")
+    assert again.exit_code == 0
+    assert "nothing to do" in again.output
+    (local / "weather" / "extra.py").write_text("")
+    changed = listed()["weather"]
+    assert changed["trust"] == "changed"
+    assert "corral ext trust .corral/extensions/weather" in str(changed["problem"])
+    assert corral("ext", "trust", "-y", ".corral/extensions/weather").exit_code == 0  # by path
+    untrusted = corral("ext", "untrust", "weather")
+    assert "will not start until trusted again" in untrusted.output
+    assert listed()["weather"]["trust"] == "untrusted"
+
+
+def test_trust_mistakes_name_the_culprit(home: Path, tmp_path: Path) -> None:
+    elsewhere = _copy(EXAMPLES / "clock", tmp_path / "clock")
+    out = corral("ext", "trust", "-y", str(elsewhere))
+    assert out.exit_code == 1
+    assert "needs no trust" in out.output
+    assert "no extension named nope" in corral("ext", "trust", "nope").output
+    assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
+    shutil.copytree(EXAMPLES / "clock", Path.cwd() / ".corral" / "extensions" / "clock")
+    (home / "state" / "trust.json").chmod(0o666)
+    bad = corral("ext", "trust", "-y", "clock")
+    assert bad.exit_code == 1
+    assert "others may write it" in bad.output
+    assert "Traceback" not in bad.output
+
+
+def test_enable_and_disable_keep_a_pin_but_never_launder_a_change(home: Path) -> None:
+    assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
+    assert corral("ext", "disable", "clock").exit_code == 0
+    assert listed()["clock"]["trust"] == "trusted"  # corral's own edit is re-pinned
+    assert corral("ext", "enable", "clock").exit_code == 0
+    assert listed()["clock"]["trust"] == "trusted"
+    (home / "extensions" / "clock" / "planted.js").write_text("")
+    assert corral("ext", "disable", "clock").exit_code == 0
+    assert listed()["clock"]["trust"] == "changed"  # not pinned again with the plant
+
+
+def test_trusting_an_older_install_adopts_its_name_keyed_state(home: Path) -> None:
+    # As an older corral left it: copied in, no pin, state keyed by name.
+    shutil.copytree(EXAMPLES / "clock", home / "extensions" / "clock")
+    (home / "data" / "clock").mkdir(parents=True)
+    (home / "data" / "clock" / "saved").write_text("kept")
+    (home / "logs").mkdir()
+    (home / "logs" / "ext-clock.log").write_text("old lines\n")
+    row = listed()["clock"]
+    assert row["trust"] == "untrusted"
+    out = corral("ext", "trust", "-y", "clock")
+    assert out.exit_code == 0, out.output
+    identity = identity_of("clock", str(home / "extensions" / "clock"))
+    assert (data_dir(home, identity) / "saved").read_text() == "kept"
+    assert log_file(home, identity).read_text() == "old lines\n"
+    assert not (home / "data" / "clock").exists()
+
+
+def test_remove_deletes_the_extension_state_and_pin(home: Path) -> None:
+    assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
+    identity = identity_of("clock", str(home / "extensions" / "clock"))
+    for path in (data_dir(home, identity) / "x", log_file(home, identity)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    assert identity in (home / "state" / "trust.json").read_text()
+    assert corral("ext", "remove", "clock").exit_code == 0
+    assert not data_dir(home, identity).exists()
+    assert not log_file(home, identity).exists()
+    assert identity not in (home / "state" / "trust.json").read_text()

@@ -18,6 +18,7 @@ from agent_helpers import EXAMPLES, Collector, chaos, options, probe, script
 from agent._events import ExtDisplay, ExtStatus, TurnEnd
 from agent._host import open_agent
 from agent._messages import TextContent, ToolCallContent, text_of
+from supervisor import identity_of, log_file
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -230,7 +231,7 @@ async def test_lifecycle_events_reach_subscribers(tmp_path: Path, home: Path, wo
     path = script(tmp_path, bash_call("echo hi"), {"text": "done"})
     opts = options(home, work, ext_paths=[GUARD], script=path, provider="scripted")
     await run_prompts(opts, "go")
-    log = (home / "logs" / "ext-guard.log").read_text()
+    log = log_file(home, identity_of("guard", GUARD)).read_text()
     for needle in (
         "event session_start",
         "event turn_start step=1",

@@ -22,6 +22,8 @@ from rpc_fixtures.rpc_harness import (
     write_script,
 )
 
+from supervisor import identity_of, quarantine_file
+
 TIMEOUT = 40
 PROBE = REPO / "tests" / "agent" / "fixtures" / "probe_ext.py"
 
@@ -225,11 +227,13 @@ async def test_notify_from_a_command_is_an_ext_notify_event(tmp_path: Path) -> N
 
 async def test_ext_enable_lifts_a_quarantine(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    (home / "state" / "quarantine").mkdir(parents=True)
-    (home / "state" / "quarantine" / "chaos.txt").write_text("crashed 5 times\n")
+    ext = chaos_ext(tmp_path)
+    record = quarantine_file(home, identity_of("chaos", ext))  # keyed by identity
+    record.parent.mkdir(parents=True)
+    record.write_text("crashed 5 times\n")
     script = write_script(tmp_path, {"text": "unused"})
     with trio.fail_after(TIMEOUT):
-        async with open_rpc(tmp_path, script, exts=(chaos_ext(tmp_path),)) as rpc:
+        async with open_rpc(tmp_path, script, exts=(ext,)) as rpc:
             listed = (await rpc.call("ext_list"))["data"]["extensions"]
             assert listed[0]["state"] == "quarantined"
             assert "crashed 5 times" in listed[0]["problem"]

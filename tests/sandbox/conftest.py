@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from sandbox_harness import IDENTITIES, Identity, World, find_identity, make_world
+from trust_harness import Site, make_site
 
 
 @pytest.fixture(scope="session", params=IDENTITIES)
@@ -23,3 +24,14 @@ def world(who: Identity) -> Iterator[World]:
         yield w
     finally:
         shutil.rmtree(w.base, ignore_errors=True)
+
+
+@pytest.fixture
+def site(who: Identity) -> Iterator[Site]:
+    """A fresh user's machine for the trust tests; nothing of it may outlive the test."""
+    s = make_site(who)
+    try:
+        yield s
+        assert s.leftovers() == []
+    finally:
+        shutil.rmtree(s.base, ignore_errors=True)

@@ -34,6 +34,8 @@ from typing import Any
 
 import pytest
 
+import supervisor
+
 ROOT = Path(__file__).resolve().parents[2]
 ATTACK = Path(__file__).resolve().parent / "attacks" / "terminal"
 CORRAL = [sys.executable, "-c", "from agent._cli.main import main; main()"]
@@ -312,14 +314,21 @@ def test_ext_list_shows_manifest_text_as_visible_text(setup: dict[str, Any]) -> 
     assert rows[1]["path"] == str(hostile / "extension.json")
 
 
+def mallory_log(setup: dict[str, Any]) -> Path:
+    """The attacker's log file: keyed by its identity (name and directory)."""
+    return supervisor.log_file(setup["home"], supervisor.identity_of("mallory", str(setup["ext"])))
+
+
 def test_ext_logs_shows_the_log_as_visible_text(setup: dict[str, Any]) -> None:
     done = corral(setup, "run", *agent_args(setup, run_script(setup)), "go")
     assert done.returncode == 0, done.stderr.decode(errors="replace")
-    log_file = setup["home"] / "logs" / "ext-mallory.log"
+    log_file = supervisor.log_file(
+        setup["home"], supervisor.identity_of("mallory", str(setup["ext"]))
+    )
     raw = log_file.read_bytes()
     assert A.LOG.encode() in raw  # the file keeps what the extension wrote
     assert A.CRASH.encode() in raw
-    shown = corral(setup, "ext", "logs", "mallory")
+    shown = corral(setup, "ext", "logs", str(setup["ext"]))
     assert shown.returncode == 0
     # corral's own notes in the log are "[corral] ..." lines; the extension's "\r"
     # before its fake one is shown.
@@ -343,11 +352,13 @@ def read_exactly(fd: int, expected: bytes) -> None:
 
 
 def test_ext_logs_follow_shows_new_text_as_visible_text(setup: dict[str, Any]) -> None:
-    log_file = setup["home"] / "logs" / "ext-mallory.log"
+    log_file = supervisor.log_file(
+        setup["home"], supervisor.identity_of("mallory", str(setup["ext"]))
+    )
     log_file.parent.mkdir(parents=True)
     log_file.write_bytes(A.LOG.encode() + b"\n")
     follow = subprocess.Popen(
-        [*CORRAL, "ext", "logs", "-f", "mallory"],
+        [*CORRAL, "ext", "logs", "-f", str(setup["ext"])],
         stdout=subprocess.PIPE,
         env=setup["env"],
         cwd=str(setup["work"]),

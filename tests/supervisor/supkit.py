@@ -22,10 +22,15 @@ import structlog
 import trio
 
 from supervisor import (
+    ExtensionSpec,
     HostInfo,
     SupervisorClient,
     SupervisorConfig,
     SupervisorEvent,
+    TrustStore,
+    identity_of,
+    load_manifest,
+    log_file,
     open_supervisor,
 )
 
@@ -115,6 +120,17 @@ class Kit:
         (d / "ext.py").write_text(PRELUDE + textwrap.dedent(body))
         return d
 
+    def spec(self, d: Path, source: str = "global") -> ExtensionSpec:
+        """The extension in ``d`` as discovery would load it from ``source``."""
+        return load_manifest(d, source, home=str(self.home))  # type: ignore[arg-type]
+
+    def trust(self, *dirs: Path, source: str = "global") -> None:
+        """Pin each extension directory as ``corral ext trust`` would."""
+        store = TrustStore(self.home)
+        for d in dirs:
+            spec = self.spec(d, source)
+            store.pin(spec, store.digest(spec))
+
     def open(
         self,
         *paths: Path,
@@ -133,8 +149,8 @@ class Kit:
         )
 
     def log_path(self, name: str) -> Path:
-        """The extension's stderr log."""
-        return self.home / "logs" / f"ext-{name}.log"
+        """The stderr log of the extension ``name`` in :attr:`exts` (logs are keyed by identity)."""
+        return log_file(self.home, identity_of(name, str(self.exts / name)))
 
     def log_text(self, name: str) -> str:
         """The extension's stderr log, or "" when it does not exist."""

@@ -193,6 +193,7 @@ async def test_duplicates_listed_never_started(kit: Kit, tmp_path: Path) -> None
 async def test_invalid_manifests_listed_others_run(kit: Kit) -> None:
     glob = kit.home / "extensions"
     good = kit.chaos("good", where=glob)
+    kit.trust(good)
     _write(glob / "broken", {"name": "broken", "exec": "./nope.py"})
     _write(glob / "garbled", "{{{")
     with trio.fail_after(CYCLE):

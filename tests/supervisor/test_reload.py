@@ -44,9 +44,11 @@ def _set_manifest(d: Path, **changes: Any) -> None:
 
 async def test_reload_stats_are_honest(kit: Kit) -> None:
     glob = kit.home / "extensions"
-    kit.inline("good1", TOOLS_FROM_ARGV, args=["one"], where=glob)
-    kit.inline("good2", TOOLS_FROM_ARGV, args=["two"], where=glob)
-    kit.chaos("impostor", "--wrong-name", where=glob)
+    kit.trust(
+        kit.inline("good1", TOOLS_FROM_ARGV, args=["one"], where=glob),
+        kit.inline("good2", TOOLS_FROM_ARGV, args=["two"], where=glob),
+        kit.chaos("impostor", "--wrong-name", where=glob),
+    )
     kit.chaos("off", where=glob, enabled=False)
     broken = glob / "broken"
     broken.mkdir()

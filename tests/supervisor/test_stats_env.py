@@ -12,7 +12,7 @@ import pytest
 import trio
 from supkit import CYCLE, EXAMPLES, Kit, cmdline, environ
 
-from supervisor import PROTOCOL_VERSION, CallTimeout
+from supervisor import PROTOCOL_VERSION, CallTimeout, data_dir, identity_of
 
 ENV_DUMP = """\
 sys.stderr.write("inline: hello from stderr\\n")
@@ -70,7 +70,7 @@ async def test_environment_is_an_allowlist(kit: Kit, monkeypatch: pytest.MonkeyP
         assert seen["LC_TESTING"] == "C"
         assert seen["CORRAL_EXT_NAME"] == "envy"
         assert seen["CORRAL_EXT_DIR"] == str(ext)
-        assert seen["CORRAL_DATA_DIR"] == str(kit.home / "data" / "envy")
+        assert seen["CORRAL_DATA_DIR"] == str(data_dir(kit.home, identity_of("envy", str(ext))))
         assert seen["CORRAL_PROTOCOL_VERSION"] == str(PROTOCOL_VERSION) == "1"
         assert seen["PATH"] == os.environ["PATH"]
         extra = {
