@@ -41,6 +41,7 @@ from supervisor import (
     open_supervisor,
 )
 
+from ._audit import AuditLog, audit_path
 from ._engine import AgentOptions, Emit
 from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
 from ._exceptions import AgentError
@@ -315,6 +316,7 @@ async def open_agent(
                 system_prompt=options.system_prompt,
                 append_system_prompt=options.append_system_prompt,
                 compact_threshold=compact_threshold,
+                audit=AuditLog(audit_path(home), session=options.session or "", cwd=cwd),
             )
             if not any(info.pid is not None for info in await client.list_extensions()):
                 loop.assume_no_interceptors()

@@ -115,6 +115,8 @@ class _Supervisor:
         self._subscribers: list[trio.MemorySendChannel[SupervisorEvent]] = []
         self._dropped = 0
         self._announced: dict[str, int] = {}
+        #: Extensions whose ignored built-in tool intervention was logged (once each).
+        self._intercept_warned: set[str] = set()
         self._reload_lock = trio.Lock()
         self._psutil: dict[int, psutil.Process] = {}
         self._nursery: trio.Nursery | None = None
@@ -362,7 +364,7 @@ class _Supervisor:
     async def _chain(
         self, req: Intercept, subs: list[Extension], reply: Reply[InterceptOutcome]
     ) -> None:
-        reply.set(await run_chain(req, subs))
+        reply.set(await run_chain(req, subs, self._intercept_warned))
 
     async def _reload(self, reply: Reply[ReloadStats]) -> None:
         async with self._reload_lock:

@@ -142,7 +142,7 @@ class HumanRenderer:
             if self._show_user:
                 self.line(s("you ›", "bold", "green") + " " + text_of_blocks(event.content))
         elif isinstance(event, ToolCallEvent):
-            self.line(s(f"  → {event.name}", "yellow") + " " + s(_args(event.args), "dim"))
+            self._tool_call(event)
         elif isinstance(event, ToolProgress):
             self.line(s(f"    … {clip(event.text, 160)}", "dim"))
         elif isinstance(event, ToolResultEvent):
@@ -166,6 +166,20 @@ class HumanRenderer:
             self.note(event.extension, event.text, "magenta")
         elif isinstance(event, ExtStatus):
             self._status(event)
+
+    def _tool_call(self, event: ToolCallEvent) -> None:
+        """The call; a rewrite shows the args that run, and names who rewrote them."""
+        s = self.style
+        if event.blocked_by is not None:
+            who = s(f"(blocked by [{event.blocked_by}])", "red", "bold")
+            self.line(s(f"  → {event.name}", "yellow") + f" {who} " + s(_args(event.args), "dim"))
+        elif event.ran_args is not None:
+            names = ", ".join(f"[{n}]" for n in event.rewritten_by)
+            who = s(f"(rewritten by {names})", "magenta", "bold")
+            self.line(s(f"  → {event.name}", "yellow") + f" {who} " + _args(event.ran_args))
+            self.line(s(f"    the model asked for {_args(event.args)}", "dim"))
+        else:
+            self.line(s(f"  → {event.name}", "yellow") + " " + s(_args(event.args), "dim"))
 
     def _turn_end(self, event: TurnEnd) -> None:
         s = self.style
