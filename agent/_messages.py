@@ -83,7 +83,8 @@ class InterventionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_default
         event: ``tool_call``, ``turn_start`` or ``assistant_message``.
         kind: ``block`` or ``rewrite``.
         applied: False when corral ignored it (the extension may not block or
-            rewrite that built-in tool: ``permissions.intercept_builtin``).
+            rewrite that built-in tool: ``permissions.intercept_builtin``). Always
+            present on the wire.
         reason: a block's reason, as the extension gave it.
         tool_id: the tool call's id (``tool_call``).
         tool: the tool's name (``tool_call``).
@@ -95,7 +96,7 @@ class InterventionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_default
     extension: str
     event: InterceptEvent
     kind: InterventionKind
-    applied: bool = True
+    applied: bool
     reason: str = ""
     tool_id: str | None = None
     tool: str | None = None
