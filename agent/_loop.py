@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import structlog
 import trio
 
-from supervisor import EmitEvent, InterceptOutcome, SupervisorError
+from supervisor import EmitEvent, InterceptKind, InterceptOutcome, SupervisorError
 
 from ._audit import AuditLog
 from ._engine import Emit
@@ -66,7 +66,6 @@ from ._exceptions import AgentError, ProviderError
 from ._messages import (
     Block,
     ImageContent,
-    InterceptEvent,
     InterventionRecord,
     Message,
     TextContent,
@@ -160,7 +159,7 @@ def _blocked_text(outcome: InterceptOutcome) -> str:
 
 
 def _records(
-    event: InterceptEvent, outcome: InterceptOutcome, **context: Any
+    event: InterceptKind, outcome: InterceptOutcome, **context: Any
 ) -> list[InterventionRecord]:
     """The provenance records of ``outcome`` (``context``: tool_id, tool or step)."""
     return [
@@ -191,7 +190,7 @@ async def _each(count: int, work: Callable[[int], Awaitable[None]]) -> None:
 def _call_event(call: ProviderToolCall, outcome: InterceptOutcome) -> ToolCallEvent:
     if outcome.block:
         return ToolCallEvent(
-            id=call.id, name=call.name, args=call.args, blocked_by=outcome.blocked_by or "?"
+            id=call.id, name=call.name, args=call.args, blocked_by=outcome.blocked_by
         )
     rewritten_by = outcome.rewritten_by
     return ToolCallEvent(

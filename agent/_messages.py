@@ -17,12 +17,11 @@ from typing import Any, Literal
 
 import msgspec
 
-from supervisor import InterventionKind
+from supervisor import InterceptKind, InterventionKind
 
 __all__ = [
     "Block",
     "ImageContent",
-    "InterceptEvent",
     "InterventionRecord",
     "Message",
     "Role",
@@ -35,7 +34,6 @@ __all__ = [
 ]
 
 Role = Literal["user", "assistant", "tool"]
-InterceptEvent = Literal["tool_call", "turn_start", "assistant_message"]
 
 
 class TextContent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="text"):
@@ -94,7 +92,7 @@ class InterventionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_default
     """
 
     extension: str
-    event: InterceptEvent
+    event: InterceptKind
     kind: InterventionKind
     applied: bool
     reason: str = ""

@@ -43,6 +43,7 @@ __all__ = [
     "ExtensionStats",
     "ExtensionStopped",
     "Intercept",
+    "InterceptKind",
     "InterceptOutcome",
     "Intervention",
     "InterventionKind",
@@ -173,7 +174,7 @@ class InterventionKind(enum.Enum):
     REWRITE = "rewrite"
 
 
-class Intervention(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Intervention(msgspec.Struct, frozen=True, kw_only=True):
     """One interceptor's block or rewrite, applied or ignored: the provenance record.
 
     Attributes:
@@ -181,7 +182,7 @@ class Intervention(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
         kind: block or rewrite.
         applied: False when the supervisor ignored it because the extension lacks
             the ``intercept_builtin`` permission for the built-in tool.
-        reason: the block reason the extension gave, or why it was ignored.
+        reason: a block's reason, as the extension gave it.
         args: a tool call's arguments after this rewrite (applied or not).
         text: the user-visible text after this rewrite.
     """

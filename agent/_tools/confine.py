@@ -61,6 +61,13 @@ def _join(parts: list[str]) -> str:
     return "/" + "/".join(parts)
 
 
+def _corral_refusal(path: str, where: str) -> ToolError:
+    return ToolError(
+        f"{path}: refused: built-in tools never write into a .corral directory ({where}); "
+        "project-local extensions live there. Add extensions with `corral ext install`"
+    )
+
+
 def _replace(old: int, new: int) -> int:
     """Close the directory the walk leaves; returns the one it enters."""
     os.close(old)
@@ -146,7 +153,10 @@ class Workspace:
                 f"({self.home}), which corral's built-in tools never write to. Start corral "
                 "in a project directory instead (cd ~/myproject, or pass --cwd ~/myproject)"
             )
-        start, todo = self._start(path, os.path.expanduser(path))
+        expanded = os.path.expanduser(path)
+        if write and any(_is_corral(name) for name in expanded.split("/")):
+            raise _corral_refusal(path, expanded)  # before the walk creates any directory
+        start, todo = self._start(path, expanded)
         return self._walk(path, start, collections.deque(todo), flags, write, mode, any_kind)
 
     def _start(self, path: str, expanded: str) -> tuple[list[str], list[str]]:
@@ -169,11 +179,7 @@ class Workspace:
     def _check(self, path: str, parts: list[str], fd: int | None, write: bool) -> None:
         """The rules for the last component of ``parts`` (``fd``: its descriptor)."""
         if write and parts and _is_corral(parts[-1]):
-            raise ToolError(
-                f"{path}: refused: built-in tools never write into a .corral directory "
-                f"({_join(parts)}); project-local extensions live there. Add extensions "
-                "with `corral ext install`"
-            )
+            raise _corral_refusal(path, _join(parts))
         if self.corral_home is None or self._corral_parts is None:
             return
         hit = _inside(parts, self._corral_parts)
@@ -310,7 +316,7 @@ class Workspace:
             info = os.fstat(fd)
             if not any_kind:
                 if stat.S_ISDIR(info.st_mode):
-                    raise ToolError(f"{self.show(real)} is a directory")
+                    raise ToolError(f"{self.show(real)} is a directory; list it with bash `ls`")
                 if not stat.S_ISREG(info.st_mode):
                     raise ToolError(f"{self.show(real)} is not a regular file")
                 if write and info.st_nlink > 1:
