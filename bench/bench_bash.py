@@ -5,7 +5,7 @@ Run from the repository root::
     python bench/bench_bash.py [--quick] [--json-out PATH]   # or: python bench/run.py
 
 The built-in ``bash`` tool runs ``true`` in a fresh workspace, one call after
-another: unconfined (``--sandbox off``), then under :class:`sandbox.ShellSandbox`
+another: unconfined (``--sandbox off``), then under :func:`sandbox.plan_shell`
 (bwrap: host read-only, workspace read-write, ``.corral`` read-only, corral's home
 hidden), with a cgroup per call as corral does when it may, and without. The
 figure that matters is the difference of the medians: what sandboxing adds to
@@ -68,7 +68,7 @@ async def measure(quick: bool) -> list[Row]:
             ("shell_sandbox_nocgroup", sandbox.select_sandbox("auto", cgroups=False)),
         ]
         for case, backend in variants:
-            if sandbox.shell_sandbox(backend) is None:
+            if backend.backend != "bwrap":
                 rows.append(Row(bench="bash", case=case, value=float("nan"), unit="ms",
                                 note=f"no bwrap backend ({backend.backend})"))  # fmt: skip
                 continue

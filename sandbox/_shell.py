@@ -20,14 +20,13 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
   size-limited ``/tmp`` and ``/dev/shm``; no network (its own loopback only); the
   same namespaces, dropped capabilities, seccomp filter, cgroup and rlimits as an
   extension, from the same :class:`~sandbox._bwrap.BwrapSandbox` (its probe, its
-  config, its cgroup manager).
+  config, its cgroup manager), whose ``cleanup`` releases the plan.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from typing import final
 
 import msgspec
@@ -39,7 +38,7 @@ from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
 from ._seccomp import build_filter, filter_fd
 
-__all__ = ["CREDENTIALS", "ShellRequest", "ShellSandbox", "shell_sandbox"]
+__all__ = ["CREDENTIALS", "ShellRequest", "plan_shell"]
 
 _MIB = 1024 * 1024
 
@@ -89,137 +88,110 @@ def _open_dir(name: str, dir_fd: int) -> int:
     return os.open(name, flags, dir_fd=dir_fd)
 
 
-@final
-class ShellSandbox:
-    """Plans confined shell commands with a :class:`BwrapSandbox`'s machinery."""
+def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
+    """The bwrap command line, environment and limits for ``request``.
 
-    def __init__(self, bwrap: BwrapSandbox) -> None:
-        self.bwrap = bwrap
-        self._lock = threading.Lock()
-        self._owned_fds: set[int] = set()
+    Opens the workspace and its read-only entries (creating missing ones), creates
+    a cgroup when available and a seccomp descriptor; ``sandbox.cleanup(plan)``
+    releases them, as for an extension's plan.
 
-    def __repr__(self) -> str:
-        return f"<ShellSandbox {self.bwrap!r}>"
+    Returns:
+        The plan, or None when ``sandbox`` is not the bwrap backend (the caller
+        falls back to its own plan).
 
-    @property
-    def backend(self) -> str:
-        """``"bwrap"``."""
-        return "bwrap"
-
-    def plan(self, request: ShellRequest) -> LaunchPlan:
-        """The bwrap command line, environment and limits for ``request``.
-
-        Opens the workspace and its read-only entries (creating missing ones),
-        creates a cgroup when available and a seccomp descriptor; :meth:`cleanup`
-        releases them.
-
-        Raises:
-            PlanError: the workspace, or a read-only entry, is missing or a symlink.
-        """
-        fds: list[int] = []
-        notes: list[str] = []
-        cgroups: list[str] = []
-        try:
-            mounts = self._mounts(request, fds)
-            cgroups = self._cgroups(request.limits, notes)
-            manager = self.bwrap.cgroups
-            memory_done = bool(cgroups) and manager is not None and manager.limits_memory()
-            pids_done = bool(cgroups) and manager is not None and manager.limits_processes()
-            # The same prefix as an extension gets (prlimit inside the namespace).
-            command = self.bwrap._process_limit(
-                list(request.argv), request.limits, pids_done, notes
-            )
-            args = [
-                self.bwrap.config.bwrap,
-                *self.bwrap._namespace_args(False),
-                *mounts,
-                "--chdir",
-                request.workspace,
-            ]
-            if self.bwrap.config.seccomp:
-                fd = filter_fd(build_filter(network=False))
-                fds.append(fd)
-                args += ["--seccomp", str(fd)]
-            else:
-                notes.append(f"no seccomp filter: {self.bwrap.config.seccomp_why}")
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            if self.bwrap.cgroups is not None:
-                self.bwrap.cgroups.destroy(cgroups)
-            raise
-        with self._lock:
-            self._owned_fds.update(fds)
-        return LaunchPlan(
-            argv=[*args, "--", *command],
-            env={**request.env, "TMPDIR": "/tmp"},
-            cwd=request.workspace,
-            backend="bwrap",
-            sandboxed=True,
-            rlimits=rlimits_for(request.limits, memory=not memory_done, processes=False),
-            cgroup=cgroups[0] if cgroups else None,
-            extra_cgroups=cgroups[1:],
-            notes=notes,
-            pass_fds=fds,
-        )
-
-    def _mounts(self, request: ShellRequest, fds: list[int]) -> list[str]:
-        size = str(request.limits.tmp_mb * _MIB)
-        args = ["--ro-bind", "/", "/", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
-        args += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
-        args += ["--size", size, "--tmpfs", "/tmp", "--tmpfs", "/run"]
-        # Read-only last: bwrap may still need to create mount points in them.
-        remount = ["--remount-ro", "/run"]
-        try:
-            ws = os.open(request.workspace, _DIR | os.O_NOFOLLOW)
-        except OSError as exc:
-            raise PlanError("bash", f"{request.workspace}: {exc.strerror}") from exc
-        fds.append(ws)
-        # Bound even when read-only: the workspace may sit in /tmp, which is private.
-        args += ["--bind-fd" if request.writable else "--ro-bind-fd", str(ws), request.workspace]
-        for name in request.read_only if request.writable else []:
-            try:
-                fd = _open_dir(name, ws)
-            except OSError as exc:
-                where = os.path.join(request.workspace, name)
-                raise PlanError(
-                    "bash", f"{where} must be a plain directory ({exc.strerror})"
-                ) from exc
+    Raises:
+        PlanError: the workspace, or a read-only entry, is missing or not a plain
+            directory.
+    """
+    if not isinstance(sandbox, BwrapSandbox):
+        return None
+    fds: list[int] = []
+    notes: list[str] = []
+    cgroups: list[str] = []
+    try:
+        mounts = _mounts(request, fds)
+        cgroups = _cgroups(sandbox, request.limits, notes)
+        manager = sandbox.cgroups
+        memory_done = bool(cgroups) and manager is not None and manager.limits_memory()
+        pids_done = bool(cgroups) and manager is not None and manager.limits_processes()
+        # The same prefix and namespaces as an extension gets (one bwrap path).
+        command = sandbox._process_limit(list(request.argv), request.limits, pids_done, notes)
+        args = [
+            sandbox.config.bwrap,
+            *sandbox._namespace_args(False),
+            *mounts,
+            "--chdir",
+            request.workspace,
+        ]
+        if sandbox.config.seccomp:
+            fd = filter_fd(build_filter(network=False))
             fds.append(fd)
-            args += ["--ro-bind-fd", str(fd), os.path.join(request.workspace, name)]
-        hidden = list(request.hidden)
-        if request.home:
-            hidden += [os.path.join(request.home, c) for c in CREDENTIALS]
-        for path in hidden:
-            real = os.path.realpath(path)
-            if os.path.isdir(real):
-                args += ["--tmpfs", real]
-                remount += ["--remount-ro", real]
-            elif os.path.exists(real):
-                args += ["--ro-bind", "/dev/null", real]
-        return args + remount
+            args += ["--seccomp", str(fd)]
+        else:
+            notes.append(f"no seccomp filter: {sandbox.config.seccomp_why}")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        if sandbox.cgroups is not None:
+            sandbox.cgroups.destroy(cgroups)
+        raise
+    # The backend's cleanup() closes only descriptors it owns: hand ours over.
+    with sandbox._lock:
+        sandbox._owned_fds.update(fds)
+    return LaunchPlan(
+        argv=[*args, "--", *command],
+        env={**request.env, "TMPDIR": "/tmp"},
+        cwd=request.workspace,
+        backend="bwrap",
+        sandboxed=True,
+        rlimits=rlimits_for(request.limits, memory=not memory_done, processes=False),
+        cgroup=cgroups[0] if cgroups else None,
+        extra_cgroups=cgroups[1:],
+        notes=notes,
+        pass_fds=fds,
+    )
 
-    def _cgroups(self, limits: Limits, notes: list[str]) -> list[str]:
-        if self.bwrap.cgroups is None:
-            return []
+
+def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
+    size = str(request.limits.tmp_mb * _MIB)
+    args = ["--ro-bind", "/", "/", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+    args += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
+    args += ["--size", size, "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # Read-only last: bwrap may still need to create mount points in them.
+    remount = ["--remount-ro", "/run"]
+    try:
+        ws = os.open(request.workspace, _DIR | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise PlanError("bash", f"{request.workspace}: {exc.strerror}") from exc
+    fds.append(ws)
+    # Bound even when read-only: the workspace may sit in /tmp, which is private.
+    args += ["--bind-fd" if request.writable else "--ro-bind-fd", str(ws), request.workspace]
+    for name in request.read_only if request.writable else []:
         try:
-            return self.bwrap.cgroups.create("bash", limits)
+            fd = _open_dir(name, ws)
         except OSError as exc:
-            notes.append(f"no cgroup for this run ({exc.strerror}); using rlimits only")
-            return []
+            where = os.path.join(request.workspace, name)
+            raise PlanError("bash", f"{where} must be a plain directory ({exc.strerror})") from exc
+        fds.append(fd)
+        args += ["--ro-bind-fd", str(fd), os.path.join(request.workspace, name)]
+    hidden = list(request.hidden)
+    if request.home:
+        hidden += [os.path.join(request.home, c) for c in CREDENTIALS]
+    for path in hidden:
+        real = os.path.realpath(path)
+        if os.path.isdir(real):
+            args += ["--tmpfs", real]
+            remount += ["--remount-ro", real]
+        elif os.path.exists(real):
+            args += ["--ro-bind", "/dev/null", real]
+    return args + remount
 
-    def cleanup(self, plan: LaunchPlan) -> None:
-        """Close the plan's descriptors and remove its cgroups. Idempotent."""
-        for fd in plan.pass_fds:
-            with self._lock:
-                owned = fd in self._owned_fds
-                self._owned_fds.discard(fd)
-            if owned:
-                os.close(fd)
-        if self.bwrap.cgroups is not None:
-            self.bwrap.cgroups.destroy([d for d in [plan.cgroup, *plan.extra_cgroups] if d])
 
-
-def shell_sandbox(sandbox: Sandbox | None) -> ShellSandbox | None:
-    """A :class:`ShellSandbox` sharing ``sandbox``'s machinery, when it is bwrap."""
-    return ShellSandbox(sandbox) if isinstance(sandbox, BwrapSandbox) else None
+def _cgroups(sandbox: BwrapSandbox, limits: Limits, notes: list[str]) -> list[str]:
+    if sandbox.cgroups is None:
+        return []
+    try:
+        return sandbox.cgroups.create("bash", limits)
+    except OSError as exc:
+        notes.append(f"no cgroup for this run ({exc.strerror}); using rlimits only")
+        return []

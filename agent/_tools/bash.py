@@ -7,7 +7,7 @@ allowlisted environment (no API keys or other secrets of the host).
 Confinement, so that a command an extension rewrote cannot plant an extension or
 touch the user's dotfiles:
 
-* **bwrap** (:class:`sandbox.ShellSandbox`): the host's file system read-only, the
+* **bwrap** (:func:`sandbox.plan_shell`): the host's file system read-only, the
   working directory read-write except its ``.corral`` (read-only; created empty if
   missing), corral's home and the user's credential stores hidden, no network.
   A working directory that is the home directory (or contains it) is not writable.
@@ -46,7 +46,7 @@ from sandbox import (
     Permissions,
     Sandbox,
     ShellRequest,
-    shell_sandbox,
+    plan_shell,
 )
 from sandbox import spawn as sandbox_spawn
 
@@ -229,7 +229,6 @@ class BashTool:
     ) -> None:
         self.workspace = workspace
         self._sandbox = sandbox if sandbox is not None and sandbox.backend != "none" else None
-        self._shell = shell_sandbox(self._sandbox)
         self._require_sandbox = require_sandbox
         self._default_timeout = default_timeout
         self._max_timeout = max_timeout
@@ -292,26 +291,28 @@ class BashTool:
                 )
             return None
         try:
-            if self._shell is not None:
-                return self._shell.plan(
-                    ShellRequest(
-                        argv=argv,
-                        env=env,
-                        workspace=ws.root,
-                        writable=ws.writable,
-                        read_only=[".corral"],
-                        hidden=[ws.corral_home] if ws.corral_home else [],
-                        home=ws.home,
-                    )
-                )
-            writable = [ws.root] if ws.writable else []
+            shell = ShellRequest(
+                argv=argv,
+                env=env,
+                workspace=ws.root,
+                writable=ws.writable,
+                read_only=[".corral"],
+                hidden=[ws.corral_home] if ws.corral_home else [],
+                home=ws.home,
+            )
+            plan = plan_shell(self._sandbox, shell)
+            if plan is not None:
+                return plan
+            # sandbox-exec: the extension profile, the workspace its only writable path.
             request = LaunchRequest(
                 name="bash",
                 argv=argv,
                 env=env,
                 ext_dir=ws.root,
                 data_dir=None,
-                permissions=Permissions(network=False, read_write=writable, data_dir=False),
+                permissions=Permissions(
+                    network=False, read_write=[ws.root] if ws.writable else [], data_dir=False
+                ),
             )
             return self._sandbox.plan(request)
         except Exception as exc:  # a backend failure must not take the tool down
@@ -406,10 +407,7 @@ class BashTool:
     def _cleanup(self, plan: LaunchPlan | None) -> None:
         if plan is not None and self._sandbox is not None:
             try:
-                if self._shell is not None:
-                    self._shell.cleanup(plan)
-                else:
-                    self._sandbox.cleanup(plan)
+                self._sandbox.cleanup(plan)
             except Exception as exc:  # cleanup is best effort; the call already finished
                 log.warning("bash_sandbox_cleanup_failed", error=str(exc))
 

@@ -1,4 +1,4 @@
-"""The agent's own shell under bwrap (:class:`sandbox.ShellSandbox`), attacked for real.
+"""The agent's own shell under bwrap (:func:`sandbox.plan_shell`), attacked for real.
 
 Each test runs real ``bash`` commands through the built-in tool, as a rewriting
 extension would: plant an extension in ``.corral``, append to ``~/.bashrc``, read
@@ -46,7 +46,7 @@ class Box:
 
     def bash(self, cwd: Path | None = None) -> BashTool:
         backend = sandbox.select_sandbox("auto")
-        if sandbox.shell_sandbox(backend) is None:
+        if backend.backend != "bwrap":
             pytest.skip("no bwrap backend here")
         ws = Workspace(
             str(cwd or self.project), corral_home=str(self.corral_home), home=str(self.home)
@@ -162,17 +162,19 @@ async def test_no_writable_workspace_at_home(box: Box, where: str) -> None:
 
 def test_plans_release_their_descriptors(box: Box) -> None:
     backend = sandbox.select_sandbox("auto")
-    shell = sandbox.shell_sandbox(backend)
-    if shell is None:
+    if backend.backend != "bwrap":
         pytest.skip("no bwrap backend here")
     before = _fds()
     request: dict[str, Any] = {"argv": ["/bin/true"], "env": {}, "workspace": str(box.project)}
-    plan = shell.plan(sandbox.ShellRequest(**request, read_only=[".corral"]))
+    plan = sandbox.plan_shell(backend, sandbox.ShellRequest(**request, read_only=[".corral"]))
+    assert plan is not None
     assert plan.sandboxed
     assert len(plan.pass_fds) >= 2
-    shell.cleanup(plan)
-    shell.cleanup(plan)  # idempotent
+    backend.cleanup(plan)
+    backend.cleanup(plan)  # idempotent
     assert _fds() <= before
+    gone = sandbox.ShellRequest(**{**request, "workspace": str(box.home / "gone")})
     with pytest.raises(sandbox.PlanError, match="No such file"):
-        shell.plan(sandbox.ShellRequest(**{**request, "workspace": str(box.home / "gone")}))
+        sandbox.plan_shell(backend, gone)
     assert _fds() <= before
+    assert sandbox.plan_shell(sandbox.select_sandbox("off"), gone) is None
