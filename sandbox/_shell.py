@@ -10,7 +10,8 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
   the one that was checked), except the paths in ``read_only`` (its ``.corral``),
   bound read-only on top, again by descriptor; a missing one is created empty first,
   because a read-only bind needs a mount point and a later ``mkdir .corral`` in
-  the writable workspace would otherwise succeed;
+  the writable workspace would otherwise succeed (in a directory the user may not
+  write, nobody can create it, and none is needed);
 * when the workspace is the home directory (or contains it) nothing is writable
   but the private ``/tmp``;
 * ``hidden`` directories (corral's home) and the user's credential stores
@@ -25,7 +26,7 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 from typing import final
 
@@ -73,18 +74,26 @@ class ShellRequest(msgspec.Struct, frozen=True, kw_only=True):
     limits: Limits = Limits()
 
 
-def _open_dir(name: str, dir_fd: int) -> int:
+def _open_dir(name: str, dir_fd: int) -> int | None:
     """A descriptor of directory ``name`` in ``dir_fd``, never through a symlink.
 
     A missing one is created empty (someone else creating it first is fine: what is
-    there is opened, still without following a symlink).
+    there is opened, still without following a symlink). None when it is missing and
+    cannot be created for want of permission: then the shell, which runs as the
+    same user with fewer privileges, cannot create it either.
     """
     flags = _DIR | os.O_NOFOLLOW
     try:
         return os.open(name, flags, dir_fd=dir_fd)
     except FileNotFoundError:
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(name, 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                return None
+            raise
     return os.open(name, flags, dir_fd=dir_fd)
 
 
@@ -172,6 +181,8 @@ def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
         except OSError as exc:
             where = os.path.join(request.workspace, name)
             raise PlanError("bash", f"{where} must be a plain directory ({exc.strerror})") from exc
+        if fd is None:
+            continue
         fds.append(fd)
         args += ["--ro-bind-fd", str(fd), os.path.join(request.workspace, name)]
     hidden = list(request.hidden)

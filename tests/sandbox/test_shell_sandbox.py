@@ -118,6 +118,19 @@ async def test_a_missing_dot_corral_is_created_empty_and_read_only(box: Box) -> 
     assert list((box.project / ".corral").iterdir()) == []
 
 
+async def test_a_directory_the_user_cannot_write_still_runs_bash(box: Box) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    box.project.chmod(0o555)
+    try:
+        ok, out = await sh(box.bash(), "ls -a && mkdir .corral")
+    finally:
+        box.project.chmod(0o755)
+    assert not ok
+    assert "Permission denied" in out or "Read-only file system" in out
+    assert not (box.project / ".corral").exists()
+
+
 async def test_a_dot_corral_symlink_is_refused(box: Box, tmp_path: Path) -> None:
     (box.project / ".corral").symlink_to(box.home)
     ok, out = await sh(box.bash(), "echo ran > ran.txt")
