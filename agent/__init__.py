@@ -31,7 +31,14 @@ from ._events import (
 from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
 from ._host import BUILTIN_TOOLS, AgentHost, open_agent
 from ._loop import AgentBusy, AgentLoop, LoopState
-from ._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from ._messages import (
+    ImageContent,
+    InterventionRecord,
+    Message,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+)
 from ._providers.base import ModelInfo, ModelRequest, Provider, ProviderEvent, ToolSpec
 from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
 from ._providers.offline import OfflineProvider
@@ -60,6 +67,7 @@ __all__ = [
     "ExtNotify",
     "ExtStatus",
     "ImageContent",
+    "InterventionRecord",
     "Job",
     "JobState",
     "LoopState",

@@ -65,12 +65,22 @@ class TextDelta(_E, frozen=True, tag="text_delta"):
     delta: str
 
 
-class ToolCallEvent(_E, frozen=True, tag="tool_call"):
-    """The model wants to call a tool (``args`` as the model wrote them)."""
+class ToolCallEvent(_E, frozen=True, tag="tool_call", omit_defaults=True):
+    """The model wants to call a tool (``args`` as the model wrote them).
+
+    Sent once the ``tool_call`` interceptors had their say. corral additions, present
+    only when an extension intervened: ``ran_args`` are the arguments the tool
+    actually receives and ``rewritten_by`` the extensions that rewrote them, in
+    order; ``blocked_by`` names the extension that refused the call (it does not
+    run; its ``tool_result`` carries the reason).
+    """
 
     id: str
     name: str
     args: dict[str, Any]
+    ran_args: dict[str, Any] | None = None
+    rewritten_by: list[str] = []
+    blocked_by: str | None = None
 
 
 class ToolProgress(_E, frozen=True, tag="tool_progress"):

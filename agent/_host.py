@@ -41,6 +41,7 @@ from supervisor import (
     open_supervisor,
 )
 
+from ._audit import AuditLog, audit_path
 from ._engine import AgentOptions, Emit
 from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
 from ._exceptions import AgentError
@@ -49,7 +50,8 @@ from ._providers.base import Provider
 from ._providers.factory import make_provider
 from ._registry import Tool, ToolRegistry
 from ._tools.bash import BashTool
-from ._tools.files import EditTool, ReadTool, Workspace, WriteTool
+from ._tools.confine import Workspace
+from ._tools.files import EditTool, ReadTool, WriteTool
 from ._transcript import SessionHeader, SessionStore, Transcript
 
 __all__ = ["BUILTIN_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
@@ -291,7 +293,7 @@ async def open_agent(
             transcript = Transcript(messages, store)
             log.info("session_opened", session=options.session, messages=len(messages))
         sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
-        builtins, bash = _builtin_tools(options, Workspace(cwd), sandbox)
+        builtins, bash = _builtin_tools(options, Workspace(cwd, corral_home=str(home)), sandbox)
         mode = typing.cast(SandboxMode, options.sandbox)
         config = SupervisorConfig(home=str(home), sandbox=mode)
         host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
@@ -315,6 +317,7 @@ async def open_agent(
                 system_prompt=options.system_prompt,
                 append_system_prompt=options.append_system_prompt,
                 compact_threshold=compact_threshold,
+                audit=AuditLog(audit_path(home), session=options.session or "", cwd=cwd),
             )
             if not any(info.pid is not None for info in await client.list_extensions()):
                 loop.assume_no_interceptors()

@@ -8,14 +8,22 @@ reached. One step::
     assistant_start, text_delta…          (held back while an interceptor may rewrite)
     intercept assistant_message            (transcript keeps the original text)
     assistant_message, usage              (what the user sees: rewritten or suppressed)
-    tool_call…                            (args as the model wrote them)
-      per call, concurrently: intercept tool_call → blocked? error result with reason
+    per call, concurrently: intercept tool_call
+    tool_call…                            (the model's args, and the args that run)
+      per call, concurrently: blocked? error result with reason
                               else run the tool with the rewritten args
     tool_result…, turn_end(tool_use | end_turn | length | error)
 
 Extensions hear about ``turn_start``, ``tool_call`` (the args that actually run),
 ``assistant_message`` (the text the user sees) and ``turn_end`` through
 :meth:`Hooks.emit`. Every hook failure counts as "allow" (the seed's default).
+
+Every block and rewrite is recorded with the extension's name (provenance): on the
+transcript message of its turn (``interventions``: the tool results message for
+tool calls, the assistant message for its text, the last message for a blocked
+turn) and in the audit log; the ``tool_call`` event names who rewrote or blocked
+the call. Blocks and rewrites of built-in tool calls that the supervisor ignored
+(the extension lacks ``intercept_builtin``) are recorded as ``applied: false``.
 
 Text deltas are streamed live once the loop knows no extension intercepts
 ``assistant_message``; until then (and while one does) the text is sent as one
@@ -26,15 +34,16 @@ from __future__ import annotations
 
 import enum
 import typing
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any, Protocol
 
 import structlog
 import trio
 
-from supervisor import EmitEvent, InterceptOutcome, SupervisorError
+from supervisor import EmitEvent, InterceptKind, InterceptOutcome, SupervisorError
 
+from ._audit import AuditLog
 from ._engine import Emit
 from ._events import (
     AssistantMessage,
@@ -57,6 +66,7 @@ from ._exceptions import AgentError, ProviderError
 from ._messages import (
     Block,
     ImageContent,
+    InterventionRecord,
     Message,
     TextContent,
     ToolCallContent,
@@ -116,7 +126,7 @@ class Hooks(Protocol):
     async def intercept_turn_start(self, step: int) -> InterceptOutcome: ...
 
     async def intercept_tool_call(
-        self, tool_id: str, tool_name: str, tool_args: dict[str, Any]
+        self, tool_id: str, tool_name: str, tool_args: dict[str, Any], *, builtin: bool = True
     ) -> InterceptOutcome: ...
 
     async def intercept_assistant_message(self, text: str) -> InterceptOutcome: ...
@@ -148,6 +158,50 @@ def _blocked_text(outcome: InterceptOutcome) -> str:
     return f"blocked by {who}: {outcome.reason or 'no reason given'}"
 
 
+def _records(
+    event: InterceptKind, outcome: InterceptOutcome, **context: Any
+) -> list[InterventionRecord]:
+    """The provenance records of ``outcome`` (``context``: tool_id, tool or step)."""
+    return [
+        InterventionRecord(
+            extension=i.extension,
+            event=event,
+            kind=i.kind,
+            applied=i.applied,
+            reason=i.reason,
+            args=i.args,
+            text=i.text,
+            **context,
+        )
+        for i in outcome.interventions
+    ]
+
+
+async def _each(count: int, work: Callable[[int], Awaitable[None]]) -> None:
+    """``work(0)`` … ``work(count - 1)``, concurrently when there is more than one."""
+    if count == 1:
+        await work(0)
+        return
+    async with trio.open_nursery() as nursery:
+        for index in range(count):
+            nursery.start_soon(work, index)
+
+
+def _call_event(call: ProviderToolCall, outcome: InterceptOutcome) -> ToolCallEvent:
+    if outcome.block:
+        return ToolCallEvent(
+            id=call.id, name=call.name, args=call.args, blocked_by=outcome.blocked_by
+        )
+    rewritten_by = outcome.rewritten_by
+    return ToolCallEvent(
+        id=call.id,
+        name=call.name,
+        args=call.args,
+        ran_args=outcome.args if rewritten_by else None,
+        rewritten_by=rewritten_by,
+    )
+
+
 @typing.final
 class AgentLoop:
     """One agent session's loop; implements :class:`~agent._engine.Engine`."""
@@ -166,6 +220,7 @@ class AgentLoop:
         append_system_prompt: str | None = None,
         compact_threshold: int | None = 400_000,
         max_tokens: int = 4096,
+        audit: AuditLog | None = None,
     ) -> None:
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
@@ -180,6 +235,7 @@ class AgentLoop:
         self._system = system + ("\n\n" + append_system_prompt if append_system_prompt else "")
         self.compact_threshold = compact_threshold
         self._max_tokens = max_tokens
+        self._audit = audit
         self._totals = UsageTotals()
         self._state = LoopState.IDLE
         self._host_info_stale = False
@@ -288,6 +344,18 @@ class AgentLoop:
             log.warning("intercept_unavailable", error=str(exc))
             return _ALLOW
 
+    async def _audit_records(
+        self, records: list[InterventionRecord], model_args: dict[str, Any] | None = None
+    ) -> None:
+        if self._audit is not None:
+            await self._audit.record(records, model_args=model_args)
+
+    async def _annotate(self, records: list[InterventionRecord]) -> None:
+        """Record ``records`` on the last transcript message and in the audit log."""
+        if records:
+            await self._transcript.annotate(records)
+            await self._audit_records(records)
+
     async def _tell(self, event: EmitEvent) -> None:
         try:
             await self._hooks.emit(event)
@@ -352,6 +420,7 @@ class AgentLoop:
         gate = await self._consult(self._hooks.intercept_turn_start(step))
         if gate.block:
             log.info("turn_blocked", step=step, by=gate.blocked_by, reason=gate.reason)
+            await self._annotate(_records("turn_start", gate, step=step))
             await emit(TurnEnd(stop="blocked", error=_blocked_text(gate)))
             return False
         await self._tell(EmitEvent(event="turn_start", step=step))
@@ -416,6 +485,7 @@ class AgentLoop:
         if text:
             outcome = await self._consult(self._hooks.intercept_assistant_message(text))
             self._text_interceptors = bool(outcome.consulted)
+            await self._annotate(_records("assistant_message", outcome))
             if outcome.block:
                 log.info("assistant_message_suppressed", by=outcome.blocked_by)
                 visible = ""
@@ -455,16 +525,29 @@ class AgentLoop:
     # --- tools --------------------------------------------------------------------------
 
     async def _run_tools(self, calls: list[ProviderToolCall], emit: Emit) -> None:
-        for call in calls:
-            await emit(ToolCallEvent(id=call.id, name=call.name, args=call.args))
+        vetted: list[InterceptOutcome | None] = [None] * len(calls)
         results: list[ToolResultContent | None] = [None] * len(calls)
+
+        async def vet(index: int) -> None:
+            vetted[index] = await self._vet(calls[index])
+
+        async def run(index: int) -> None:
+            call, outcome = calls[index], vetted[index]
+            assert outcome is not None
+            result = await self._run_one(call, outcome, emit)
+            results[index] = ToolResultContent(
+                call_id=call.id, is_error=result.is_error, content=result.content
+            )
+            await emit(
+                ToolResultEvent(id=call.id, is_error=result.is_error, content=result.content)
+            )
+
         try:
-            if len(calls) == 1:
-                await self._run_one(0, calls[0], results, emit)
-            else:
-                async with trio.open_nursery() as nursery:
-                    for index, call in enumerate(calls):
-                        nursery.start_soon(self._run_one, index, call, results, emit)
+            await _each(len(calls), vet)
+            for call, outcome in zip(calls, vetted, strict=True):
+                assert outcome is not None
+                await emit(_call_event(call, outcome))
+            await _each(len(calls), run)
         finally:
             done: list[Block] = [
                 r
@@ -476,33 +559,41 @@ class AgentLoop:
                 )
                 for r, c in zip(results, calls, strict=True)
             ]
+            records = [
+                record
+                for c, o in zip(calls, vetted, strict=True)
+                if o is not None
+                for record in _records("tool_call", o, tool_id=c.id, tool=c.name)
+            ]
+            message = Message(role="tool", content=done, time=now_iso(), interventions=records)
             # Shielded so an aborted step still leaves a valid transcript: every tool
             # call the model made is answered.
             with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_GRACE):
-                await self._transcript.append(Message(role="tool", content=done, time=now_iso()))
+                await self._transcript.append(message)
+
+    async def _vet(self, call: ProviderToolCall) -> InterceptOutcome:
+        """Consult the ``tool_call`` chain and audit what it did."""
+        tool = self._registry.get(call.name)
+        # An unknown tool counts as built-in: a caller that cannot tell is strict.
+        builtin = tool is None or tool.source == "builtin"
+        outcome = await self._consult(
+            self._hooks.intercept_tool_call(call.id, call.name, call.args, builtin=builtin)
+        )
+        records = _records("tool_call", outcome, tool_id=call.id, tool=call.name)
+        await self._audit_records(records, model_args=call.args)
+        return outcome
 
     async def _run_one(
-        self,
-        index: int,
-        call: ProviderToolCall,
-        results: list[ToolResultContent | None],
-        emit: Emit,
-    ) -> None:
-        outcome = await self._consult(
-            self._hooks.intercept_tool_call(call.id, call.name, call.args)
-        )
+        self, call: ProviderToolCall, outcome: InterceptOutcome, emit: Emit
+    ) -> ToolRunResult:
         if outcome.block:
             log.info("tool_call_blocked", tool=call.name, by=outcome.blocked_by)
-            result = error_result(_blocked_text(outcome))
-        else:
-            args = outcome.args if outcome.args is not None else call.args
-            await self._tell(
-                EmitEvent(event="tool_call", tool_id=call.id, tool_name=call.name, tool_args=args)
-            )
-            result = await self._execute(call, args, emit)
-        block = ToolResultContent(call_id=call.id, is_error=result.is_error, content=result.content)
-        results[index] = block
-        await emit(ToolResultEvent(id=call.id, is_error=result.is_error, content=result.content))
+            return error_result(_blocked_text(outcome))
+        args = outcome.args if outcome.args is not None else call.args
+        await self._tell(
+            EmitEvent(event="tool_call", tool_id=call.id, tool_name=call.name, tool_args=args)
+        )
+        return await self._execute(call, args, emit)
 
     async def _execute(
         self, call: ProviderToolCall, args: dict[str, Any], emit: Emit

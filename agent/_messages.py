@@ -3,6 +3,10 @@
 Images keep their base64 ``data`` in memory (the model needs it); the wire form for
 ``get_messages`` and events reports ``bytes`` (a count) instead, via
 :func:`wire_message`.
+
+A message may carry ``interventions`` (corral addition): which extension blocked or
+rewrote something in the turn the message belongs to. Providers never send them to
+the model; they are provenance for people and programs reading the transcript.
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ from typing import Any, Literal
 
 import msgspec
 
+from supervisor import InterceptKind, InterventionKind
+
 __all__ = [
     "Block",
     "ImageContent",
+    "InterventionRecord",
     "Message",
     "Role",
     "TextContent",
@@ -66,12 +73,43 @@ class ToolResultContent(
 Block = TextContent | ImageContent | ToolCallContent | ToolResultContent
 
 
-class Message(msgspec.Struct, frozen=True, kw_only=True):
-    """One transcript message."""
+class InterventionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An extension blocked or rewrote an event: who changed what.
+
+    Attributes:
+        extension: the extension that did it.
+        event: ``tool_call``, ``turn_start`` or ``assistant_message``.
+        kind: ``block`` or ``rewrite``.
+        applied: False when corral ignored it (the extension may not block or
+            rewrite that built-in tool: ``permissions.intercept_builtin``). Always
+            present on the wire.
+        reason: a block's reason, as the extension gave it.
+        tool_id: the tool call's id (``tool_call``).
+        tool: the tool's name (``tool_call``).
+        args: the tool arguments after this extension's rewrite (``tool_call``).
+        text: the user-visible text after this extension's rewrite.
+        step: the step of the loop (``turn_start``).
+    """
+
+    extension: str
+    event: InterceptKind
+    kind: InterventionKind
+    applied: bool
+    reason: str = ""
+    tool_id: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+    text: str | None = None
+    step: int | None = None
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One transcript message (``interventions`` is omitted when empty)."""
 
     role: Role
     content: list[Block]
     time: str
+    interventions: list[InterventionRecord] = []
 
 
 def now_iso() -> str:
@@ -101,5 +139,8 @@ def _wire_block(block: Block) -> Block:
 def wire_message(message: Message) -> Message:
     """The message as the RPC wire shows it: images as byte counts, not base64."""
     return Message(
-        role=message.role, content=[_wire_block(b) for b in message.content], time=message.time
+        role=message.role,
+        content=[_wire_block(b) for b in message.content],
+        time=message.time,
+        interventions=message.interventions,
     )

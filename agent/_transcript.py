@@ -5,7 +5,10 @@ A saved session is one JSON object per line::
     {"type":"session","version":1,"name":"work","provider":"offline","model":"offline","cwd":"/src","created":"2026-01-01T00:00:00Z"}
     {"type":"message","message":{"role":"user","content":[{"type":"text","text":"hi"}],"time":"..."}}
     {"type":"message","message":{"role":"assistant","content":[...],"time":"..."}}
+    {"type":"interventions","records":[{"extension":"guard","event":"assistant_message",...}]}
 
+An ``interventions`` line adds provenance records to the message before it (see
+:meth:`Transcript.annotate`); a rewrite of the file folds them into their message.
 New messages are appended as they enter the transcript (one ``write`` each), so a
 crash loses at most the message being written; a torn last line is dropped with a
 warning on resume. Compaction and ``clear`` rewrite the file atomically (temporary
@@ -30,6 +33,7 @@ import trio
 
 from ._exceptions import SessionError
 from ._messages import (
+    InterventionRecord,
     Message,
     TextContent,
     ToolCallContent,
@@ -46,6 +50,7 @@ __all__ = [
     "SessionHeader",
     "SessionStore",
     "Transcript",
+    "annotated",
     "is_compaction",
     "local_summary",
     "message_size",
@@ -84,7 +89,13 @@ class _MessageLine(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", 
     message: Message
 
 
-_Line = SessionHeader | _MessageLine
+class _InterventionsLine(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="interventions"
+):
+    records: list[InterventionRecord]
+
+
+_Line = SessionHeader | _MessageLine | _InterventionsLine
 _line_decoder = msgspec.json.Decoder(_Line)
 _encoder = msgspec.json.Encoder()
 
@@ -148,6 +159,10 @@ class SessionStore:
                 raise SessionError(f"{self.path}:{index}: not a session record: {exc}") from exc
             if isinstance(record, _MessageLine):
                 messages.append(record.message)
+            elif isinstance(record, _InterventionsLine):
+                if not messages:
+                    raise SessionError(f"{self.path}:{index}: interventions before any message")
+                messages[-1] = annotated(messages[-1], record.records)
             elif index != 1:
                 raise SessionError(f"{self.path}:{index}: session header after line 1")
         return messages
@@ -158,6 +173,17 @@ class SessionStore:
         Raises:
             SessionError: the write failed.
         """
+        self._append(_MessageLine(message=message))
+
+    def annotate(self, records: list[InterventionRecord]) -> None:
+        """Append provenance records for the last message.
+
+        Raises:
+            SessionError: the write failed.
+        """
+        self._append(_InterventionsLine(records=records))
+
+    def _append(self, line: _MessageLine | _InterventionsLine) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             new = not self.path.exists() or self.path.stat().st_size == 0
@@ -165,7 +191,7 @@ class SessionStore:
                 chunk = b""
                 if new:
                     chunk += _encoder.encode(self.header) + b"\n"
-                chunk += _encoder.encode(_MessageLine(message=message)) + b"\n"
+                chunk += _encoder.encode(line) + b"\n"
                 fh.write(chunk)
         except OSError as exc:
             raise SessionError(f"{self.path}: cannot write session: {exc.strerror}") from exc
@@ -242,6 +268,26 @@ class Transcript:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._store.append, message)
 
+    async def annotate(self, records: list[InterventionRecord]) -> None:
+        """Attach provenance ``records`` to the last message (and save them).
+
+        Raises:
+            SessionError: saving failed; the records are still in memory.
+            ValueError: the transcript is empty.
+
+        Cancellation: as :meth:`append`.
+        """
+        if not records:
+            return
+        if not self._messages:
+            raise ValueError("no message to annotate")
+        last = self._messages[-1]
+        self._messages[-1] = updated = annotated(last, records)
+        self._size += message_size(updated) - message_size(last)
+        if self._store is not None:
+            with trio.CancelScope(shield=True):  # as in append()
+                await trio.to_thread.run_sync(self._store.annotate, records)
+
     def clear(self) -> None:
         """Drop every message and empty the saved file (a small synchronous write).
 
@@ -266,6 +312,11 @@ class Transcript:
         if self._store is not None:
             with trio.CancelScope(shield=True):  # as in append()
                 await trio.to_thread.run_sync(self._store.rewrite, self._messages)
+
+
+def annotated(message: Message, records: list[InterventionRecord]) -> Message:
+    """``message`` with ``records`` added to its interventions."""
+    return msgspec.structs.replace(message, interventions=[*message.interventions, *records])
 
 
 def is_compaction(request: ModelRequest) -> bool:

@@ -6,7 +6,8 @@ turns each :class:`LaunchRequest` into a :class:`LaunchPlan` with
 ``backend.plan(request)``, starts it with :func:`spawn` (or ``Popen`` on the main
 thread with ``preexec_fn=preexec_for(plan)``), and calls ``backend.cleanup(plan)``
 once the process is reaped. :func:`check_sandbox` and :func:`format_report` are
-``corral sandbox check``.
+``corral sandbox check``. :func:`plan_shell` plans the agent's own confined shell
+(the ``bash`` tool) with the same machinery.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
 from ._preexec import preexec_for
 from ._report import BackendStatus, Feature, SandboxReport, format_report
 from ._select import check_sandbox, select_sandbox
+from ._shell import ShellRequest, plan_shell
 from ._spawn import spawn
 from ._validate import validate_permissions
 
@@ -34,8 +36,10 @@ __all__ = [
     "SandboxMode",
     "SandboxReport",
     "SandboxUnavailable",
+    "ShellRequest",
     "check_sandbox",
     "format_report",
+    "plan_shell",
     "preexec_for",
     "select_sandbox",
     "spawn",

@@ -6,9 +6,14 @@ directory, and small limits. Path validation lives in :mod:`sandbox._validate`.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
 __all__ = ["Limits", "Permissions"]
+
+#: A built-in tool's name, or ``"*"`` for every built-in (present and future).
+_BuiltinName = Annotated[str, msgspec.Meta(pattern=r"^(\*|[A-Za-z_][A-Za-z0-9_.-]{0,63})$")]
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,4 +44,9 @@ class Permissions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     env: list[str] = []
     #: Give the extension a private writable directory, ``$CORRAL_DATA_DIR``.
     data_dir: bool = True
+    #: Built-in agent tools (``read``, ``write``, ``edit``, ``bash``; ``"*"`` for all,
+    #: including later ones) whose calls the extension may block or rewrite through
+    #: ``tool_call`` interception. Without it such a block or rewrite is ignored and
+    #: audited; the extension still observes the call.
+    intercept_builtin: list[_BuiltinName] = []
     limits: Limits = Limits()

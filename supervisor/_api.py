@@ -19,6 +19,7 @@ Every request is answered exactly once: with a value, or with a
 
 from __future__ import annotations
 
+import enum
 import typing
 from typing import Any, Generic, Literal, TypeVar
 
@@ -42,7 +43,10 @@ __all__ = [
     "ExtensionStats",
     "ExtensionStopped",
     "Intercept",
+    "InterceptKind",
     "InterceptOutcome",
+    "Intervention",
+    "InterventionKind",
     "InvokeCommand",
     "ListExtensions",
     "Notified",
@@ -161,6 +165,36 @@ class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
     extension: str = ""
 
 
+class InterventionKind(enum.Enum):
+    """What an interceptor did to an event."""
+
+    #: Refused the event (a tool call, a turn, or the assistant text shown).
+    BLOCK = "block"
+    #: Changed it: ``modified_args`` for a tool call, ``replace_text`` for text.
+    REWRITE = "rewrite"
+
+
+class Intervention(msgspec.Struct, frozen=True, kw_only=True):
+    """One interceptor's block or rewrite, applied or ignored: the provenance record.
+
+    Attributes:
+        extension: who asked for it.
+        kind: block or rewrite.
+        applied: False when the supervisor ignored it because the extension lacks
+            the ``intercept_builtin`` permission for the built-in tool.
+        reason: a block's reason, as the extension gave it.
+        args: a tool call's arguments after this rewrite (applied or not).
+        text: the user-visible text after this rewrite.
+    """
+
+    extension: str
+    kind: InterventionKind
+    applied: bool = True
+    reason: str = ""
+    args: dict[str, Any] | None = None
+    text: str | None = None
+
+
 class InterceptOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """The folded answer of an intercept chain.
 
@@ -170,6 +204,8 @@ class InterceptOutcome(msgspec.Struct, frozen=True, kw_only=True):
         text: the user-visible text after every rewrite, or None when unchanged
             (``assistant_message`` only).
         consulted: names of the extensions asked, in order.
+        interventions: every block and rewrite, in chain order, including those the
+            supervisor ignored (``applied=False``).
     """
 
     block: bool = False
@@ -178,6 +214,16 @@ class InterceptOutcome(msgspec.Struct, frozen=True, kw_only=True):
     args: dict[str, Any] | None = None
     text: str | None = None
     consulted: list[str] = []
+    interventions: list[Intervention] = []
+
+    @property
+    def rewritten_by(self) -> list[str]:
+        """Extensions whose rewrites were applied, in chain order."""
+        return [
+            i.extension
+            for i in self.interventions
+            if i.applied and i.kind is InterventionKind.REWRITE
+        ]
 
 
 class ReloadStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -248,7 +294,12 @@ InterceptKind = Literal["tool_call", "turn_start", "assistant_message"]
 
 
 class Intercept(msgspec.Struct, kw_only=True):
-    """Consult the intercept chain for one event."""
+    """Consult the intercept chain for one event.
+
+    ``builtin`` (``tool_call`` only) says the call runs one of the agent's built-in
+    tools: only extensions granted ``intercept_builtin`` for it may block or rewrite
+    it. It defaults to True so that a caller who does not say is safe.
+    """
 
     event: InterceptKind
     reply: Reply[InterceptOutcome]
@@ -257,6 +308,7 @@ class Intercept(msgspec.Struct, kw_only=True):
     tool_name: str | None = None
     tool_args: dict[str, Any] | None = None
     text: str | None = None
+    builtin: bool = True
 
 
 class EmitEvent(msgspec.Struct, kw_only=True):
@@ -473,9 +525,18 @@ class SupervisorClient:
         return await self._ask(req, reply)
 
     async def intercept_tool_call(
-        self, tool_id: str, tool_name: str, tool_args: dict[str, Any]
+        self, tool_id: str, tool_name: str, tool_args: dict[str, Any], *, builtin: bool = True
     ) -> InterceptOutcome:
         """Run the ``tool_call`` intercept chain. Never raises for extension faults.
+
+        Args:
+            tool_id: the model's call id.
+            tool_name: the tool called.
+            tool_args: the arguments as the model wrote them.
+            builtin: the call runs a built-in tool of the agent; then a block or
+                rewrite counts only from an extension whose ``intercept_builtin``
+                permission names the tool (or ``"*"``). Others are ignored, logged
+                once per extension and reported with ``applied=False``.
 
         Cancellation: the chain stops where it is; subscribers not yet asked are not.
         """
@@ -486,6 +547,7 @@ class SupervisorClient:
             tool_id=tool_id,
             tool_name=tool_name,
             tool_args=tool_args,
+            builtin=builtin,
         )
         return await self._ask(req, reply)
 

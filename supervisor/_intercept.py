@@ -6,21 +6,33 @@ extension can delay the agent but never stall or break it. The first ``block``
 wins; ``modified_args`` and ``replace_text`` chain, each subscriber seeing the
 previous one's output. ``modified_args`` that is not a JSON object is dropped and
 logged.
+
+Blocking or rewriting a call of one of the agent's *built-in* tools (``read``,
+``write``, ``edit``, ``bash``, and any later one) acts with the host's own
+privileges, so it is a permission the manifest declares
+(``permissions.intercept_builtin``). Without it the block or rewrite is ignored:
+the chain goes on as if the extension had allowed the call unchanged, the first
+attempt is logged with the extension's name, and every attempt is reported in
+:attr:`InterceptOutcome.interventions` with ``applied=False`` (the agent audits
+them). The extension still observes the call. ``turn_start`` and
+``assistant_message`` interception, and interception of extension tools, need no
+permission (the seed's behaviour).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableSet, Sequence
 from typing import Any, Protocol
 
 import structlog
 import trio
 
 from . import _frames as f
-from ._api import Intercept, InterceptOutcome, Reply
+from ._api import Intercept, InterceptOutcome, Intervention, InterventionKind, Reply
 from ._exceptions import SupervisorError
+from ._manifest import ExtensionSpec
 
-__all__ = ["Subscriber", "run_chain"]
+__all__ = ["Subscriber", "may_intervene", "run_chain"]
 
 log = structlog.get_logger("corral.supervisor")
 
@@ -29,6 +41,7 @@ class Subscriber(Protocol):
     """What the chain needs of an extension."""
 
     name: str
+    spec: ExtensionSpec
 
     def call(
         self,
@@ -39,11 +52,46 @@ class Subscriber(Protocol):
     ) -> None: ...
 
 
-async def run_chain(req: Intercept, subscribers: Sequence[Subscriber]) -> InterceptOutcome:
+def may_intervene(spec: ExtensionSpec, req: Intercept) -> bool:
+    """Whether the extension of ``spec`` may block or rewrite the event ``req``.
+
+    Only built-in tool calls are guarded: they need ``intercept_builtin`` naming the
+    tool or ``"*"``.
+    """
+    if req.event != "tool_call" or not req.builtin:
+        return True
+    granted = spec.manifest.permissions.intercept_builtin
+    return "*" in granted or req.tool_name in granted
+
+
+def _ignored(
+    ext: Subscriber, req: Intercept, kind: InterventionKind, warned: MutableSet[str]
+) -> None:
+    if ext.name in warned:
+        return
+    warned.add(ext.name)
+    log.warning(
+        "intercept_ignored",
+        extension=ext.name,
+        tool=req.tool_name,
+        action=kind.value,
+        why=f"permissions.intercept_builtin does not grant {req.tool_name!r}",
+    )
+
+
+async def run_chain(
+    req: Intercept, subscribers: Sequence[Subscriber], warned: MutableSet[str]
+) -> InterceptOutcome:
     """Fold the answers of ``subscribers`` to one intercept request.
 
     Each subscriber's deadline (``intercept_timeout``) is enforced by the
     supervisor: a late one fails with ``CallTimeout``, which counts as allow here.
+
+    Args:
+        req: the event.
+        subscribers: the extensions intercepting it, in load order.
+        warned: names of extensions whose ignored intervention was already logged;
+            updated here, so each is logged once.
 
     Cancellation: stops at the current subscriber (its pending call is forgotten);
     later subscribers are not consulted.
@@ -52,6 +100,7 @@ async def run_chain(req: Intercept, subscribers: Sequence[Subscriber]) -> Interc
     text = req.text
     rewritten = False
     consulted: list[str] = []
+    done: list[Intervention] = []
     what = f"intercept {req.event}"
     for ext in subscribers:
         consulted.append(ext.name)
@@ -80,8 +129,16 @@ async def run_chain(req: Intercept, subscribers: Sequence[Subscriber]) -> Interc
         except trio.Cancelled:
             reply.give_up(None)
             raise
+        allowed = may_intervene(ext.spec, req)
         if answer.block:
             reason = answer.reason or f"blocked by extension {ext.name}"
+            block = Intervention(
+                extension=ext.name, kind=InterventionKind.BLOCK, applied=allowed, reason=reason
+            )
+            done.append(block)
+            if not allowed:
+                _ignored(ext, req, InterventionKind.BLOCK, warned)
+                continue
             log.info("intercept_blocked", extension=ext.name, intercept=req.event, reason=reason)
             return InterceptOutcome(
                 block=True,
@@ -90,19 +147,40 @@ async def run_chain(req: Intercept, subscribers: Sequence[Subscriber]) -> Interc
                 args=args,
                 text=text if rewritten else None,
                 consulted=consulted,
+                interventions=done,
             )
         if req.event == "tool_call" and answer.modified_args is not None:
-            if isinstance(answer.modified_args, dict):
-                args = answer.modified_args
-            else:
+            if not isinstance(answer.modified_args, dict):
                 log.warning(
                     "intercept_args_dropped",
                     extension=ext.name,
                     why="modified_args is not a JSON object",
                 )
-        if req.event == "assistant_message" and answer.replace_text is not None:
+            elif answer.modified_args != args:
+                done.append(
+                    Intervention(
+                        extension=ext.name,
+                        kind=InterventionKind.REWRITE,
+                        applied=allowed,
+                        args=answer.modified_args,
+                    )
+                )
+                if allowed:
+                    args = answer.modified_args
+                else:
+                    _ignored(ext, req, InterventionKind.REWRITE, warned)
+        if (
+            req.event == "assistant_message"
+            and answer.replace_text is not None
+            and answer.replace_text != text
+        ):
             text = answer.replace_text
             rewritten = True
+            done.append(Intervention(extension=ext.name, kind=InterventionKind.REWRITE, text=text))
     return InterceptOutcome(
-        block=False, args=args, text=text if rewritten else None, consulted=consulted
+        block=False,
+        args=args,
+        text=text if rewritten else None,
+        consulted=consulted,
+        interventions=done,
     )

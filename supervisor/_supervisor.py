@@ -118,6 +118,8 @@ class _Supervisor:
         self._subscribers: list[trio.MemorySendChannel[SupervisorEvent]] = []
         self._dropped = 0
         self._announced: dict[str, int] = {}
+        #: Extensions whose ignored built-in tool intervention was logged (once each).
+        self._intercept_warned: set[str] = set()
         self._reload_lock = trio.Lock()
         #: Intercept chains and reloads exclude each other (see ``_gate``).
         self._gate = ReloadGate()
@@ -371,7 +373,10 @@ class _Supervisor:
         # Subscribers are chosen once the gate is held: after a reload, never during.
         async with self._gate.chain():
             subs = self._subscribers_of(req)
-            reply.set(await run_chain(req, subs) if subs else InterceptOutcome(args=req.tool_args))
+            if not subs:
+                reply.set(InterceptOutcome(args=req.tool_args))
+                return
+            reply.set(await run_chain(req, subs, self._intercept_warned))
 
     async def _reload(self, reply: Reply[ReloadStats]) -> None:
         async with self._reload_lock, self._gate.reload():

@@ -1,7 +1,8 @@
 """The ``corral`` command: one click group, thin shims into ``trio.run``.
 
 Commands: ``run``, ``chat``, ``demo`` (agent), ``rpc`` (NDJSON server; also
-``corral --rpc``), ``ext …`` (manage extensions) and ``sandbox check``.
+``corral --rpc``), ``ext …`` (manage extensions), ``sandbox check`` and ``audit``
+(who blocked or rewrote what).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import typing
 import click
 
 from .agent_cmds import chat_cmd, demo_cmd, run_cmd
+from .audit_cmd import audit_cmd
 from .ext_cmds import ext_group, sandbox_group
 from .logs import configure_logging
 from .rpc_cmd import rewrite_rpc_flag, rpc_cmd
@@ -46,3 +48,4 @@ main.add_command(demo_cmd)
 main.add_command(rpc_cmd)
 main.add_command(ext_group)
 main.add_command(sandbox_group)
+main.add_command(audit_cmd)

@@ -161,8 +161,7 @@ class HumanRenderer:
                 text = "\n".join(visible_lines(text_of_blocks(event.content)))
                 self.line(s("you ›", "bold", "green") + " " + text)
         elif isinstance(event, ToolCallEvent):
-            name = visible(event.name)
-            self.line(s(f"  → {name}", "yellow") + " " + s(_args(event.args), "dim"))
+            self._tool_call(event)
         elif isinstance(event, ToolProgress):
             self.line(s(f"    … {clip(event.text, 160)}", "dim"))
         elif isinstance(event, ToolResultEvent):
@@ -186,6 +185,21 @@ class HumanRenderer:
             self.note(event.extension, event.text, "magenta")
         elif isinstance(event, ExtStatus):
             self._status(event)
+
+    def _tool_call(self, event: ToolCallEvent) -> None:
+        """The call; a rewrite shows the args that run, and names who rewrote them."""
+        s = self.style
+        name = visible(event.name)
+        if event.blocked_by is not None:
+            who = s(f"(blocked by [{visible(event.blocked_by)}])", "red", "bold")
+            self.line(s(f"  → {name}", "yellow") + f" {who} " + s(_args(event.args), "dim"))
+        elif event.ran_args is not None:
+            names = ", ".join(f"[{visible(n)}]" for n in event.rewritten_by)
+            who = s(f"(rewritten by {names})", "magenta", "bold")
+            self.line(s(f"  → {name}", "yellow") + f" {who} " + _args(event.ran_args))
+            self.line(s(f"    the model asked for {_args(event.args)}", "dim"))
+        else:
+            self.line(s(f"  → {name}", "yellow") + " " + s(_args(event.args), "dim"))
 
     def _turn_end(self, event: TurnEnd) -> None:
         s = self.style

@@ -2,10 +2,22 @@
 
 The command runs in the working directory, in a new session (its own process
 group, detached from the terminal), with stdin from ``/dev/null`` and a small
-allowlisted environment (no API keys or other secrets of the host). When a sandbox
-backend is available the command runs inside it: the working directory is the only
-writable path and the network is off. Otherwise it runs as a plain process group
-(and the result says so once, in the log).
+allowlisted environment (no API keys or other secrets of the host).
+
+Confinement, so that a command an extension rewrote cannot plant an extension or
+touch the user's dotfiles:
+
+* **bwrap** (:func:`sandbox.plan_shell`): the host's file system read-only, the
+  working directory read-write except its ``.corral`` (read-only; created empty if
+  missing), corral's home and the user's credential stores hidden, no network.
+  A working directory that is the home directory (or contains it) is not writable.
+* **sandbox-exec** (macOS): the extension profile with the working directory as
+  the only writable path (none when it is the home directory) and no network;
+  ``.corral`` inside it is *not* protected there.
+* **no backend** (``--sandbox off``, or none available): a plain process group.
+  Nothing confines the command: it can write anywhere the user can, ``.corral``
+  and ``~/.bashrc`` included. Only the ``intercept_builtin`` permission stands
+  between an extension and the shell then.
 
 Whatever happens (normal exit, timeout, cancellation) the whole process group is
 killed with ``SIGKILL`` afterwards, so background jobs cannot outlive the call, and
@@ -28,14 +40,22 @@ import msgspec
 import structlog
 import trio
 
-from sandbox import LaunchPlan, LaunchRequest, Permissions, Sandbox
+from sandbox import (
+    LaunchPlan,
+    LaunchRequest,
+    Permissions,
+    Sandbox,
+    ShellRequest,
+    plan_shell,
+)
 from sandbox import spawn as sandbox_spawn
 
 from .._exceptions import ToolError
 from .._messages import TextContent
 from .._providers.base import ToolSpec
 from .._registry import Progress, ToolRunResult, error_result
-from .files import Workspace, decode_args
+from .confine import Workspace
+from .files import decode_args
 
 __all__ = ["BashTool", "BoundedOutput"]
 
@@ -213,7 +233,7 @@ class BashTool:
         self._default_timeout = default_timeout
         self._max_timeout = max_timeout
         self._output_limit = output_limit
-        self._shell = shutil.which("bash") or "/bin/sh"
+        self._program = shutil.which("bash") or "/bin/sh"
         self._spec = ToolSpec(
             name="bash",
             description=(
@@ -221,6 +241,11 @@ class BashTool:
                 f"stdout and stderr (at most {output_limit // 1024} KiB; longer output keeps "
                 f"the start and the end). Default timeout {default_timeout:g} s, at most "
                 f"{max_timeout:g} s. No network when sandboxed."
+                + (
+                    ""
+                    if workspace.writable or self._sandbox is None
+                    else " The working directory is the home directory, so it is read-only."
+                )
             ),
             schema={
                 "type": "object",
@@ -252,6 +277,12 @@ class BashTool:
         return self._sandbox is not None
 
     def _plan(self, argv: list[str], env: dict[str, str]) -> LaunchPlan | None:
+        ws = self.workspace
+        if ws.corral_home and (ws.root + "/").startswith(ws.corral_home + "/"):
+            raise ToolError(
+                f"bash: refused: the working directory is inside corral's home "
+                f"({ws.corral_home}); start corral in a project directory"
+            )
         if self._sandbox is None:
             if self._require_sandbox:
                 raise ToolError(
@@ -259,17 +290,30 @@ class BashTool:
                     "(install bubblewrap on Linux), or run with --sandbox auto"
                 )
             return None
-        request = LaunchRequest(
-            name="bash",
-            argv=argv,
-            env=env,
-            ext_dir=self.workspace.root,
-            data_dir=None,
-            permissions=Permissions(
-                network=False, read_write=[self.workspace.root], data_dir=False
-            ),
-        )
         try:
+            shell = ShellRequest(
+                argv=argv,
+                env=env,
+                workspace=ws.root,
+                writable=ws.writable,
+                read_only=[".corral"],
+                hidden=[ws.corral_home] if ws.corral_home else [],
+                home=ws.home,
+            )
+            plan = plan_shell(self._sandbox, shell)
+            if plan is not None:
+                return plan
+            # sandbox-exec: the extension profile, the workspace its only writable path.
+            request = LaunchRequest(
+                name="bash",
+                argv=argv,
+                env=env,
+                ext_dir=ws.root,
+                data_dir=None,
+                permissions=Permissions(
+                    network=False, read_write=[ws.root] if ws.writable else [], data_dir=False
+                ),
+            )
             return self._sandbox.plan(request)
         except Exception as exc:  # a backend failure must not take the tool down
             raise ToolError(f"bash: the sandbox cannot run the command: {exc}") from exc
@@ -287,7 +331,7 @@ class BashTool:
             timeout = min(parsed.timeout or self._default_timeout, self._max_timeout)
             if timeout <= 0:
                 raise ToolError("bash: timeout must be positive")
-            argv = [self._shell, "-c", parsed.command]
+            argv = [self._program, "-c", parsed.command]
             env = _environment(self.workspace.root)
             plan = self._plan(argv, env)
         except ToolError as exc:

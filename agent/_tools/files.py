@@ -1,12 +1,10 @@
 """Built-in file tools ``read``, ``write`` and ``edit``, confined to a workspace.
 
-Every path is resolved against the working directory and then through
-``os.path.realpath``, so ``..`` components and symlinks (anywhere in the path) are
-followed *before* the check: a path whose real location is outside the working
-directory is refused, whether it is spelled ``../x``, ``/etc/passwd`` or a symlink
-planted inside the tree. The final open uses ``O_NOFOLLOW`` so a symlink swapped in
-after the check is refused too. Confinement can be turned off
-(``Workspace(confine=False)``) for trusted setups.
+Every path is opened through :meth:`Workspace.open` (see :mod:`.confine`): resolved
+component by component from the working directory's descriptor, so ``..``,
+absolute paths and symlinks cannot lead outside it, ``.corral`` directories and
+corral's home are never written, and a home directory used as the working
+directory is read-only.
 
 Blocking file I/O runs in worker threads; outputs are bounded.
 """
@@ -27,8 +25,9 @@ from .._exceptions import ToolError
 from .._messages import ImageContent
 from .._providers.base import ToolSpec
 from .._registry import Progress, ToolRunResult, error_result, text_result
+from .confine import Workspace
 
-__all__ = ["EditTool", "ReadTool", "Workspace", "WriteTool", "decode_args"]
+__all__ = ["EditTool", "ReadTool", "WriteTool", "decode_args"]
 
 _MAX_READ_BYTES = 256 * 1024
 _MAX_EDIT_BYTES = 8 * 1024 * 1024
@@ -49,50 +48,6 @@ def decode_args(args: dict[str, Any], kind: type[A], tool: str) -> A:
         return msgspec.convert(args, kind)
     except msgspec.ValidationError as exc:
         raise ToolError(f"{tool}: invalid arguments: {exc}") from exc
-
-
-@typing.final
-class Workspace:
-    """The directory built-in tools work in, and the confinement check."""
-
-    def __init__(self, root: str, *, confine: bool = True) -> None:
-        self.root = os.path.realpath(root)
-        self.confine = confine
-
-    def __repr__(self) -> str:
-        return f"<Workspace root={self.root!r} confine={self.confine}>"
-
-    def resolve(self, path: str) -> str:
-        """The real absolute path of ``path`` (relative to the root).
-
-        Raises:
-            ToolError: the path is empty, or (when confined) its real location is
-                outside the root; the message names both.
-        """
-        if not path or "\x00" in path:
-            raise ToolError("path must be a non-empty string without NUL characters")
-        real = os.path.realpath(os.path.join(self.root, os.path.expanduser(path)))
-        if self.confine and real != self.root and not real.startswith(self.root + os.sep):
-            raise ToolError(
-                f"path {path!r} resolves to {real}, outside the working directory "
-                f"{self.root}; built-in tools only touch files inside it"
-            )
-        return real
-
-    def show(self, real: str) -> str:
-        """``real`` relative to the root when inside it, for messages."""
-        if real == self.root:
-            return "."
-        if real.startswith(self.root + os.sep):
-            return real[len(self.root) + 1 :]
-        return real
-
-
-def _open_nofollow(real: str, flags: int, mode: int = 0o644) -> int:
-    try:
-        return os.open(real, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    except OSError as exc:
-        raise ToolError(f"{real}: {exc.strerror}") from exc
 
 
 class _Base:
@@ -164,11 +119,8 @@ class ReadTool(_Base):
         return await self._in_thread(lambda: self._read(parsed))
 
     def _read(self, args: ReadArgs) -> ToolRunResult:
-        real = self.workspace.resolve(args.path)
+        fd, real = self.workspace.open(args.path, os.O_RDONLY, write=False)
         shown = self.workspace.show(real)
-        if os.path.isdir(real):
-            raise ToolError(f"{shown} is a directory; list it with bash `ls`")
-        fd = _open_nofollow(real, os.O_RDONLY)
         with os.fdopen(fd, "rb") as fh:
             data = fh.read(max(_MAX_READ_BYTES, _MAX_IMAGE_BYTES) + 1)
         mime = _IMAGE_TYPES.get(Path(real).suffix.lower())
@@ -231,18 +183,10 @@ class WriteTool(_Base):
         return await self._in_thread(lambda: self._write(parsed))
 
     def _write(self, args: WriteArgs) -> ToolRunResult:
-        real = self.workspace.resolve(args.path)
-        shown = self.workspace.show(real)
-        try:
-            os.makedirs(os.path.dirname(real), exist_ok=True)
-        except OSError as exc:
-            raise ToolError(f"{shown}: cannot create its directory: {exc.strerror}") from exc
-        # Re-check: a directory created above cannot have become a symlink, but the
-        # parent chain may have changed since resolve(); refuse if it did.
-        if os.path.realpath(os.path.dirname(real)) != os.path.dirname(real):
-            raise ToolError(f"{shown}: its directory changed while writing; try again")
         payload = args.content.encode("utf-8")
-        fd = _open_nofollow(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        fd, real = self.workspace.open(args.path, flags, write=True)
+        shown = self.workspace.show(real)
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
         return text_result(f"wrote {len(payload)} bytes to {shown}")
@@ -293,9 +237,8 @@ class EditTool(_Base):
     def _edit(self, args: EditArgs) -> ToolRunResult:
         if not args.old_text:
             raise ToolError("edit: old_text must not be empty")
-        real = self.workspace.resolve(args.path)
+        fd, real = self.workspace.open(args.path, os.O_RDWR, write=True)
         shown = self.workspace.show(real)
-        fd = _open_nofollow(real, os.O_RDWR)
         with os.fdopen(fd, "r+b") as fh:
             raw = fh.read(_MAX_EDIT_BYTES + 1)
             if len(raw) > _MAX_EDIT_BYTES:

@@ -64,6 +64,17 @@ def test_run_blocked_tool_call_shows_the_reason(home: Path, work: Path) -> None:
     assert "refused: matches danger pattern" in result.stdout
 
 
+def test_run_shows_who_rewrote_or_blocked_a_call(home: Path, work: Path) -> None:
+    rewritten = corral("run", "-e", GUARD, "--no-extensions", "run `ls -a`", cwd=work)
+    assert rewritten.exit_code == 0, rewritten.output
+    assert '→ bash (rewritten by [guard]) {"command": "echo GUARDED: \'ls -a\'"}' in (
+        rewritten.stdout
+    )
+    assert 'the model asked for {"command": "ls -a"}' in rewritten.stdout
+    blocked = corral("run", "-e", GUARD, "--no-extensions", "run `rm -rf x`", cwd=work)
+    assert '→ bash (blocked by [guard]) {"command": "rm -rf x"}' in blocked.stdout
+
+
 def test_run_scripted_provider_error_exit_status(home: Path, work: Path, tmp_path: Path) -> None:
     path = script(tmp_path, {"error": "boom", "status": 500})
     result = corral("run", "--no-extensions", "--script", path, "go", cwd=work)

@@ -43,13 +43,16 @@ class FakeHooks:
         self.text = InterceptOutcome(consulted=consulted or [])
         self.emitted: list[EmitEvent] = []
         self.host_info: list[tuple[str, str, str]] = []
+        #: (tool name, builtin) of every tool_call intercept.
+        self.vetted: list[tuple[str, bool]] = []
 
     async def intercept_turn_start(self, step: int) -> InterceptOutcome:
         return self.turn
 
     async def intercept_tool_call(
-        self, tool_id: str, tool_name: str, tool_args: dict[str, Any]
+        self, tool_id: str, tool_name: str, tool_args: dict[str, Any], *, builtin: bool = True
     ) -> InterceptOutcome:
+        self.vetted.append((tool_name, builtin))
         return self.tool
 
     async def intercept_assistant_message(self, text: str) -> InterceptOutcome:

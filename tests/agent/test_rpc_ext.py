@@ -145,6 +145,38 @@ async def test_guard_refuses_rm_rf_and_redacts_what_the_user_sees(tmp_path: Path
             assert "blocked=1" in counters["data"]["display"]
 
 
+async def test_a_rewrite_shows_in_the_tool_call_event_and_get_messages(tmp_path: Path) -> None:
+    script = write_script(
+        tmp_path,
+        {"tool_calls": [{"name": "bash", "args": {"command": "ls"}, "id": "b1"}]},
+        {"text": "listed"},
+    )
+    guard = str(EXAMPLES / "guard")
+    with trio.fail_after(TIMEOUT):
+        async with open_rpc(tmp_path, script, exts=(guard,)) as rpc:
+            await rpc.send({"id": 1, "type": "prompt", "message": "list"})
+            frames = await rpc.until_done()
+            (call,) = of(frames, "tool_call")
+            assert call["args"] == {"command": "ls"}  # the model's, as the seed says
+            assert call["ran_args"] == {"command": "echo GUARDED: ls"}
+            assert call["rewritten_by"] == ["guard"]
+            assert "blocked_by" not in call
+            messages = (await rpc.call("get_messages"))["data"]["messages"]
+            (tool,) = [m for m in messages if m["role"] == "tool"]
+            assert tool["interventions"] == [
+                {
+                    "extension": "guard",
+                    "event": "tool_call",
+                    "kind": "rewrite",
+                    "applied": True,
+                    "tool_id": "b1",
+                    "tool": "bash",
+                    "args": {"command": "echo GUARDED: ls"},
+                }
+            ]
+            assert all("interventions" not in m for m in messages if m["role"] != "tool")
+
+
 async def test_an_extension_crash_mid_call_fails_the_call_not_the_session(
     tmp_path: Path,
 ) -> None:

@@ -5,11 +5,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
 from agent._exceptions import SessionError
-from agent._messages import Message, TextContent, ToolCallContent, ToolResultContent, now_iso
+from agent._messages import (
+    InterventionRecord,
+    Message,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+    now_iso,
+)
 from agent._transcript import (
     COMPACT_INSTRUCTION,
     SUMMARY_PREFIX,
@@ -20,6 +28,7 @@ from agent._transcript import (
     message_size,
     summary_message,
 )
+from supervisor import InterventionKind
 
 
 def msg(role: str, text: str) -> Message:
@@ -51,6 +60,40 @@ async def test_append_and_load_round_trip(tmp_path: Path) -> None:
     assert len(lines) == 4
     assert store(tmp_path).load() == t.messages()
     assert t.size == sum(message_size(m) for m in t.messages())
+
+
+async def test_interventions_are_appended_and_folded_on_load_and_rewrite(
+    tmp_path: Path,
+) -> None:
+    s = store(tmp_path)
+    t = Transcript(store=s)
+    record = InterventionRecord(
+        extension="gate",
+        event="turn_start",
+        kind=InterventionKind.BLOCK,
+        applied=True,
+        reason="closed",
+        step=1,
+    )
+    with pytest.raises(ValueError, match="no message"):
+        await t.annotate([record])
+    await t.append(msg("user", "hi"))
+    size = t.size
+    await t.annotate([record])
+    assert t.messages()[0].interventions == [record]
+    assert t.size > size
+    last = json.loads(s.path.read_text().splitlines()[-1])
+    assert last == {"type": "interventions", "records": [msgspec.to_builtins(record)]}
+    assert s.load() == t.messages()
+    await t.replace(t.messages())  # a rewrite folds the records into their message
+    lines = [json.loads(x) for x in s.path.read_text().splitlines()]
+    assert [x["type"] for x in lines] == ["session", "message"]
+    assert lines[1]["message"]["interventions"][0]["extension"] == "gate"
+    assert s.load() == t.messages()
+    header = s.path.read_text().splitlines()[0]
+    s.path.write_text(f"{header}\n{json.dumps(last)}\n")
+    with pytest.raises(SessionError, match="interventions before any message"):
+        s.load()
 
 
 def test_missing_session_is_empty(tmp_path: Path) -> None:

