@@ -31,6 +31,7 @@ from ._plan import LaunchPlan
 __all__ = ["SPAWN_THREAD_EXIT", "allow_spawning_thread", "preexec_for", "rlimits_for"]
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 #: Exit status of a child forked from a thread that may exit before the host.
 SPAWN_THREAD_EXIT = 126
@@ -90,8 +91,9 @@ def preexec_for(plan: LaunchPlan) -> Callable[[], None]:
 
     In the child, before ``exec``, it: checks it was forked from a thread that
     outlives it (see the module docstring), sets ``PR_SET_PDEATHSIG=SIGKILL`` so
-    it dies with the host, moves itself into the plan's cgroups, and applies the
-    plan's rlimits. Call it in the parent, once per spawn.
+    it dies with the host, makes itself a child subreaper, moves itself into the
+    plan's cgroups, and applies the plan's rlimits. Call it in the parent, once
+    per spawn.
 
     Args:
         plan: what is about to be spawned.
@@ -129,6 +131,11 @@ def preexec_for(plan: LaunchPlan) -> Callable[[], None]:
             # The host may have died between fork and prctl: nobody would signal us.
             if getppid() != host_pid:
                 kill(getpid(), sigkill)
+            # Orphans of the extension's children stay its descendants (instead of
+            # going to init), so the supervisor can find a daemon that cleared its
+            # environment. Matters without a sandbox; under bwrap, the PID
+            # namespace's init already adopts them.
+            prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         for path in procs_files:
             # "0" means "the writing process" in both cgroup versions.
             fd = open_(path, wronly)

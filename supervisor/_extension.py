@@ -50,7 +50,7 @@ from ._exceptions import (
 from ._io import LineReader, Oversize, StderrLog
 from ._manifest import ExtensionSpec
 from ._process import ChildProcess
-from ._reap import descendants, find_by_tokens, kill_pids, signal_group
+from ._reap import Claimed, descendants, find_leftovers, kill_and_wait, send, signal_group
 from ._restart import Verdict, decide, describe_exit
 from ._spawn import launch_request, spawn
 
@@ -151,6 +151,8 @@ class Extension:
         self.tokens: list[str] = []
         #: When True the supervisor sweeps descendants once for everyone at stop.
         self.defer_sweep = False
+        #: Processes of the current incarnation to kill (and wait for) once it exits.
+        self._doomed: list[Claimed] = []
 
         self._crashes: deque[float] = deque()
         self._calls = PendingCalls(
@@ -342,16 +344,22 @@ class Extension:
         return _Exit(None, reason)
 
     async def _reap(self, proc: ChildProcess, plan: LaunchPlan, token: str) -> None:
-        """Kill whatever is left of an incarnation and reap it; bounded."""
+        """Kill whatever is left of an incarnation and wait for it; bounded."""
         if proc.returncode is None:
             await self._ladder(proc)
         # The extension is gone; its group (ordinary children) has no reason to live.
-        signal_group(proc.pid, signal.SIGKILL)
+        # Found before the group is killed, so that what is killed is waited for.
+        found: list[Claimed] = []
         if self.defer_sweep:
             self.tokens.append(token)
         else:
-            leftovers = await trio.to_thread.run_sync(find_by_tokens, [token])
-            kill_pids(leftovers.get(token, ()), signal.SIGKILL)
+            found = await trio.to_thread.run_sync(find_leftovers, [token], [proc.pid])
+        signal_group(proc.pid, signal.SIGKILL)
+        doomed, self._doomed = [*self._doomed, *found], []
+        with trio.move_on_after(self._config.term_grace) as waited:
+            await kill_and_wait(doomed)
+        if waited.cancelled_caught:
+            log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 await stream.aclose()
@@ -372,6 +380,11 @@ class Extension:
         self._set_state(ExtensionState.STOPPING)  # * -> STOPPING
         self._calls.fail_all(ExtensionStopping(self.name, "call", "the extension is being stopped"))
         cfg = self._config
+        if self.plan is None or self.plan.backend != "bwrap":
+            # Taken before asking it to stop: once it exits, the daemons it adopted as
+            # a subreaper are handed to init, and one with a clean environment would
+            # be lost. (bwrap's PID namespace takes everything down by itself.)
+            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         with trio.move_on_after(cfg.shutdown_grace):
             if self._writer_scope is not None:
                 self._writer_scope.cancel()
@@ -393,17 +406,16 @@ class Extension:
             signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()
             return
-        tree = await trio.to_thread.run_sync(descendants, proc.pid)
         log.warning("extension_sigterm", pid=proc.pid)
         signal_group(proc.pid, signal.SIGTERM)
-        kill_pids(tree, signal.SIGTERM)
+        send(self._doomed, signal.SIGTERM)
         with trio.move_on_after(cfg.term_grace):
             await proc.wait()
         if proc.returncode is None:
             log.warning("extension_sigkill", pid=proc.pid)
-            tree += await trio.to_thread.run_sync(descendants, proc.pid)
+            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
-        kill_pids(tree, signal.SIGKILL)
+        send(self._doomed, signal.SIGKILL)
         await proc.wait()
 
     def _report_crash(

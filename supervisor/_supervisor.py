@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import signal
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -62,7 +61,7 @@ from ._exceptions import (
 from ._extension import Extension, ExtensionState
 from ._intercept import run_chain
 from ._manifest import Discovery, discover
-from ._reap import find_by_tokens, kill_pids
+from ._reap import find_leftovers, kill_and_wait
 from ._registry import Registry
 from ._spawn import sdk_bytecode
 
@@ -250,11 +249,13 @@ class _Supervisor:
         for ext in exts:
             ext.tokens.clear()
         if tokens:
-            found = await trio.to_thread.run_sync(find_by_tokens, tokens)
-            leftovers = [pid for pids in found.values() for pid in pids]
-            if leftovers:
-                log.warning("leftovers_killed", pids=leftovers)
-                kill_pids(leftovers, signal.SIGKILL)
+            found = await trio.to_thread.run_sync(find_leftovers, tokens)
+            if found:
+                log.warning("leftovers_killed", pids=[c.pid for c in found])
+                with trio.move_on_after(self.config.term_grace) as waited:
+                    await kill_and_wait(found)
+                if waited.cancelled_caught:
+                    log.warning("leftovers_still_running", pids=[c.pid for c in found])
         for ext in exts:
             self._publish(ExtensionStopped(extension=ext.name, returncode=None))
         return running
