@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 import trio
 
-from sandbox import LaunchPlan, Sandbox, SandboxError
+from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
 
 from . import _frames as f
 from ._api import (
@@ -153,6 +153,9 @@ class Extension:
         self.defer_sweep = False
         #: Processes of the current incarnation to kill (and wait for) once it exits.
         self._doomed: list[Claimed] = []
+        #: What every spawn must bind: the validated paths, then what the first
+        #: spawn bound (see :mod:`sandbox._pin`).
+        self.pins: list[Pin] = list(spec.pins)
 
         self._crashes: deque[float] = deque()
         self._calls = PendingCalls(
@@ -238,8 +241,9 @@ class Extension:
         try:
             while True:
                 exit_ = await self._incarnation()
-                if self._stop_requested or self.state is ExtensionState.FAILED:
-                    if self.state is not ExtensionState.FAILED:
+                ended = (ExtensionState.FAILED, ExtensionState.QUARANTINED)
+                if self._stop_requested or self.state in ended:
+                    if self.state not in ended:
                         self._set_state(ExtensionState.STOPPED)  # STOPPING -> STOPPED
                     return
                 delay = self._after_crash(exit_)
@@ -265,8 +269,9 @@ class Extension:
         return self._stop_requested
 
     def reset_crashes(self) -> None:
-        """Forget the crash history (a quarantine was lifted)."""
+        """Forget the crash history and what was pinned at spawn (a quarantine was lifted)."""
         self._crashes.clear()
+        self.pins = list(self.spec.pins)
 
     def stop(self) -> None:
         """Ask the owner task to stop the extension (returns at once).
@@ -281,12 +286,21 @@ class Extension:
     # --- one incarnation -----------------------------------------------------------
 
     async def _incarnation(self) -> _Exit:
-        request, token = launch_request(self.spec, self._config)
+        # Planning opens every path again and compares it with what was validated
+        # (or bound the first time): a restart never binds something else.
+        request, token = launch_request(self.spec, self._config, self.pins)
         try:
             plan = self._sandbox.plan(request)
+        except GrantChanged as exc:
+            log.error("extension_quarantined", reason=exc.reason)
+            self._quarantine(exc.reason, len(self._crashes))  # BACKOFF -> QUARANTINED
+            self._on_change(self)
+            self.settled.set()
+            return _Exit(None, exc.reason)
         except SandboxError as exc:
             return self._refuse_start(f"cannot sandbox: {exc}")
         self.plan = plan
+        self.pins = list(plan.pins) or self.pins
         try:
             proc = await spawn(plan)
         except OSError as exc:
@@ -480,14 +494,32 @@ class Extension:
             self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
             self._report_crash(code, sig, d.reason, tail, None)
         else:
-            self.problem = d.reason
-            self._quarantine_file.parent.mkdir(parents=True, exist_ok=True)
-            self._quarantine_file.write_text(d.reason + "\n")
-            self._set_state(ExtensionState.QUARANTINED)  # RUNNING -> QUARANTINED
             log.error("extension_quarantined", reason=d.reason, stderr_tail=tail)
-            self._publish(Quarantined(extension=self.name, reason=d.reason, crashes=d.crashes))
+            self._quarantine(d.reason, d.crashes)  # RUNNING -> QUARANTINED
         self._on_change(self)
         return None
+
+    def _quarantine(self, reason: str, crashes: int) -> None:
+        """Record a quarantine (it outlives this process) and announce it."""
+        self.problem = reason
+        self._quarantine_file.parent.mkdir(parents=True, exist_ok=True)
+        self._quarantine_file.write_text(reason + "\n")
+        self._set_state(ExtensionState.QUARANTINED)  # * -> QUARANTINED
+        self._publish(Quarantined(extension=self.name, reason=reason, crashes=crashes))
+
+    def adopt(self, previous: Extension) -> None:
+        """Continue from the same extension's previous run (a reload); before :meth:`prepare`.
+
+        Its validated paths must still be what the previous run bound, and what the
+        previous run pinned at spawn (the data directory, the runtime) carries over:
+        any change quarantines it until ``ext enable``.
+        """
+        changes = changed_pins(previous.pins, self.pins)
+        self.pins = carry_pins(previous.pins, self.pins)
+        if changes:
+            reason = "its paths changed since it last ran: " + "; ".join(changes)
+            log.error("extension_quarantined", extension=self.name, reason=reason)
+            self._quarantine(reason, 0)
 
     # --- writing -----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from sandbox import Permissions, PermissionsError, validate_permissions
+from sandbox import Permissions, PermissionsError, Pin, check_permissions
 
 from ._config import RestartPolicy
 from ._exceptions import ManifestError
@@ -71,6 +71,9 @@ class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
     exec_path: str
     #: Fields present in the file that corral does not know (reported, not fatal).
     unknown_fields: list[str] = []
+    #: Identities of the extension's directory and grants when validated: every
+    #: spawn binds these very files (see :mod:`sandbox._pin`).
+    pins: list[Pin] = []
 
     @property
     def name(self) -> str:
@@ -150,7 +153,7 @@ def load_manifest(
     if not exec_path.is_file():
         raise ManifestError(where, "exec", f"{manifest.exec!r} does not exist ({exec_path})")
     try:
-        permissions = validate_permissions(
+        checked = check_permissions(
             manifest.permissions,
             str(ext_dir),
             home=str(Path.home()),
@@ -158,7 +161,7 @@ def load_manifest(
         )
     except PermissionsError as exc:
         raise ManifestError(where, exc.field, exc.message) from None
-    manifest = msgspec.structs.replace(manifest, permissions=permissions)
+    manifest = msgspec.structs.replace(manifest, permissions=checked.permissions)
     return ExtensionSpec(
         manifest=manifest,
         dir=str(ext_dir),
@@ -166,6 +169,7 @@ def load_manifest(
         source=source,
         exec_path=str(exec_path),
         unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
+        pins=checked.pins,
     )
 
 

@@ -185,7 +185,7 @@ class _Supervisor:
     def _quarantine_file(self, name: str) -> Path:
         return quarantine_file(self.config.home, name)
 
-    async def _start_all(self) -> None:
+    async def _start_all(self, previous: list[Extension] | None = None) -> None:
         assert self._nursery is not None
         self._discovery = discover(
             self._ext_paths,
@@ -226,6 +226,11 @@ class _Supervisor:
             )
             for i, spec in enumerate(self._discovery.specs)
         ]
+        before = {(e.name, e.spec.dir): e for e in previous or []}
+        for ext in self._exts:
+            old = before.get((ext.name, ext.spec.dir))
+            if old is not None:
+                ext.adopt(old)
         self._starting = True
         try:
             for ext in self._exts:
@@ -373,7 +378,7 @@ class _Supervisor:
             for ext in old:
                 self._quarantine_file(ext.name).unlink(missing_ok=True)
             self._announced.clear()
-            await self._start_all()
+            await self._start_all(previous=old)
             errors = [str(p) for p in self._discovery.problems]
             errors += [
                 f"{e.name}: {e.problem}"

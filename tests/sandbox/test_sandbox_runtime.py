@@ -43,7 +43,9 @@ def test_prefix_is_narrowed_when_it_would_expose_private_data(tmp_path: Path) ->
     (local / "state" / "corral").mkdir(parents=True)
     node = local / "bin" / "node"
     node.write_bytes(b"\x7fELF")
-    needs = find_runtime_paths("x", str(node), avoid=(str(home), str(local / "state" / "corral")))
+    needs = find_runtime_paths(
+        "x", str(node), home=str(home), hidden=(str(local / "state" / "corral"),)
+    )
     assert needs.paths == [str(local / "bin")]
     assert "holds private data" in needs.notes[0]
 
