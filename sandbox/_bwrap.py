@@ -197,7 +197,7 @@ class _Binds:
             self.fds.append(walked.fd)
             if pin is not None and not walked.matches(pin):
                 raise GrantChanged(self.name, dest, f"now another {walked.kind.value}")
-            self.bound.append(walked.pin(dest, source))
+            self.bound.append(pin or walked.pin(dest, source))
             if by_fd:
                 args += ["--bind-fd" if writable else "--ro-bind-fd", str(walked.fd), dest]
             else:
@@ -330,13 +330,13 @@ class BwrapSandbox:
             binds.want(request.data_dir, _data_dir(request.data_dir), True)
         granted = tuple(binds.entries)
         if request.interpreter:
-            hidden = (os.getcwd(), *request.hidden, request.ext_dir, request.data_dir or "")
             runtime = find_runtime_paths(
                 request.name,
                 request.interpreter,
                 system=(*LINUX_SYSTEM_DIRS, *granted),
                 home=os.path.expanduser("~"),
-                hidden=hidden,
+                hidden=(os.getcwd(), request.ext_dir, request.data_dir or ""),
+                private=tuple(request.hidden),
             )
             notes += runtime.notes
             # Outermost first; grants (deeper, or later at equal depth) win.

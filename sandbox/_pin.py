@@ -55,6 +55,13 @@ class Pin(msgspec.Struct, frozen=True, kw_only=True):
     dev: int
     ino: int
     kind: PathKind
+    #: For a grant, the manifest's entry as written (e.g. ``"~/notes"``); else "".
+    declared: str = ""
+
+    @property
+    def key(self) -> str:
+        """What the pin stands for across validations: the grant as declared, or the path."""
+        return f"declared:{self.declared}" if self.declared else self.path
 
     def describe(self) -> str:
         """``path`` (and ``real`` when different), for messages."""
@@ -169,13 +176,21 @@ def check_pins(name: str, pins: list[Pin]) -> None:
 
 
 def changed_pins(old: list[Pin], new: list[Pin]) -> list[str]:
-    """Paths pinned in both lists whose identity differs, described for a human."""
-    before = {p.path: p for p in old}
+    """What both lists pin (same grant as declared, or same path) but differently.
+
+    A grant that now resolves to another path counts: the manifest says the same,
+    the disk does not.
+    """
+    before = {p.key: p for p in old}
     out = []
     for pin in new:
-        was = before.get(pin.path)
-        if was is not None and (was.dev, was.ino, was.kind) != (pin.dev, pin.ino, pin.kind):
-            out.append(f"{pin.describe()} is no longer the {was.kind.value} it was")
+        was = before.get(pin.key)
+        if was is None or (was.real, was.dev, was.ino, was.kind) == (
+            pin.real, pin.dev, pin.ino, pin.kind
+        ):  # fmt: skip
+            continue
+        where = f"{pin.declared!r} ({was.real} -> {pin.real})" if pin.declared else pin.path
+        out.append(f"{where} is no longer the {was.kind.value} it was")
     return out
 
 

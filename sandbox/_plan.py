@@ -60,8 +60,8 @@ class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: Identities the paths to bind must still have (from validation, or from the
     #: first spawn): a mismatch raises :class:`GrantChanged` instead of binding.
     pins: list[Pin] = []
-    #: Paths no runtime bind may contain besides the user's home and the current
-    #: directory (the project tree): corral's home.
+    #: Paths no runtime bind may contain or lie inside (corral's home); the user's
+    #: home and the current directory (the project tree) are never contained either.
     hidden: list[str] = []
 
 

@@ -20,9 +20,10 @@ For a chosen interpreter, without running anything:
   Linuxbrew, Nix) need their whole store.
 
 Every runtime path passes the rules a read-only grant does
-(:mod:`sandbox._forbidden`), and never contains the user's home, corral's home,
-the project tree, or the extension's own and data directories: a prefix that
-would is narrowed (``~/.local`` → ``~/.local/bin``) or refused.
+(:mod:`sandbox._forbidden`): it never contains the user's home, the project tree,
+or the extension's own and data directories, and neither contains nor lies in
+corral's home. A prefix that would is narrowed (``~/.local`` → ``~/.local/bin``)
+or refused.
 
 Version-manager shims (pyenv, rbenv, asdf, mise, volta) are refused: they are
 scripts that run the version manager, which would need the user's whole dotfile
@@ -104,12 +105,18 @@ class _Finder:
     """Collects the paths one interpreter needs; one instance per call."""
 
     def __init__(
-        self, name: str, system: tuple[str, ...], home: str, hidden: tuple[str, ...]
+        self,
+        name: str,
+        system: tuple[str, ...],
+        home: str,
+        hidden: tuple[str, ...],
+        private: tuple[str, ...],
     ) -> None:
         self.name = name
         self.system = system
         self.home = home
         self.hidden = hidden
+        self.private = private
         self.paths: list[str] = []
         self.notes: list[str] = []
 
@@ -118,7 +125,11 @@ class _Finder:
 
     def problem(self, path: str) -> str | None:
         """Why ``path`` may not be bound (the rules of a read-only grant), or None."""
-        return never_problem(path, home=self.home, hidden=self.hidden) or path_risk(
+        for keep in self.private:
+            if inside(path, keep):
+                return f"is inside {keep}, which must stay hidden"
+        hidden = (*self.hidden, *self.private)
+        return never_problem(path, home=self.home, hidden=hidden) or path_risk(
             path, writable=False, home=self.home, ext_dir=""
         )
 
@@ -187,6 +198,7 @@ def find_runtime_paths(
     system: tuple[str, ...] = LINUX_SYSTEM_DIRS,
     home: str = "",
     hidden: tuple[str, ...] = (),
+    private: tuple[str, ...] = (),
 ) -> RuntimeNeeds:
     """Work out which read-only paths the interpreter corral chose needs beyond ``system``.
 
@@ -196,8 +208,9 @@ def find_runtime_paths(
             extension's own program.
         system: directories already visible in the sandbox.
         home: the user's home: never bound, nor any parent of it.
-        hidden: further paths no runtime path may contain (corral's home, the
-            project tree, the extension's and data directories).
+        hidden: further paths no runtime path may contain (the project tree, the
+            extension's and data directories).
+        private: paths no runtime path may contain or lie inside (corral's home).
 
     Returns:
         The extra paths and notes.
@@ -206,8 +219,8 @@ def find_runtime_paths(
         PlanError: the interpreter is relative, missing, a version-manager shim,
             or only reachable through a path that may not be bound.
     """
-    hide = tuple(os.path.realpath(p) for p in hidden if p)
-    finder = _Finder(name, system, os.path.realpath(home) if home else "", hide)
+    real = [tuple(os.path.realpath(p) for p in paths if p) for paths in (hidden, private)]
+    finder = _Finder(name, system, os.path.realpath(home) if home else "", real[0], real[1])
     finder.walk(interpreter, 0)
     return RuntimeNeeds(paths=finder.paths, notes=finder.notes)
 

@@ -190,7 +190,8 @@ class SeatbeltSandbox:
                 request.interpreter,
                 system=MACOS_SYSTEM_READ,
                 home=os.path.expanduser("~"),
-                hidden=(os.getcwd(), *request.hidden, request.ext_dir, request.data_dir or ""),
+                hidden=(os.getcwd(), request.ext_dir, request.data_dir or ""),
+                private=tuple(request.hidden),
             )
         tmp = os.path.realpath(tempfile.mkdtemp(prefix=f"corral-{request.name}-"))
         read_only = [

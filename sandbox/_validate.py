@@ -143,7 +143,7 @@ def _grant(
             field, f"{raw!r} changed while it was validated ({exc.strerror}: {exc.filename})"
         ) from None
     risk = path_risk(real, writable=writable, home=home, ext_dir=ext_dir)
-    pin = walked.pin(real, real)
+    pin = msgspec.structs.replace(walked.pin(real, real), declared=raw)
     return _Grant(field, raw, writable, real, links, pin, walked.ancestors), risk
 
 
@@ -154,7 +154,10 @@ def _check_structure(grants: list[_Grant], ext: _Grant, corral_home: str) -> Non
         writable.append(ext)
     for g in grants:
         for w in writable:
-            if w is not g and (w.identity == g.identity or w.identity in g.ancestors):
+            # The same directory as another writable grant counts; as the (then
+            # writable) extension directory, it is that very grant.
+            same = w.identity == g.identity and w is not ext
+            if w is not g and (same or w.identity in g.ancestors):
                 raise PermissionsError(
                     g.field,
                     f"{g.raw!r} lies inside {w.real}, which the extension can write: it could "

@@ -316,6 +316,8 @@ class Extension:
         self._set_state(ExtensionState.STARTING)  # STOPPED/BACKOFF -> STARTING
         sandboxed = "sandboxed" if plan.sandboxed else "UNSANDBOXED"
         self._stderr.note(f"started pid {proc.pid} ({plan.backend}, {sandboxed})")
+        for note in plan.notes:
+            self._stderr.note(f"sandbox: {note}")
         log.info("extension_spawned", pid=proc.pid, backend=plan.backend, sandboxed=plan.sandboxed)
         send, recv = trio.open_memory_channel[bytes](self._config.write_backlog)
         self._out = send

