@@ -164,7 +164,7 @@ def _filesystem_args(network: bool, shm: list[str], tmp: list[str]) -> list[str]
 class _Binds:
     """The plan's bind mounts, each opened without following symlinks and checked.
 
-    Owns the descriptors it opened until :meth:`release` hands them over.
+    Owns the descriptors it opened (:meth:`close`) until the plan takes them over.
     """
 
     def __init__(self, name: str, pins: list[Pin]) -> None:

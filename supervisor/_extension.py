@@ -50,7 +50,14 @@ from ._exceptions import (
 from ._io import LineReader, Oversize, StderrLog
 from ._manifest import ExtensionSpec
 from ._process import ChildProcess
-from ._reap import Claimed, descendants, find_leftovers, kill_and_wait, send, signal_group
+from ._reap import (
+    Claimed,
+    descendants,
+    find_leftovers,
+    kill_and_wait,
+    signal_all,
+    signal_group,
+)
 from ._restart import Verdict, decide, describe_exit
 from ._spawn import launch_request, spawn
 
@@ -424,14 +431,14 @@ class Extension:
             return
         log.warning("extension_sigterm", pid=proc.pid)
         signal_group(proc.pid, signal.SIGTERM)
-        send(self._doomed, signal.SIGTERM)
+        signal_all(self._doomed, signal.SIGTERM)
         with trio.move_on_after(cfg.term_grace):
             await proc.wait()
         if proc.returncode is None:
             log.warning("extension_sigkill", pid=proc.pid)
             self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
-        send(self._doomed, signal.SIGKILL)
+        signal_all(self._doomed, signal.SIGKILL)
         await proc.wait()
 
     def _report_crash(

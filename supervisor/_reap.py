@@ -40,7 +40,7 @@ __all__ = [
     "descendants",
     "find_leftovers",
     "kill_and_wait",
-    "send",
+    "signal_all",
     "signal_group",
 ]
 
@@ -170,7 +170,7 @@ def _scan_psutil(wanted: set[bytes], pgids: set[int]) -> list[int]:
     return found
 
 
-def send(claimed: Iterable[Claimed], sig: signal.Signals) -> None:
+def signal_all(claimed: Iterable[Claimed], sig: signal.Signals) -> None:
     """Send ``sig`` to each claimed process, ignoring those already gone."""
     for c in claimed:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -191,7 +191,7 @@ async def kill_and_wait(claimed: list[Claimed]) -> None:
     Cancellation: stops waiting; the signals are sent and every pidfd is closed.
     """
     try:
-        send(claimed, signal.SIGKILL)
+        signal_all(claimed, signal.SIGKILL)
         for c in claimed:
             if c.fd >= 0:
                 await trio.lowlevel.wait_readable(c.fd)

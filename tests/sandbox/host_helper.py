@@ -40,17 +40,12 @@ from sandbox import (
     select_sandbox,
     spawn,
 )
-
-_ALLOW = ("PATH", "HOME", "TERM", "TMPDIR", "USER")
-_LOCALE = (
-    "LANG", "LANGUAGE", "LC_ALL", "LC_ADDRESS", "LC_COLLATE", "LC_CTYPE",
-    "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_MESSAGES", "LC_MONETARY", "LC_NAME",
-    "LC_NUMERIC", "LC_PAPER", "LC_TELEPHONE", "LC_TIME",
-)  # fmt: skip
+from supervisor._spawn import _ENV_ALLOW, _LOCALE
 
 
 def _env(job: dict[str, Any], perms: Permissions) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in _ALLOW or k in _LOCALE}
+    # The supervisor's own allowlist (its module, not a copy of it).
+    env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOW or k in _LOCALE}
     env.update(
         CORRAL_EXT_NAME="attacker",
         CORRAL_EXT_DIR=job["ext_dir"],
