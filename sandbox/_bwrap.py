@@ -322,10 +322,12 @@ class BwrapSandbox:
         binds.want(request.ext_dir, os.path.realpath(request.ext_dir), False)
         for path in request.runtime_paths:
             binds.want(os.path.realpath(path), os.path.realpath(path), False)
+        # Validated grants are real paths already (and pinned); a caller that did
+        # not validate (the agent's bash tool) gets its symlinks resolved here.
         for path in perms.read_only:
-            binds.want(path, path, False)
+            binds.want(path, os.path.realpath(path), False)
         for path in perms.read_write:
-            binds.want(path, path, True)
+            binds.want(path, os.path.realpath(path), True)
         if request.data_dir:
             binds.want(request.data_dir, _data_dir(request.data_dir), True)
         granted = tuple(binds.entries)

@@ -194,3 +194,28 @@ def test_runtime_paths_and_no_data_dir(bwrap: BwrapSandbox, tmp_path: Path) -> N
         assert out.decode().strip() == "from the sdk /tmp"
     finally:
         bwrap.cleanup(plan)
+
+
+def test_unvalidated_grants_are_resolved(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    """A caller that does not validate (the bash tool) may name a path through a symlink."""
+    real = tmp_path / "real" / "ws"
+    real.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    ws = str(tmp_path / "link" / "ws")
+    request = _request(
+        tmp_path,
+        argv=["/bin/sh", "-c", "touch made && pwd"],
+        interpreter="",
+        ext_dir=ws,
+        data_dir=None,
+        permissions=Permissions(read_write=[ws], data_dir=False),
+    )
+    plan = bwrap.plan(request)
+    try:
+        proc = spawn(plan, stdin=subprocess.DEVNULL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        bwrap.cleanup(plan)
+    assert proc.returncode == 0, err
+    assert out.decode().strip() == ws
+    assert (real / "made").exists()
