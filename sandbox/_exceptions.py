@@ -6,6 +6,7 @@
     ├── SandboxUnavailable        ``--sandbox required`` and no backend works here
     ├── PermissionsError          a manifest's ``permissions`` object is invalid
     └── PlanError                 this request cannot be sandboxed as given
+        └── GrantChanged          a path is no longer what was validated (quarantine it)
 
 Each carries the data a caller needs to say what went wrong and what to do
 about it, not just a message.
@@ -13,7 +14,7 @@ about it, not just a message.
 
 from __future__ import annotations
 
-__all__ = ["PermissionsError", "PlanError", "SandboxError", "SandboxUnavailable"]
+__all__ = ["GrantChanged", "PermissionsError", "PlanError", "SandboxError", "SandboxUnavailable"]
 
 
 class SandboxError(Exception):
@@ -65,3 +66,26 @@ class PlanError(SandboxError):
         self.name = name
         self.reason = reason
         super().__init__(f"extension {name!r}: {reason}")
+
+
+class GrantChanged(PlanError):
+    """A path to bind is no longer the file that was validated (or first bound).
+
+    Someone replaced it, or a directory on the way, since: the extension itself
+    (through a writable grant, between a crash and its restart) or another
+    program. The supervisor quarantines the extension rather than bind it.
+
+    Attributes:
+        name: the extension's name.
+        path: the path as the sandbox would see it.
+        found: what is there now, e.g. ``"a symlink at /a/b"``.
+    """
+
+    def __init__(self, name: str, path: str, found: str) -> None:
+        self.path = path
+        self.found = found
+        super().__init__(
+            name,
+            f"{path} changed since it was validated ({found}); not binding it. Check it, "
+            "then reload the extensions to validate their permissions again",
+        )

@@ -42,6 +42,12 @@ class Permissions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     read_write: list[str] = []
     #: Names of host environment variables passed through to the extension.
     env: list[str] = []
+    #: Risky entries of ``read_only``, ``read_write`` and ``env`` the author asks for
+    #: anyway, each repeated here exactly as written there (see docs/sandbox.md):
+    #: credential stores, writable system trees or dotfiles, the extension's own
+    #: directory as writable, loader and interpreter variables. Once validated it
+    #: holds the resolved paths and names that needed it, for the user to review.
+    unsafe: list[str] = []
     #: Give the extension a private writable directory, ``$CORRAL_DATA_DIR``.
     data_dir: bool = True
     #: Built-in agent tools (``read``, ``write``, ``edit``, ``bash``; ``"*"`` for all,

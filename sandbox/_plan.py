@@ -29,6 +29,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from ._permissions import Permissions
+from ._pin import Pin
 
 __all__ = ["LaunchPlan", "LaunchRequest", "Sandbox", "SandboxMode"]
 
@@ -52,6 +53,16 @@ class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
     permissions: Permissions = Permissions()
     #: Extra read-only paths the runtime needs (e.g. corral's SDK directory).
     runtime_paths: list[str] = []
+    #: The interpreter corral chose to run the extension with (``argv[0]``), whose
+    #: installation is made visible; "" when ``argv[0]`` is the extension's own
+    #: program, which then sees the system directories only.
+    interpreter: str = ""
+    #: Identities the paths to bind must still have (from validation, or from the
+    #: first spawn): a mismatch raises :class:`GrantChanged` instead of binding.
+    pins: list[Pin] = []
+    #: Paths no runtime bind may contain or lie inside (corral's home); the user's
+    #: home and the current directory (the project tree) are never contained either.
+    hidden: list[str] = []
 
 
 class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +91,13 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: Per-run directories :meth:`Sandbox.plan` created (a private tmp on macOS);
     #: :meth:`Sandbox.cleanup` removes them.
     run_dirs: list[str] = []
+    #: Identities of what the plan binds: pass them as the next request's ``pins``
+    #: so a restart binds the same files.
+    pins: list[Pin] = []
+    #: ``(directory, bytes, inodes)``: a tmpfs the child mounts over each directory,
+    #: in a user and mount namespace of its own, before it runs bwrap (which binds
+    #: them as ``/tmp`` and ``/dev/shm``): bwrap cannot cap a tmpfs's inodes.
+    tmpfs: list[tuple[str, int, int]] = []
 
 
 class Sandbox(Protocol):

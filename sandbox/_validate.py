@@ -1,27 +1,40 @@
 """Validation of a manifest's ``permissions`` object.
 
-Paths are resolved once, here, so every backend binds exactly the real path the
-user reviewed: a symlink in a declared path cannot later be swapped to point
-somewhere else. A few paths can never be granted, because granting them would
-hand the extension the whole disk, the kernel's interfaces or corral's own state.
+Every path is resolved here, checked against :mod:`sandbox._forbidden`, and its
+real target *pinned* (device, inode, kind; see :mod:`sandbox._pin`): each spawn
+binds that very file or refuses to start. Two structural rules close the ways an
+extension could change what a path means between validation and use:
+
+* no grant may lie inside a directory the extension can write (a ``read_write``
+  grant, or its own directory when that is writable): it could swap a directory
+  on the way for a symlink;
+* no path may be reached through a symlink that sits in such a directory, or
+  anywhere in corral's home but the extension's own (read-only) directory: the
+  extension could have planted it in an earlier session.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import os
 import re
+import stat
+from typing import final
 
 import msgspec
 
 from ._exceptions import PermissionsError
+from ._forbidden import env_risk, inside, never_problem, path_risk
 from ._permissions import Limits, Permissions
+from ._pin import Pin, walk
 
-__all__ = ["validate_permissions"]
+__all__ = ["Checked", "check_permissions", "validate_permissions"]
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-#: Kernel interfaces: granting them (or anything inside) exposes the host itself.
-_KERNEL_TREES = ("/proc", "/sys", "/dev")
+#: Symlinks followed while resolving one path, at most (as the kernel's limit).
+_MAX_LINKS = 40
 
 #: (field, smallest, largest) for every limit; the bounds catch typos (MiB vs bytes).
 _LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
@@ -33,12 +46,33 @@ _LIMIT_BOUNDS: dict[str, tuple[int, int]] = {
 }
 
 
-def _inside(path: str, root: str) -> bool:
-    """True when ``path`` is ``root`` or lies below it (both absolute and normalised)."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
+@final
+class Checked(msgspec.Struct, frozen=True, kw_only=True):
+    """Validated permissions and the identities every spawn must bind."""
+
+    #: Paths absolute and real; ``unsafe`` reduced to what needed it, resolved.
+    permissions: Permissions
+    #: The extension's directory, then each grant, as validated.
+    pins: list[Pin]
 
 
-def _resolve(raw: str, field: str, ext_dir: str, home: str) -> str:
+@dataclasses.dataclass
+class _Grant:
+    field: str
+    raw: str
+    writable: bool
+    real: str
+    #: Real directories holding a symlink that resolving ``raw`` followed.
+    links: list[str]
+    pin: Pin
+    ancestors: tuple[tuple[int, int], ...]
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        return (self.pin.dev, self.pin.ino)
+
+
+def _absolute(raw: str, field: str, ext_dir: str, home: str) -> str:
     if not raw.strip():
         raise PermissionsError(field, "must not be empty")
     if raw == "~" or raw.startswith("~/"):
@@ -47,32 +81,38 @@ def _resolve(raw: str, field: str, ext_dir: str, home: str) -> str:
         raw = home + raw[1:]
     elif raw.startswith("~"):
         raise PermissionsError(field, f"{raw!r}: only ~ and ~/... are supported, not ~user")
-    path = raw if os.path.isabs(raw) else os.path.join(ext_dir, raw)
-    path = os.path.normpath(path)
-    if not os.path.exists(path):
-        raise PermissionsError(field, f"{raw!r} does not exist ({path})")
-    return os.path.realpath(path)
+    return os.path.normpath(raw if os.path.isabs(raw) else os.path.join(ext_dir, raw))
 
 
-def _refuse_forbidden(
-    path: str, raw: str, field: str, home: str, corral_home: str, ext_dir: str
-) -> None:
-    if path == "/":
-        raise PermissionsError(field, f"{raw!r} is / (the whole disk); grant specific folders")
-    for tree in _KERNEL_TREES:
-        if _inside(path, tree):
-            raise PermissionsError(field, f"{raw!r} is inside {tree}, which is never granted")
-    if home:
-        if path == home:
-            raise PermissionsError(
-                field, f"{raw!r} is your home directory itself; grant the folders it needs"
-            )
-        if _inside(home, path):
-            raise PermissionsError(field, f"{raw!r} contains your home directory ({home})")
+def _resolve(path: str) -> tuple[str, list[str]]:
+    """Like ``realpath(strict=True)``; also returns where each symlink followed lives."""
+    pending = [p for p in path.split("/") if p]
+    done = "/"
+    links: list[str] = []
+    while pending:
+        name = pending.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            done = os.path.dirname(done)
+            continue
+        candidate = os.path.join(done, name)
+        if not stat.S_ISLNK(os.lstat(candidate).st_mode):
+            done = candidate
+            continue
+        links.append(done)
+        if len(links) > _MAX_LINKS:
+            raise OSError(errno.ELOOP, "too many symlinks", path)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            done = "/"
+        pending = [p for p in target.split("/") if p] + pending
+    return done, links
+
+
+def _refuse_corral_home(real: str, raw: str, field: str, corral_home: str, ext_dir: str) -> None:
     # Installed extensions live in corral's home: their own directory is fine.
-    exposes = _inside(corral_home, path) or (
-        _inside(path, corral_home) and not _inside(path, ext_dir)
-    )
+    exposes = inside(corral_home, real) or (inside(real, corral_home) and not inside(real, ext_dir))
     if corral_home and exposes:
         raise PermissionsError(
             field,
@@ -81,25 +121,82 @@ def _refuse_forbidden(
         )
 
 
-def _check_paths(
-    raws: list[str], name: str, ext_dir: str, home: str, corral_home: str
-) -> list[str]:
-    out: list[str] = []
-    for index, raw in enumerate(raws):
-        field = f"permissions.{name}[{index}]"
-        path = _resolve(raw, field, ext_dir, home)
-        _refuse_forbidden(path, raw, field, home, corral_home, ext_dir)
-        out.append(path)
-    return out
+def _grant(
+    raw: str, field: str, writable: bool, *, ext_dir: str, home: str, corral_home: str
+) -> tuple[_Grant, str | None]:
+    """One grant, resolved, checked and pinned; with its risk (if any)."""
+    absolute = _absolute(raw, field, ext_dir, home)
+    try:
+        real, links = _resolve(absolute)
+    except FileNotFoundError:
+        raise PermissionsError(field, f"{raw!r} does not exist ({absolute})") from None
+    except OSError as exc:
+        raise PermissionsError(field, f"{raw!r} cannot be resolved: {exc.strerror}") from None
+    problem = never_problem(real, home=home)
+    if problem:
+        raise PermissionsError(field, f"{raw!r} {problem}")
+    _refuse_corral_home(real, raw, field, corral_home, ext_dir)
+    try:
+        walked = walk(real, keep_fd=False)
+    except OSError as exc:
+        raise PermissionsError(
+            field, f"{raw!r} changed while it was validated ({exc.strerror}: {exc.filename})"
+        ) from None
+    risk = path_risk(real, writable=writable, home=home, ext_dir=ext_dir)
+    pin = msgspec.structs.replace(walked.pin(real, real), declared=raw)
+    return _Grant(field, raw, writable, real, links, pin, walked.ancestors), risk
 
 
-def _check_env(names: list[str]) -> None:
+def _check_structure(grants: list[_Grant], ext: _Grant, corral_home: str) -> None:
+    """The two rules of the module docstring."""
+    writable = [g for g in grants if g.writable]
+    if any(w.identity == ext.identity or w.identity in ext.ancestors for w in writable):
+        writable.append(ext)
+    for g in grants:
+        for w in writable:
+            # The same directory as another writable grant counts; as the (then
+            # writable) extension directory, it is that very grant.
+            same = w.identity == g.identity and w is not ext
+            if w is not g and (same or w.identity in g.ancestors):
+                raise PermissionsError(
+                    g.field,
+                    f"{g.raw!r} lies inside {w.real}, which the extension can write: it could "
+                    "replace a directory on the way with a symlink. Grant one or the other",
+                )
+        for where in g.links:
+            for w in writable:
+                if inside(where, w.real):
+                    raise PermissionsError(
+                        g.field,
+                        f"{g.raw!r} goes through a symlink in {where}, which the extension can "
+                        "write (it may have planted it); name the real path",
+                    )
+            if corral_home and inside(where, corral_home) and not inside(where, ext.real):
+                raise PermissionsError(
+                    g.field,
+                    f"{g.raw!r} goes through a symlink in corral's home ({where}), where "
+                    "extensions write; name the real path",
+                )
+
+
+def _check_env(names: list[str], unsafe: set[str]) -> list[str]:
+    risky: list[str] = []
     for index, name in enumerate(names):
         field = f"permissions.env[{index}]"
         if not _ENV_NAME.match(name):
             raise PermissionsError(field, f"{name!r} is not a valid environment variable name")
         if name.startswith("CORRAL_"):
             raise PermissionsError(field, f"{name!r}: CORRAL_* variables are set by corral")
+        risk = env_risk(name)
+        if risk and name not in unsafe:
+            raise PermissionsError(field, _needs_unsafe(name, risk))
+        if risk:
+            risky.append(name)
+    return risky
+
+
+def _needs_unsafe(raw: str, risk: str) -> str:
+    return f"{raw!r} {risk}; to ask for it anyway, also list {raw!r} in permissions.unsafe"
 
 
 def _check_limits(limits: Limits) -> None:
@@ -111,16 +208,16 @@ def _check_limits(limits: Limits) -> None:
             )
 
 
-def validate_permissions(
-    perms: Permissions, ext_dir: str, *, home: str, corral_home: str
-) -> Permissions:
-    """Check a ``permissions`` object and return a copy with absolute, real paths.
+def check_permissions(perms: Permissions, ext_dir: str, *, home: str, corral_home: str) -> Checked:
+    """Check a ``permissions`` object; return it resolved, with the pins to bind.
 
     Paths may be absolute, ``~/...`` (the user's home) or relative to the
-    extension's directory; they must exist. They may never be ``/``, anything in
+    extension's directory; they must exist. Never granted: ``/``, anything in
     ``/proc``, ``/sys`` or ``/dev``, the home directory itself or a parent of it,
-    nor corral's home, a parent of it or anything in it other than the
-    extension's own directory.
+    corral's home or anything in it but the extension's own directory, a path
+    inside a directory the extension can write, or one reached through a symlink
+    it could have planted. Granted only when also listed in ``unsafe``: the risky
+    paths and variables of :mod:`sandbox._forbidden`.
 
     Args:
         perms: the permissions as decoded from the manifest.
@@ -129,23 +226,69 @@ def validate_permissions(
         corral_home: corral's home ("" if unknown: that check is skipped).
 
     Returns:
-        The same permissions with ``read_only`` and ``read_write`` made absolute
-        and resolved (symlinks followed).
+        The permissions with ``read_only`` and ``read_write`` absolute and real and
+        ``unsafe`` reduced to the resolved entries that needed it, and the pins of
+        the extension's directory and of every grant.
 
     Raises:
         PermissionsError: naming the field, e.g. ``permissions.read_only[1]``.
     """
     home = os.path.realpath(home) if home else ""
     corral_home = os.path.realpath(corral_home) if corral_home else ""
-    ext_dir = os.path.realpath(ext_dir)
-    read_only = _check_paths(perms.read_only, "read_only", ext_dir, home, corral_home)
-    read_write = _check_paths(perms.read_write, "read_write", ext_dir, home, corral_home)
-    for index, path in enumerate(read_write):
-        if path in read_only:
-            raise PermissionsError(
-                f"permissions.read_write[{index}]",
-                f"{perms.read_write[index]!r} is also listed in read_only; list it once",
+    ext_real = os.path.realpath(ext_dir)
+    try:
+        ext_walked = walk(ext_real, keep_fd=False)
+    except OSError as exc:
+        raise PermissionsError("", f"the extension's directory {ext_dir}: {exc.strerror}") from None
+    ext = _Grant(
+        "", ext_dir, False, ext_real, [], ext_walked.pin(os.path.abspath(ext_dir), ext_real),
+        ext_walked.ancestors,
+    )  # fmt: skip
+    unsafe = set(perms.unsafe)
+    grants: list[_Grant] = []
+    needed: list[str] = []
+    for name, writable in (("read_only", False), ("read_write", True)):
+        for index, raw in enumerate(getattr(perms, name)):
+            field = f"permissions.{name}[{index}]"
+            grant, risk = _grant(
+                raw, field, writable, ext_dir=ext_real, home=home, corral_home=corral_home
             )
-    _check_env(perms.env)
+            if risk and raw not in unsafe:
+                raise PermissionsError(field, _needs_unsafe(raw, risk))
+            if risk:
+                needed.append(grant.real)
+            grants.append(grant)
+    read_only = [g.real for g in grants if not g.writable]
+    for grant in grants:
+        if grant.writable and grant.real in read_only:
+            raise PermissionsError(
+                grant.field, f"{grant.raw!r} is also listed in read_only; list it once"
+            )
+    _check_structure(grants, ext, corral_home)
+    needed += _check_env(perms.env, unsafe)
+    listed = {*perms.read_only, *perms.read_write, *perms.env}
+    for index, entry in enumerate(perms.unsafe):
+        if entry not in listed:
+            raise PermissionsError(
+                f"permissions.unsafe[{index}]",
+                f"{entry!r} names nothing in read_only, read_write or env",
+            )
     _check_limits(perms.limits)
-    return msgspec.structs.replace(perms, read_only=read_only, read_write=read_write)
+    validated = msgspec.structs.replace(
+        perms,
+        read_only=read_only,
+        read_write=[g.real for g in grants if g.writable],
+        unsafe=list(dict.fromkeys(needed)),
+    )
+    return Checked(permissions=validated, pins=[ext.pin, *(g.pin for g in grants)])
+
+
+def validate_permissions(
+    perms: Permissions, ext_dir: str, *, home: str, corral_home: str
+) -> Permissions:
+    """:func:`check_permissions` without the pins (for display and tests).
+
+    Raises:
+        PermissionsError: naming the field, e.g. ``permissions.read_only[1]``.
+    """
+    return check_permissions(perms, ext_dir, home=home, corral_home=corral_home).permissions

@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 import trio
 
-from sandbox import LaunchPlan, Sandbox, SandboxError
+from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
 
 from . import _frames as f
 from ._api import (
@@ -50,7 +50,14 @@ from ._exceptions import (
 from ._io import LineReader, Oversize, StderrLog
 from ._manifest import ExtensionSpec
 from ._process import ChildProcess
-from ._reap import descendants, find_by_tokens, kill_pids, signal_group
+from ._reap import (
+    Claimed,
+    descendants,
+    find_leftovers,
+    kill_and_wait,
+    signal_all,
+    signal_group,
+)
 from ._restart import Verdict, decide, describe_exit
 from ._spawn import launch_request, spawn
 
@@ -156,6 +163,11 @@ class Extension:
         self.tokens: list[str] = []
         #: When True the supervisor sweeps descendants once for everyone at stop.
         self.defer_sweep = False
+        #: Processes of the current incarnation to kill (and wait for) once it exits.
+        self._doomed: list[Claimed] = []
+        #: What every spawn must bind: the validated paths, then what the first
+        #: spawn bound (see :mod:`sandbox._pin`).
+        self.pins: list[Pin] = list(spec.pins)
 
         self._crashes: deque[float] = deque()
         self._calls = PendingCalls(
@@ -243,8 +255,9 @@ class Extension:
                 if await self._untrusted():
                     return
                 exit_ = await self._incarnation()
-                if self._stop_requested or self.state is ExtensionState.FAILED:
-                    if self.state is not ExtensionState.FAILED:
+                ended = (ExtensionState.FAILED, ExtensionState.QUARANTINED)
+                if self._stop_requested or self.state in ended:
+                    if self.state not in ended:
                         self._set_state(ExtensionState.STOPPED)  # STOPPING -> STOPPED
                     return
                 delay = self._after_crash(exit_)
@@ -270,8 +283,9 @@ class Extension:
         return self._stop_requested
 
     def reset_crashes(self) -> None:
-        """Forget the crash history (a quarantine was lifted)."""
+        """Forget the crash history and what was pinned at spawn (a quarantine was lifted)."""
         self._crashes.clear()
+        self.pins = list(self.spec.pins)
 
     def stop(self) -> None:
         """Ask the owner task to stop the extension (returns at once).
@@ -286,12 +300,21 @@ class Extension:
     # --- one incarnation -----------------------------------------------------------
 
     async def _incarnation(self) -> _Exit:
-        request, token = launch_request(self.spec, self._config)
+        # Planning opens every path again and compares it with what was validated
+        # (or bound the first time): a restart never binds something else.
+        request, token = launch_request(self.spec, self._config, self.pins)
         try:
             plan = self._sandbox.plan(request)
+        except GrantChanged as exc:
+            log.error("extension_quarantined", reason=exc.reason)
+            self._quarantine(exc.reason, len(self._crashes))  # BACKOFF -> QUARANTINED
+            self._on_change(self)
+            self.settled.set()
+            return _Exit(None, exc.reason)
         except SandboxError as exc:
             return self._refuse_start(f"cannot sandbox: {exc}")
         self.plan = plan
+        self.pins = list(plan.pins) or self.pins
         try:
             proc = await spawn(plan)
         except OSError as exc:
@@ -307,6 +330,8 @@ class Extension:
         self._set_state(ExtensionState.STARTING)  # STOPPED/BACKOFF -> STARTING
         sandboxed = "sandboxed" if plan.sandboxed else "UNSANDBOXED"
         self._stderr.note(f"started pid {proc.pid} ({plan.backend}, {sandboxed})")
+        for note in plan.notes:
+            self._stderr.note(f"sandbox: {note}")
         log.info("extension_spawned", pid=proc.pid, backend=plan.backend, sandboxed=plan.sandboxed)
         send, recv = trio.open_memory_channel[bytes](self._config.write_backlog)
         self._out = send
@@ -363,16 +388,22 @@ class Extension:
         return _Exit(None, reason)
 
     async def _reap(self, proc: ChildProcess, plan: LaunchPlan, token: str) -> None:
-        """Kill whatever is left of an incarnation and reap it; bounded."""
+        """Kill whatever is left of an incarnation and wait for it; bounded."""
         if proc.returncode is None:
             await self._ladder(proc)
         # The extension is gone; its group (ordinary children) has no reason to live.
-        signal_group(proc.pid, signal.SIGKILL)
+        # Found before the group is killed, so that what is killed is waited for.
+        found: list[Claimed] = []
         if self.defer_sweep:
             self.tokens.append(token)
         else:
-            leftovers = await trio.to_thread.run_sync(find_by_tokens, [token])
-            kill_pids(leftovers.get(token, ()), signal.SIGKILL)
+            found = await trio.to_thread.run_sync(find_leftovers, [token], [proc.pid])
+        signal_group(proc.pid, signal.SIGKILL)
+        doomed, self._doomed = [*self._doomed, *found], []
+        with trio.move_on_after(self._config.term_grace) as waited:
+            await kill_and_wait(doomed)
+        if waited.cancelled_caught:
+            log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             if stream is not None:
                 await stream.aclose()
@@ -393,6 +424,11 @@ class Extension:
         self._set_state(ExtensionState.STOPPING)  # * -> STOPPING
         self._calls.fail_all(ExtensionStopping(self.name, "call", "the extension is being stopped"))
         cfg = self._config
+        if self.plan is None or self.plan.backend != "bwrap":
+            # Taken before asking it to stop: once it exits, the daemons it adopted as
+            # a subreaper are handed to init, and one with a clean environment would
+            # be lost. (bwrap's PID namespace takes everything down by itself.)
+            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         with trio.move_on_after(cfg.shutdown_grace):
             if self._writer_scope is not None:
                 self._writer_scope.cancel()
@@ -414,17 +450,16 @@ class Extension:
             signal_group(proc.pid, signal.SIGKILL)
             await proc.wait()
             return
-        tree = await trio.to_thread.run_sync(descendants, proc.pid)
         log.warning("extension_sigterm", pid=proc.pid)
         signal_group(proc.pid, signal.SIGTERM)
-        kill_pids(tree, signal.SIGTERM)
+        signal_all(self._doomed, signal.SIGTERM)
         with trio.move_on_after(cfg.term_grace):
             await proc.wait()
         if proc.returncode is None:
             log.warning("extension_sigkill", pid=proc.pid)
-            tree += await trio.to_thread.run_sync(descendants, proc.pid)
+            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
-        kill_pids(tree, signal.SIGKILL)
+        signal_all(self._doomed, signal.SIGKILL)
         await proc.wait()
 
     def _report_crash(
@@ -489,14 +524,32 @@ class Extension:
             self._set_state(ExtensionState.STOPPED)  # RUNNING -> STOPPED
             self._report_crash(code, sig, d.reason, tail, None)
         else:
-            self.problem = d.reason
-            self._quarantine_file.parent.mkdir(parents=True, exist_ok=True)
-            self._quarantine_file.write_text(d.reason + "\n")
-            self._set_state(ExtensionState.QUARANTINED)  # RUNNING -> QUARANTINED
             log.error("extension_quarantined", reason=d.reason, stderr_tail=tail)
-            self._publish(Quarantined(extension=self.name, reason=d.reason, crashes=d.crashes))
+            self._quarantine(d.reason, d.crashes)  # RUNNING -> QUARANTINED
         self._on_change(self)
         return None
+
+    def _quarantine(self, reason: str, crashes: int) -> None:
+        """Record a quarantine (it outlives this process) and announce it."""
+        self.problem = reason
+        self._quarantine_file.parent.mkdir(parents=True, exist_ok=True)
+        self._quarantine_file.write_text(reason + "\n")
+        self._set_state(ExtensionState.QUARANTINED)  # * -> QUARANTINED
+        self._publish(Quarantined(extension=self.name, reason=reason, crashes=crashes))
+
+    def adopt(self, previous: Extension) -> None:
+        """Continue from the same extension's previous run (a reload); before :meth:`prepare`.
+
+        Its validated paths must still be what the previous run bound, and what the
+        previous run pinned at spawn (the data directory, the runtime) carries over:
+        any change quarantines it until ``ext enable``.
+        """
+        changes = changed_pins(previous.pins, self.pins)
+        self.pins = carry_pins(previous.pins, self.pins)
+        if changes:
+            reason = "its paths changed since it last ran: " + "; ".join(changes)
+            log.error("extension_quarantined", extension=self.name, reason=reason)
+            self._quarantine(reason, 0)
 
     # --- writing -----------------------------------------------------------------------
 

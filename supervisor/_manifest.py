@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from sandbox import Permissions, PermissionsError, validate_permissions
+from sandbox import Permissions, PermissionsError, Pin, check_permissions
 
 from ._config import RestartPolicy, identity_of
 from ._exceptions import ManifestError
@@ -77,6 +77,9 @@ class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
     manifest_sha256: str
     #: Fields present in the file that corral does not know (reported, not fatal).
     unknown_fields: list[str] = []
+    #: Identities of the extension's directory and grants when validated: every
+    #: spawn binds these very files (see :mod:`sandbox._pin`).
+    pins: list[Pin] = []
 
     @property
     def name(self) -> str:
@@ -156,7 +159,7 @@ def load_manifest(
     if not exec_path.is_file():
         raise ManifestError(where, "exec", f"{manifest.exec!r} does not exist ({exec_path})")
     try:
-        permissions = validate_permissions(
+        checked = check_permissions(
             manifest.permissions,
             str(ext_dir),
             home=str(Path.home()),
@@ -164,7 +167,7 @@ def load_manifest(
         )
     except PermissionsError as exc:
         raise ManifestError(where, exc.field, exc.message) from None
-    manifest = msgspec.structs.replace(manifest, permissions=permissions)
+    manifest = msgspec.structs.replace(manifest, permissions=checked.permissions)
     return ExtensionSpec(
         manifest=manifest,
         dir=str(ext_dir),
@@ -174,6 +177,7 @@ def load_manifest(
         identity=identity_of(manifest.name, str(ext_dir)),
         manifest_sha256=hashlib.sha256(raw).hexdigest(),
         unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
+        pins=checked.pins,
     )
 
 

@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sandbox import LaunchPlan, LaunchRequest
+from sandbox import LaunchPlan, LaunchRequest, Pin
 
 from ._config import SupervisorConfig
 from ._config import data_dir as data_dir_of
@@ -32,7 +32,14 @@ SDK_DIR = str(Path(__file__).with_name("_sdk"))
 #: which lets the supervisor find daemons that left the extension's process group.
 INSTANCE_VAR = "CORRAL_EXT_INSTANCE"
 
-_ENV_ALLOW = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER")
+_ENV_ALLOW = ("PATH", "HOME", "TERM", "TMPDIR", "USER")
+#: The locale variables of POSIX and glibc, and no other ``LC_*`` name: the host's
+#: environment may carry anything under that prefix.
+_LOCALE = (
+    "LANG", "LANGUAGE", "LC_ALL", "LC_ADDRESS", "LC_COLLATE", "LC_CTYPE",
+    "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_MESSAGES", "LC_MONETARY", "LC_NAME",
+    "LC_NUMERIC", "LC_PAPER", "LC_TELEPHONE", "LC_TIME",
+)  # fmt: skip
 _PY_LANGS = frozenset({"python", "python3", "py"})
 _JS_LANGS = frozenset({"javascript", "js", "node", "nodejs"})
 _JS_EXTS = (".js", ".mjs", ".cjs")
@@ -87,8 +94,7 @@ def sdk_bytecode() -> bool:
 
 def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:
     host = os.environ
-    env = {k: host[k] for k in _ENV_ALLOW if k in host}
-    env.update({k: v for k, v in host.items() if k.startswith("LC_")})
+    env = {k: host[k] for k in (*_ENV_ALLOW, *_LOCALE) if k in host}
     env.update({k: host[k] for k in spec.manifest.permissions.env if k in host})
     env["CORRAL_EXT_NAME"] = spec.name
     env["CORRAL_EXT_DIR"] = spec.dir
@@ -105,26 +111,32 @@ def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[
     return env
 
 
-def launch_request(spec: ExtensionSpec, config: SupervisorConfig) -> tuple[LaunchRequest, str]:
+def launch_request(
+    spec: ExtensionSpec, config: SupervisorConfig, pins: list[Pin] | None = None
+) -> tuple[LaunchRequest, str]:
     """Build the sandbox's input for one incarnation; returns it with its instance token.
 
-    Creates the extension's data directory when its permissions ask for one.
+    ``pins`` are the identities to bind (``spec.pins`` from validation, then the
+    first plan's); the sandbox creates the data directory when it is missing.
     """
     data_dir: str | None = None
     if spec.manifest.permissions.data_dir:
         # Keyed by identity: an extension named like another never gets its data.
-        data = data_dir_of(config.home, spec.identity)
-        data.mkdir(parents=True, exist_ok=True)
-        data_dir = str(data)
+        data_dir = str(data_dir_of(config.home, spec.identity))
     token = f"{spec.name}:{secrets.token_hex(8)}"
+    argv = interpreter_argv(spec, config)
     request = LaunchRequest(
         name=spec.name,
-        argv=interpreter_argv(spec, config),
+        argv=argv,
         env=_environment(spec, data_dir, token),
         ext_dir=spec.dir,
         data_dir=data_dir,
         permissions=spec.manifest.permissions,
         runtime_paths=[SDK_DIR] if _is_python(spec) else [],
+        # Only an interpreter corral chose brings its installation into the sandbox.
+        interpreter=argv[0] if argv[0] != spec.exec_path else "",
+        pins=list(spec.pins if pins is None else pins),
+        hidden=[config.home],
     )
     return request, token
 

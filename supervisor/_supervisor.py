@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import signal
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -63,7 +62,7 @@ from ._extension import Extension, ExtensionState
 from ._gate import ReloadGate
 from ._intercept import run_chain
 from ._manifest import Discovery, ExtensionSpec, discover
-from ._reap import find_by_tokens, kill_pids
+from ._reap import find_leftovers, kill_and_wait
 from ._registry import Registry
 from ._spawn import sdk_bytecode
 from ._trust import TrustStore
@@ -193,7 +192,7 @@ class _Supervisor:
     def _quarantine_file(self, spec: ExtensionSpec) -> Path:
         return quarantine_file(self.config.home, spec.identity)
 
-    async def _start_all(self) -> None:
+    async def _start_all(self, previous: list[Extension] | None = None) -> None:
         assert self._nursery is not None
         self._discovery = discover(
             self._ext_paths,
@@ -235,6 +234,11 @@ class _Supervisor:
             )
             for i, spec in enumerate(self._discovery.specs)
         ]
+        before = {(e.name, e.spec.dir): e for e in previous or []}
+        for ext in self._exts:
+            old = before.get((ext.name, ext.spec.dir))
+            if old is not None:
+                ext.adopt(old)
         self._starting = True
         try:
             for ext in self._exts:
@@ -258,11 +262,13 @@ class _Supervisor:
         for ext in exts:
             ext.tokens.clear()
         if tokens:
-            found = await trio.to_thread.run_sync(find_by_tokens, tokens)
-            leftovers = [pid for pids in found.values() for pid in pids]
-            if leftovers:
-                log.warning("leftovers_killed", pids=leftovers)
-                kill_pids(leftovers, signal.SIGKILL)
+            found = await trio.to_thread.run_sync(find_leftovers, tokens)
+            if found:
+                log.warning("leftovers_killed", pids=[c.pid for c in found])
+                with trio.move_on_after(self.config.term_grace) as waited:
+                    await kill_and_wait(found)
+                if waited.cancelled_caught:
+                    log.warning("leftovers_still_running", pids=[c.pid for c in found])
         for ext in exts:
             self._publish(ExtensionStopped(extension=ext.name, returncode=None))
         return running
@@ -386,7 +392,7 @@ class _Supervisor:
             for ext in old:
                 self._quarantine_file(ext.spec).unlink(missing_ok=True)
             self._announced.clear()
-            await self._start_all()
+            await self._start_all(previous=old)
             errors = [str(p) for p in self._discovery.problems]
             errors += [
                 f"{e.name}: {e.problem}"

@@ -8,7 +8,8 @@ the extension, and cleans up. Unlike the supervisor it carries secrets on purpos
 check none of them reaches the extension.
 
 Job fields: ``mode``, ``cgroups``, ``attack`` (file in the extension dir),
-``args``, ``permissions``, ``ext_dir``, ``data_dir``, ``home``, ``corral_home``,
+``args``, ``argv``, ``interpreter`` (default ``argv[0]``), ``permissions``,
+``ext_dir``, ``data_dir``, ``home``, ``corral_home``,
 ``secret_file``, ``stdin``, ``timeout``, ``action`` (``run`` | ``hold``),
 ``then`` (``hold``, once the child printed ``READY``: ``exit`` when our stdin
 closes, or ``wait``),
@@ -34,17 +35,17 @@ from sandbox import (
     LaunchPlan,
     LaunchRequest,
     Permissions,
+    check_permissions,
     preexec_for,
     select_sandbox,
     spawn,
-    validate_permissions,
 )
-
-_ALLOW = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER")
+from supervisor._spawn import _ENV_ALLOW, _LOCALE
 
 
 def _env(job: dict[str, Any], perms: Permissions) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in _ALLOW or k.startswith("LC_")}
+    # The supervisor's own allowlist (its module, not a copy of it).
+    env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOW or k in _LOCALE}
     env.update(
         CORRAL_EXT_NAME="attacker",
         CORRAL_EXT_DIR=job["ext_dir"],
@@ -113,12 +114,13 @@ def main() -> None:
     # A secret descriptor the extension must not inherit.
     secret_fd = os.open(job["secret_file"], os.O_RDONLY)
     os.set_inheritable(secret_fd, True)
-    perms = validate_permissions(
+    checked = check_permissions(
         msgspec.convert(job.get("permissions", {}), Permissions),
         job["ext_dir"],
         home=job["home"],
         corral_home=job["corral_home"],
     )
+    perms = checked.permissions
     sandbox = select_sandbox(job.get("mode", "required"), cgroups=job.get("cgroups", True))
     argv = [sys.executable, os.path.join(job["ext_dir"], job["attack"]), *job.get("args", [])]
     if job.get("argv"):
@@ -130,6 +132,11 @@ def main() -> None:
         ext_dir=job["ext_dir"],
         data_dir=job["data_dir"],
         permissions=perms,
+        # Like the supervisor: the interpreter is ours, unless the job runs the
+        # extension's own program directly ("interpreter": "").
+        interpreter=job.get("interpreter", argv[0]),
+        pins=checked.pins,
+        hidden=[job["corral_home"]],
     )
     plan = sandbox.plan(request)
     info = {
@@ -137,6 +144,7 @@ def main() -> None:
         "sandboxed": plan.sandboxed,
         "notes": plan.notes,
         "cgroups": [c for c in [plan.cgroup, *plan.extra_cgroups] if c],
+        "bound": [p.path for p in plan.pins],
         "host_pid": os.getpid(),
     }
     proc = _popen(plan, job)

@@ -188,7 +188,7 @@ def test_granted_paths_work_exactly_as_declared(world: World) -> None:
     (ro / "readme.txt").write_text("read me\n")
     (ro / "readme.txt").chmod(0o644)
     rw = world.make_dir("shared", "out", writable=True)
-    locked = world.make_dir("shared", "out", "locked")  # read-only inside a read-write grant
+    locked = world.make_dir("shared", "docs", "locked")  # read-only inside a read-only grant
     (locked / "keep.txt").write_text("keep\n")
     ro_file = world.base / "shared" / "config.ini"
     ro_file.write_text("[config]\n")

@@ -41,6 +41,7 @@ def _request(tmp_path: Path, **fields: object) -> LaunchRequest:
         "data_dir": str(tmp_path / "data"),
     }
     base.update(fields)
+    base.setdefault("interpreter", base["argv"][0])  # type: ignore[index]
     return LaunchRequest(**base)  # type: ignore[arg-type]
 
 
@@ -71,7 +72,11 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
         assert "/etc/shadow" not in argv
         assert "/etc/passwd" not in argv
         seccomp_fd = int(argv[argv.index("--seccomp") + 1])
-        assert plan.pass_fds == [seccomp_fd]
+        # The extension's and data directories are bound by descriptor, not by name.
+        bound = {argv[i + 2]: int(argv[i + 1]) for i, a in enumerate(argv) if a.endswith("-fd")}
+        assert set(bound) >= {str(tmp_path / "ext"), str(tmp_path / "data")}
+        assert sorted(plan.pass_fds) == sorted([seccomp_fd, *bound.values()])
+        assert {p.path for p in plan.pins} >= set(bound)
         assert plan.sandboxed
         assert plan.backend == "bwrap"
     finally:
@@ -89,10 +94,12 @@ def test_network_shares_the_host_namespace(bwrap: BwrapSandbox, tmp_path: Path) 
 
 def test_cleanup_is_idempotent(bwrap: BwrapSandbox, tmp_path: Path) -> None:
     plan = bwrap.plan(_request(tmp_path))
-    (fd,) = plan.pass_fds
+    assert plan.pass_fds
     bwrap.cleanup(plan)
-    with pytest.raises(OSError, match="Bad file descriptor"):
-        os.fstat(fd)
+    for fd in plan.pass_fds:
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+    assert all(not os.path.exists(d) for d in plan.run_dirs)
     reused = os.open("/dev/null", os.O_RDONLY)
     try:
         bwrap.cleanup(plan)  # must not close whatever now has the same number
@@ -108,7 +115,7 @@ def test_shims_are_refused(bwrap: BwrapSandbox, tmp_path: Path) -> None:
     shim.parent.mkdir(parents=True)
     shim.write_text('#!/usr/bin/env bash\nexec pyenv exec python3 "$@"\n')
     with pytest.raises(PlanError, match="shim"):
-        bwrap.plan(_request(tmp_path, argv=[str(shim), "x.py"]))
+        bwrap.plan(_request(tmp_path, argv=[str(shim), "x.py"], interpreter=str(shim)))
 
 
 def _none_plan(tmp_path: Path, limits: Limits) -> LaunchPlan:
@@ -187,3 +194,28 @@ def test_runtime_paths_and_no_data_dir(bwrap: BwrapSandbox, tmp_path: Path) -> N
         assert out.decode().strip() == "from the sdk /tmp"
     finally:
         bwrap.cleanup(plan)
+
+
+def test_unvalidated_grants_are_resolved(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    """A caller that does not validate (the bash tool) may name a path through a symlink."""
+    real = tmp_path / "real" / "ws"
+    real.mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    ws = str(tmp_path / "link" / "ws")
+    request = _request(
+        tmp_path,
+        argv=["/bin/sh", "-c", "touch made && pwd"],
+        interpreter="",
+        ext_dir=ws,
+        data_dir=None,
+        permissions=Permissions(read_write=[ws], data_dir=False),
+    )
+    plan = bwrap.plan(request)
+    try:
+        proc = spawn(plan, stdin=subprocess.DEVNULL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        bwrap.cleanup(plan)
+    assert proc.returncode == 0, err
+    assert out.decode().strip() == ws
+    assert (real / "made").exists()

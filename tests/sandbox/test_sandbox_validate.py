@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Limits, Permissions, PermissionsError, validate_permissions
+from sandbox import (
+    Limits,
+    PathKind,
+    Permissions,
+    PermissionsError,
+    check_permissions,
+    validate_permissions,
+)
 
 
 @pytest.fixture
@@ -111,3 +118,39 @@ def test_unknown_corral_home_is_not_an_error(layout: dict[str, Path]) -> None:
     )  # fmt: skip
     assert perms.read_only == [str(layout["home"] / "project")]
     assert os.path.isabs(perms.read_only[0])
+
+
+def test_validation_pins_what_it_checked(layout: dict[str, Path]) -> None:
+    checked = check_permissions(
+        Permissions(read_only=["assets", "~/link-to-notes"]),
+        str(layout["ext"]),
+        home=str(layout["home"]),
+        corral_home=str(layout["corral"]),
+    )
+    ext, assets, notes = checked.pins
+    assert ext.path == str(layout["ext"])
+    for pin, path in ((ext, layout["ext"]), (assets, layout["ext"] / "assets"),
+                      (notes, layout["home"] / "notes")):  # fmt: skip
+        st = os.stat(path)
+        assert (pin.real, pin.dev, pin.ino, pin.kind) == (str(path), st.st_dev, st.st_ino,
+                                                          PathKind.DIR)  # fmt: skip
+    assert notes.declared == "~/link-to-notes"
+
+
+@pytest.mark.parametrize(
+    ("fields", "culprit"),
+    [
+        ({"read_write": ["~/notes"], "read_only": ["~/notes/inner"]}, "read_only[0]"),
+        ({"read_write": ["~/notes", "~/notes/inner"]}, "read_write[1]"),
+        # Its own directory made writable (acknowledged): nothing may sit inside it.
+        ({"read_write": ["."], "unsafe": ["."], "read_only": ["assets"]}, "read_only[0]"),
+    ],
+)
+def test_grants_inside_a_writable_directory_are_refused(
+    layout: dict[str, Path], fields: dict[str, list[str]], culprit: str
+) -> None:
+    (layout["home"] / "notes" / "inner").mkdir()
+    with pytest.raises(PermissionsError) as info:
+        _check(layout, **fields)
+    assert info.value.field == f"permissions.{culprit}"
+    assert "which the extension can write" in info.value.message

@@ -52,7 +52,8 @@ async def test_environment_is_an_allowlist(kit: Kit, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("CORRAL_TEST_SECRET", "hunter2")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "also-secret")
     monkeypatch.setenv("MY_TOOL_TOKEN", "granted-value")
-    monkeypatch.setenv("LC_TESTING", "C")
+    monkeypatch.setenv("LC_TIME", "C")
+    monkeypatch.setenv("LC_TESTING", "not a locale variable")
     ext = kit.inline("envy", ENV_DUMP, permissions={"env": ["MY_TOOL_TOKEN"]})
     with trio.fail_after(CYCLE):
         async with kit.open(ext) as client:
@@ -67,7 +68,9 @@ async def test_environment_is_an_allowlist(kit: Kit, monkeypatch: pytest.MonkeyP
         assert "AWS_SECRET_ACCESS_KEY" not in seen
         assert "hunter2" not in json.dumps(seen)
         assert seen["MY_TOOL_TOKEN"] == "granted-value"
-        assert seen["LC_TESTING"] == "C"
+        # Only the standard locale variables, not whatever the host has under LC_.
+        assert seen["LC_TIME"] == "C"
+        assert "LC_TESTING" not in seen
         assert seen["CORRAL_EXT_NAME"] == "envy"
         assert seen["CORRAL_EXT_DIR"] == str(ext)
         assert seen["CORRAL_DATA_DIR"] == str(data_dir(kit.home, identity_of("envy", str(ext))))
