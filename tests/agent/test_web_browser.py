@@ -106,7 +106,9 @@ async def test_an_app_shell_is_rendered_in_the_browser(site: Site, sandbox: Any)
     assert progress[-1] == "rendering in headless Chromium (the page looks like a JavaScript app)"
     # The document came from the plain GET; the browser asked corral for the data.
     assert site.paths().count("/") == 1
-    assert "/api/items" in site.paths()
+    (api,) = [hit for hit in site.hits if hit.path == "/api/items"]
+    assert "HeadlessChrome" in api.headers["user-agent"]
+    assert "corral/" in api.headers["user-agent"]
 
 
 async def test_requests_from_inside_the_page_go_through_the_guard(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from web_fakes import TIMEOUT, Page, Site, config_for, open_site, resolver
@@ -19,6 +20,7 @@ from web_fakes import loopback_only as loopback_only  # a fixture
 
 from agent._registry import ToolRunResult
 from agent._tools.web import NetGuard, WebFetchTool
+from agent._tools.web.client import fetch_checked
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
@@ -197,3 +199,26 @@ async def test_the_safety_net_itself_refuses_off_machine_traffic() -> None:
         pytest.raises(OSError, match="safety net"),
     ):
         await sock.connect(("192.0.2.1", 80))
+
+
+async def test_credentials_never_follow_a_redirect_to_another_origin(
+    site: Site, internal: Site
+) -> None:
+    # Both sites are allowed here: this is about headers, not addresses.
+    site.routes["/same"] = Page(status=302, headers={"Location": "/landing"})
+    site.routes["/landing"] = Page(body="<p>ok</p>")
+    site.routes["/away"] = Page(status=302, headers={"Location": internal.url("/landing")})
+    internal.routes["/landing"] = Page(body="<p>ok</p>")
+    config = config_for(site, internal)
+    guard = NetGuard(config.policy())
+    secret = {"Authorization": "Bearer s3cret", "Cookie": "session=1", "X-Other": "kept"}
+    with trio.fail_after(TIMEOUT):
+        async with guard.open_client(timeouts=httpx.Timeout(5)) as client:
+            for path in ("/same", "/away"):
+                await fetch_checked(client, guard, site.url(path), headers=secret, max_bytes=1000)
+    (same,) = [h for h in site.hits if h.path == "/landing"]
+    assert same.headers["authorization"] == "Bearer s3cret"
+    (away,) = internal.hits
+    assert "authorization" not in away.headers
+    assert "cookie" not in away.headers
+    assert away.headers["x-other"] == "kept"

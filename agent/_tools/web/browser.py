@@ -205,8 +205,10 @@ class _Interceptor:
         client: httpx.AsyncClient,
         config: WebConfig,
         prefetched: Fetched | None,
+        user_agent: str,
     ) -> None:
         self._cdp = cdp
+        self._user_agent = user_agent
         self._guard = guard
         self._client = client
         self._config = config
@@ -260,10 +262,12 @@ class _Interceptor:
             self._prefetched = None  # serve the page we already have, once
             return prefetched
         headers = {
-            str(k): str(v)
+            str(k).lower(): str(v)
             for k, v in (request.get("headers") or {}).items()
             if str(k).lower() not in _OWN_HEADERS
         }
+        # Say who is asking, without hiding the browser some sites expect.
+        headers["user-agent"] = f"{headers.get('user-agent', '')} {self._user_agent}".strip()
         post = request.get("postData")
         fetched = await fetch_checked(
             self._client,
@@ -295,7 +299,7 @@ class PageRenderer:
         config: limits and timeouts (``chromium``, ``settle``, ``max_bytes`` ...).
         sandbox: the sandbox backend to run the browser in, or None.
         require_sandbox: refuse to render without a sandbox.
-        user_agent: the ``User-Agent`` of requests the guarded client sends for the page.
+        user_agent: appended to the browser's ``User-Agent`` on the page's requests.
     """
 
     def __init__(
@@ -358,18 +362,15 @@ class PageRenderer:
         profile = await trio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="corral-chromium-"))
         try:
             timeout = httpx.Timeout(self._config.read_timeout, connect=self._config.connect_timeout)
-            headers = {"user-agent": self._user_agent} if self._user_agent else None
             async with (
-                self._guard.open_client(
-                    timeouts=timeout, headers=headers, max_connections=_PARALLEL
-                ) as client,
+                self._guard.open_client(timeouts=timeout, max_connections=_PARALLEL) as client,
                 self._launch(binary, profile) as cdp,
             ):
                 with _lone_web_error():
                     async with trio.open_nursery() as nursery:
                         await nursery.start(cdp.run)
                         interceptor = _Interceptor(
-                            cdp, self._guard, client, self._config, prefetched
+                            cdp, self._guard, client, self._config, prefetched, self._user_agent
                         )
                         loaded = trio.Event()
                         nursery.start_soon(self._dispatch, cdp, interceptor, nursery, loaded)

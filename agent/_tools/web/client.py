@@ -23,6 +23,8 @@ from .guard import NetGuard, redirect_target
 
 __all__ = ["ACCEPT_ENCODING", "Fetched", "fetch_checked", "read_capped"]
 
+#: Request headers dropped when a redirect leaves the origin.
+_ORIGIN_BOUND = ("authorization", "cookie", "proxy-authorization")
 #: The only content codings :func:`fetch_checked` can decode within the cap.
 ACCEPT_ENCODING = "gzip, deflate"
 
@@ -132,7 +134,8 @@ async def fetch_checked(
     """
     current = await guard.check_url(url)
     hops: list[str] = []
-    send_headers = {"accept-encoding": ACCEPT_ENCODING, **(headers or {})}
+    send_headers = {"accept-encoding": ACCEPT_ENCODING}
+    send_headers.update({k.lower(): v for k, v in (headers or {}).items()})
     while True:
         try:
             request = client.build_request(method, current, headers=send_headers, content=content)
@@ -160,6 +163,14 @@ async def fetch_checked(
             raise FetchFailed(url, f"more than {max_redirects} redirects (last: {target})")
         if response.status_code == 303 or (response.status_code in (301, 302) and method == "POST"):
             method, content = "GET", None
+        if (target.scheme, target.host, target.port) != (
+            current.scheme,
+            current.host,
+            current.port,
+        ):
+            # As browsers do: credentials meant for one origin never follow to another.
+            for name in _ORIGIN_BOUND:
+                send_headers.pop(name, None)
         current = await guard.check_url(target)
         hops.append(str(current))
         if on_redirect is not None:

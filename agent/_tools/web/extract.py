@@ -34,6 +34,7 @@ __all__ = [
     "clean_text",
     "decode",
     "html_to_text",
+    "page_text",
     "truncate",
 ]
 
@@ -155,6 +156,14 @@ def html_to_text(html: str) -> PageText:
         if len(whole) > 2 * len(main):
             main = whole
     return PageText(title, main)
+
+
+def page_text(body: bytes, content_type: str, kind: ContentKind) -> PageText:
+    """The text of a body that is not binary (blocking: run it in a thread)."""
+    text = decode(body, content_type)
+    if kind is ContentKind.HTML:
+        return html_to_text(text)
+    return PageText("", clean_text(text))
 
 
 _SENTENCE_END = re.compile(r"[.!?…。][\"')\]]*(?=\s)|\n\n")

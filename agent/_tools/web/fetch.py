@@ -37,7 +37,7 @@ from .browser import PageRenderer, Rendered
 from .client import Fetched, fetch_checked
 from .config import WebConfig
 from .errors import BrowserError, FetchFailed, WebError
-from .extract import ContentKind, PageText, classify, clean_text, decode, html_to_text, truncate
+from .extract import ContentKind, PageText, classify, clean_text, page_text, truncate
 from .guard import NetGuard
 
 __all__ = ["APP_SHELL_BYTES", "RenderMode", "WebFetchTool", "user_agent"]
@@ -87,6 +87,11 @@ class WebFetchTool:
         require_sandbox: refuse to render without a sandbox.
     """
 
+    #: As the model sees it.
+    spec: ToolSpec
+    #: Where the tool comes from, as the registry reports it.
+    source: str = "builtin"
+
     def __init__(
         self,
         config: WebConfig,
@@ -104,7 +109,7 @@ class WebFetchTool:
             require_sandbox=require_sandbox,
             user_agent=user_agent(),
         )
-        self._spec = ToolSpec(
+        self.spec = ToolSpec(
             name="web_fetch",
             description=(
                 "Fetch a web page (http or https) and return its readable text: the main "
@@ -134,16 +139,6 @@ class WebFetchTool:
 
     def __repr__(self) -> str:
         return f"<WebFetchTool {self.guard!r} {self.renderer!r}>"
-
-    @property
-    def spec(self) -> ToolSpec:
-        """As the model sees it."""
-        return self._spec
-
-    @property
-    def source(self) -> str:
-        """``"builtin"``."""
-        return "builtin"
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         """Fetch, extract, maybe render, cap.
@@ -200,11 +195,7 @@ class WebFetchTool:
                 f"(HTTP {fetched.status})",
                 status=fetched.status,
             )
-        text = decode(fetched.body, fetched.content_type)
-        if kind is ContentKind.HTML:
-            page = await trio.to_thread.run_sync(html_to_text, text)
-        else:
-            page = PageText("", clean_text(text))
+        page = await trio.to_thread.run_sync(page_text, fetched.body, fetched.content_type, kind)
         if fetched.status >= 400:
             snippet, _ = truncate(page.text, 1000)
             detail = f"\n\nThe error page says:\n{snippet}" if snippet else ""
@@ -266,14 +257,14 @@ class WebFetchTool:
         media = fetched.content_type.split(";")[0].strip()
         if media and not media.startswith("text/html"):
             lines.append(f"Content-Type: {clean_text(media)}")
-        lines += [f"[{note}]" for note in notes]
+        lines += [f"[{clean_text(note)}]" for note in notes]
         body, cut = truncate(page.text, limit)
         lines.append("")
         lines.append(body or "(the page has no readable text)")
         if cut:
             lines.append(
                 f"\n[Truncated: {len(body)} of {page.length} characters shown, cut at a "
-                f"sentence end. Pass a larger max_chars (at most {self.config.max_chars}) "
-                "for more, or fetch a more specific URL.]"
+                "sentence end where possible. Pass a larger max_chars (at most "
+                f"{self.config.max_chars}) for more, or fetch a more specific URL.]"
             )
         return text_result("\n".join(lines))

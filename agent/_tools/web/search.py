@@ -111,9 +111,14 @@ def _one_line(text: str | None) -> str:
 class WebSearchTool:
     """``web_search``: search the web through SearXNG."""
 
+    #: As the model sees it.
+    spec: ToolSpec
+    #: Where the tool comes from, as the registry reports it.
+    source: str = "builtin"
+
     def __init__(self, config: WebConfig) -> None:
         self.config = config
-        self._spec = ToolSpec(
+        self.spec = ToolSpec(
             name="web_search",
             description=(
                 "Search the web. Returns numbered results, each with a title, URL and "
@@ -141,16 +146,6 @@ class WebSearchTool:
 
     def __repr__(self) -> str:
         return f"<WebSearchTool endpoint={self.config.searxng_url!r}>"
-
-    @property
-    def spec(self) -> ToolSpec:
-        """As the model sees it."""
-        return self._spec
-
-    @property
-    def source(self) -> str:
-        """``"builtin"``."""
-        return "builtin"
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         """Ask SearXNG and format its results.
