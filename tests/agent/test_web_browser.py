@@ -181,3 +181,18 @@ async def test_a_browser_that_will_not_start_leaves_the_plain_text(site: Site) -
     forced, _ = await fetch(WebFetchTool(config), site.url("/"), render="always")
     assert forced.is_error
     assert "headless browser" in text(forced)
+
+
+class _OtherBackend:
+    """A sandbox backend that is not bubblewrap (only its name is looked at)."""
+
+    backend = "sandbox-exec"
+
+
+async def test_a_required_sandbox_without_bubblewrap_refuses_to_render(site: Site) -> None:
+    config = config_for(site)
+    tool = WebFetchTool(config, sandbox=_OtherBackend(), require_sandbox=True)  # type: ignore[arg-type]
+    result, _ = await fetch(tool, site.url("/"), render="always")
+    assert result.is_error
+    assert "--sandbox required" in text(result)
+    assert site.paths() == ["/"]  # the plain GET only; no browser started

@@ -20,10 +20,12 @@ as "blocked by client". The browser needs no network of its own and gets none:
   that allows unix sockets, which Chromium needs for its own processes; with no
   network namespace to reach and only the profile and a private ``/tmp``
   writable, there is nothing for them to reach;
-* without a sandbox (``--sandbox off``, or none available and not required)
-  Chromium runs as a plain process group, with its host resolver mapping every
-  name to "not found" and a proxy address that refuses every connection, so a
-  request that escaped interception would still fail.
+* without bubblewrap (``--sandbox off``, no backend, or another backend such as
+  macOS's ``sandbox-exec``, which has not been made to hold Chromium) it runs as
+  a plain process group, with its host resolver mapping every name to "not
+  found" and a proxy address that refuses every connection, so a request that
+  escaped interception would still fail. ``--sandbox required`` then refuses to
+  render.
 
 Chromium's own sandbox is turned off (``--no-sandbox``) inside bubblewrap (which
 forbids the nested user namespaces it would need) and when running as root (it
@@ -313,7 +315,10 @@ class PageRenderer:
     ) -> None:
         self._guard = guard
         self._config = config
-        self._sandbox = sandbox if sandbox is not None and sandbox.backend != "none" else None
+        # Only bubblewrap has been made to hold Chromium (an empty network namespace
+        # added to the plan); other backends render unsandboxed, or not at all when
+        # a sandbox is required.
+        self._sandbox = sandbox if sandbox is not None and sandbox.backend == "bwrap" else None
         self._require_sandbox = require_sandbox
         self._user_agent = user_agent
         self.binary = find_chromium(config.chromium)
@@ -476,9 +481,7 @@ class PageRenderer:
             plan = self._sandbox.plan(request)
         except Exception as exc:  # a backend failure becomes an error result
             raise BrowserError("start", f"the sandbox cannot run the browser: {exc}") from exc
-        argv = plan.argv
-        if plan.backend == "bwrap":
-            argv = [argv[0], "--unshare-net", *argv[1:]]
+        argv = [plan.argv[0], "--unshare-net", *plan.argv[1:]]
         return msgspec.structs.replace(plan, argv=argv, pass_fds=[*plan.pass_fds, *pass_fds])
 
     @asynccontextmanager
