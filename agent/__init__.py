@@ -29,7 +29,7 @@ from ._events import (
     UserMessage,
 )
 from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
-from ._host import BUILTIN_TOOLS, AgentHost, open_agent
+from ._host import BUILTIN_TOOLS, OPTIONAL_TOOLS, AgentHost, open_agent
 from ._loop import AgentBusy, AgentLoop, LoopState
 from ._messages import (
     ImageContent,
@@ -45,9 +45,11 @@ from ._providers.offline import OfflineProvider
 from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
 from ._rpc.server import serve_rpc
 from ._runtime import EventStream, Job, JobState, Runtime, RuntimeClosed, RuntimeState, open_runtime
+from ._tools.web import WebConfig
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "OPTIONAL_TOOLS",
     "PROVIDERS",
     "AgentBusy",
     "AgentError",
@@ -100,6 +102,7 @@ __all__ = [
     "Usage",
     "UsageTotals",
     "UserMessage",
+    "WebConfig",
     "load_script",
     "make_provider",
     "open_agent",

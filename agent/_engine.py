@@ -15,6 +15,7 @@ import msgspec
 from ._events import AgentEvent, UsageTotals
 from ._messages import ImageContent, Message
 from ._providers.base import ModelInfo, ToolSpec
+from ._tools.web.config import WebConfig
 
 __all__ = ["AgentOptions", "Emit", "Engine"]
 
@@ -44,8 +45,11 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     script: str | None = None
     base_url: str | None = None
     api_key: str | None = None
-    #: Built-in tools to offer; None means all of them.
+    #: Built-in tools to offer: exact names, or ``+name``/``-name`` changes to the
+    #: defaults (``["+web"]`` adds ``web_fetch`` and ``web_search``); None: the defaults.
     tools: list[str] | None = None
+    #: Settings of the web tools; None reads them from ``CORRAL_*`` variables.
+    web: WebConfig | None = None
 
 
 class Engine(Protocol):

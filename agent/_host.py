@@ -52,14 +52,18 @@ from ._registry import Tool, ToolRegistry
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
 from ._tools.files import EditTool, ReadTool, WriteTool
+from ._tools.selection import select_tools
+from ._tools.web import WEB_TOOLS, WebConfig, web_tools
 from ._transcript import SessionHeader, SessionStore, Transcript
 
-__all__ = ["BUILTIN_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
+__all__ = ["BUILTIN_TOOLS", "OPTIONAL_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
 
 log = structlog.get_logger()
 
 #: Names of the built-in tools, in the order the model sees them.
 BUILTIN_TOOLS = ("read", "write", "edit", "bash")
+#: Built-in tools that are off unless asked for (``--tools +web``), in the same order.
+OPTIONAL_TOOLS = WEB_TOOLS
 _SANDBOX_MODES = ("auto", "required", "off")
 
 
@@ -197,22 +201,19 @@ class AgentHost:
 def _builtin_tools(
     options: AgentOptions, workspace: Workspace, sandbox: Sandbox | None
 ) -> tuple[list[Tool], BashTool | None]:
-    wanted = list(BUILTIN_TOOLS) if options.tools is None else list(options.tools)
-    unknown = [name for name in wanted if name not in BUILTIN_TOOLS]
-    if unknown:
-        raise AgentError(
-            f"unknown built-in tool(s) {', '.join(unknown)}; valid: {', '.join(BUILTIN_TOOLS)}"
-        )
-    bash = BashTool(workspace, sandbox=sandbox, require_sandbox=options.sandbox == "required")
+    wanted = select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, {"web": WEB_TOOLS})
+    required = options.sandbox == "required"
+    bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
     made: dict[str, Tool] = {
         "read": ReadTool(workspace),
         "write": WriteTool(workspace),
         "edit": EditTool(workspace),
         "bash": bash,
     }
-    return [made[name] for name in BUILTIN_TOOLS if name in wanted], (
-        bash if "bash" in wanted else None
-    )
+    if any(name in wanted for name in WEB_TOOLS):
+        web = options.web if options.web is not None else WebConfig.from_env()
+        made.update(web_tools(web, sandbox=sandbox, require_sandbox=required))
+    return [made[name] for name in wanted], (bash if "bash" in wanted else None)
 
 
 def _select_sandbox(mode: str) -> Sandbox | None:

@@ -26,6 +26,7 @@ from .._events import Done
 from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
 from .._providers.factory import PROVIDERS
+from .._tools.web import WebConfig
 from .chat import run_chat
 from .demo import default_examples_dir, run_demo
 from .logs import configure_logging
@@ -142,7 +143,20 @@ _OPTIONS = [
         "--tools",
         "builtin_tools",
         metavar="LIST",
-        help="Comma-separated built-in tools to offer (default: read,write,edit,bash).",
+        help="Comma-separated built-in tools to offer (default: read,write,edit,bash); "
+        "+NAME/-NAME change the default set: --tools +web adds web_fetch and web_search.",
+    ),
+    click.option(
+        "--searxng",
+        metavar="URL",
+        help="SearXNG instance for web_search [default: $CORRAL_SEARXNG_URL].",
+    ),
+    click.option(
+        "--web-allow",
+        metavar="ADDR",
+        multiple=True,
+        help="Let web_fetch reach this address or network despite the SSRF guard, e.g. "
+        "127.0.0.1:8080 or 10.0.0.0/8 (repeatable; also $CORRAL_WEB_ALLOW).",
     ),
 ]
 
@@ -171,11 +185,19 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         system_prompt: str | None,
         append_system_prompt: str | None,
         builtin_tools: str | None,
+        searxng: str | None,
+        web_allow: tuple[str, ...],
         **kwargs: Any,
     ) -> T:
         tools = None
         if builtin_tools is not None:
             tools = [t.strip() for t in builtin_tools.split(",") if t.strip()]
+        web = None
+        if searxng or web_allow:
+            try:
+                web = WebConfig.from_env(searxng_url=searxng, allow=web_allow)
+            except AgentError as exc:
+                raise AgentCLIError(str(exc)) from None
         options = AgentOptions(
             provider=provider or ("scripted" if script else "offline"),
             model=model,
@@ -191,6 +213,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             base_url=base_url,
             api_key=api_key,
             tools=tools,
+            web=web,
         )
         return f(*args, options=options, **kwargs)
 

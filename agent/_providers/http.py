@@ -33,6 +33,7 @@ __all__ = [
     "SSEEvent",
     "decode_data",
     "excerpt",
+    "finish_chain",
     "known_models",
     "lookup",
     "new_client",
@@ -81,7 +82,7 @@ class SSEEvent(msgspec.Struct, frozen=True, kw_only=True):
     data: str
 
 
-async def _finish_chain(chain: AsyncIterator[Any]) -> None:
+async def finish_chain(chain: AsyncIterator[Any]) -> None:
     """End httpx's body iterator for good, whatever state it is in.
 
     httpx 0.28 and httpcore 1.0 read a body through a chain of nested async
@@ -120,7 +121,7 @@ async def _iter_sse(response: httpx.Response) -> AsyncGenerator[SSEEvent, None]:
             elif name == "event":
                 event = value
     finally:
-        await _finish_chain(lines)
+        await finish_chain(lines)
     # The spec drops an event without its blank line at EOF; some servers end the
     # body right after the last `data:` line, and that event is the final one.
     if data:
@@ -156,7 +157,7 @@ async def _status_error(
             if len(body) >= _MAX_ERROR_BODY:
                 break
     finally:
-        await _finish_chain(chunks)
+        await finish_chain(chunks)
     status = response.status_code
     message = f"HTTP {status}: {_error_message(bytes(body))}"
     if status in (401, 403):

@@ -1,0 +1,63 @@
+"""The web tools ``web_fetch`` and ``web_search``, and the network guard under them.
+
+Both tools are off unless enabled (``--tools +web``, or ``AgentOptions.tools``);
+:func:`web_tools` builds them from a :class:`WebConfig`. :class:`NetGuard` is the
+reusable SSRF gate (pre-flight plus dial-time address checks, redirect policy,
+no environment proxies) for any HTTP client that must not reach internal hosts.
+"""
+
+from __future__ import annotations
+
+from sandbox import Sandbox
+
+from ..._registry import Tool
+from .address import AddressPolicy, Allowance, blocked_reason, parse_allowance, parse_host
+from .browser import PageRenderer, find_chromium
+from .config import WebConfig
+from .errors import BlockedTarget, BrowserError, FetchFailed, WebConfigError, WebError
+from .fetch import RenderMode, WebFetchTool
+from .guard import NetGuard, Resolver, redirect_target, system_resolver
+from .search import SearchOutput, WebSearchTool
+
+__all__ = [
+    "WEB_TOOLS",
+    "AddressPolicy",
+    "Allowance",
+    "BlockedTarget",
+    "BrowserError",
+    "FetchFailed",
+    "NetGuard",
+    "PageRenderer",
+    "RenderMode",
+    "Resolver",
+    "SearchOutput",
+    "WebConfig",
+    "WebConfigError",
+    "WebError",
+    "WebFetchTool",
+    "WebSearchTool",
+    "blocked_reason",
+    "find_chromium",
+    "parse_allowance",
+    "parse_host",
+    "redirect_target",
+    "system_resolver",
+    "web_tools",
+]
+
+#: The tool names, in the order the model sees them.
+WEB_TOOLS = ("web_fetch", "web_search")
+
+
+def web_tools(
+    config: WebConfig, *, sandbox: Sandbox | None = None, require_sandbox: bool = False
+) -> dict[str, Tool]:
+    """``web_fetch`` and ``web_search`` for ``config``, by name.
+
+    Raises:
+        WebConfigError: an allowance in ``config`` is not an address or network.
+    """
+    return {
+        "web_fetch": WebFetchTool(config, sandbox=sandbox, require_sandbox=require_sandbox),
+        "web_search": WebSearchTool(config),
+    }
