@@ -37,6 +37,8 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     home: str | None = None
     #: Session name to save to / resume from, or None for no persistence.
     session: str | None = None
+    #: Resume the most recently written session of ``cwd`` (``--continue``).
+    continue_session: bool = False
     max_steps: int = 16
     system_prompt: str | None = None
     append_system_prompt: str | None = None

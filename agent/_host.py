@@ -43,14 +43,15 @@ from supervisor import (
 
 from ._engine import AgentOptions, Emit
 from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
-from ._exceptions import AgentError
+from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
 from ._providers.base import Provider
 from ._providers.factory import make_provider
 from ._registry import Tool, ToolRegistry
+from ._sessions import SessionHeader, SessionStore, latest_session
 from ._tools.bash import BashTool
 from ._tools.files import EditTool, ReadTool, Workspace, WriteTool
-from ._transcript import SessionHeader, SessionStore, Transcript
+from ._transcript import Transcript
 
 __all__ = ["BUILTIN_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
 
@@ -245,6 +246,30 @@ def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | N
     return cwd, home, make_provider(options) if make else None
 
 
+def _session_name(options: AgentOptions, home: Path, cwd: str) -> str | None:
+    if not options.continue_session:
+        return options.session
+    if options.session:
+        raise AgentError("--continue resumes the latest session here: drop --session NAME")
+    latest = latest_session(home, cwd)
+    if latest is None:
+        raise SessionError(f"no saved session to continue in {cwd}; start one with --session NAME")
+    return latest
+
+
+async def _open_transcript(
+    options: AgentOptions, home: Path, cwd: str, provider: str, model: str
+) -> Transcript:
+    name = await trio.to_thread.run_sync(_session_name, options, home, cwd)
+    if name is None:
+        return Transcript()
+    header = SessionHeader(name=name, provider=provider, model=model, cwd=cwd)
+    store = SessionStore.for_name(home, name, header)
+    messages = await trio.to_thread.run_sync(store.open)
+    log.info("session_opened", session=name, messages=len(messages))
+    return Transcript(messages, store)
+
+
 @asynccontextmanager
 async def open_agent(
     options: AgentOptions,
@@ -281,48 +306,45 @@ async def open_agent(
     assert provider is not None
     try:
         model = _default_model(provider, options.model)
-        transcript = Transcript()
-        if options.session:
-            header = SessionHeader(
-                name=options.session, provider=provider.name, model=model, cwd=cwd
-            )
-            store = SessionStore.for_name(home, options.session, header)
-            messages = await trio.to_thread.run_sync(store.load)
-            transcript = Transcript(messages, store)
-            log.info("session_opened", session=options.session, messages=len(messages))
-        sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
-        builtins, bash = _builtin_tools(options, Workspace(cwd), sandbox)
-        mode = typing.cast(SandboxMode, options.sandbox)
-        config = SupervisorConfig(home=str(home), sandbox=mode)
-        host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
-        async with open_supervisor(
-            config,
-            ext_paths=list(options.ext_paths),
-            project_dir=cwd,
-            discover=options.discover,
-            host=host_info,
-        ) as client:
-            registry = ToolRegistry(builtins, client)
-            registry.sync()
-            loop = AgentLoop(
-                provider=provider,
-                model=model,
-                cwd=cwd,
-                registry=registry,
-                hooks=client,
-                transcript=transcript,
-                max_steps=options.max_steps,
-                system_prompt=options.system_prompt,
-                append_system_prompt=options.append_system_prompt,
-                compact_threshold=compact_threshold,
-            )
-            if not any(info.pid is not None for info in await client.list_extensions()):
-                loop.assume_no_interceptors()
-            try:
-                await client.emit(EmitEvent(event="session_start"))
-            except SupervisorError as exc:
-                log.warning("session_start_not_sent", error=str(exc))
-            yield AgentHost(engine=loop, supervisor=client, options=options, home=home, bash=bash)
+        transcript = await _open_transcript(options, home, cwd, provider.name, model)
+        try:
+            sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
+            builtins, bash = _builtin_tools(options, Workspace(cwd), sandbox)
+            mode = typing.cast(SandboxMode, options.sandbox)
+            config = SupervisorConfig(home=str(home), sandbox=mode)
+            host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
+            async with open_supervisor(
+                config,
+                ext_paths=list(options.ext_paths),
+                project_dir=cwd,
+                discover=options.discover,
+                host=host_info,
+            ) as client:
+                registry = ToolRegistry(builtins, client)
+                registry.sync()
+                loop = AgentLoop(
+                    provider=provider,
+                    model=model,
+                    cwd=cwd,
+                    registry=registry,
+                    hooks=client,
+                    transcript=transcript,
+                    max_steps=options.max_steps,
+                    system_prompt=options.system_prompt,
+                    append_system_prompt=options.append_system_prompt,
+                    compact_threshold=compact_threshold,
+                )
+                if not any(info.pid is not None for info in await client.list_extensions()):
+                    loop.assume_no_interceptors()
+                try:
+                    await client.emit(EmitEvent(event="session_start"))
+                except SupervisorError as exc:
+                    log.warning("session_start_not_sent", error=str(exc))
+                yield AgentHost(
+                    engine=loop, supervisor=client, options=options, home=home, bash=bash
+                )
+        finally:
+            await transcript.aclose()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await provider.aclose()

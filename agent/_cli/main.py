@@ -1,7 +1,8 @@
 """The ``corral`` command: one click group, thin shims into ``trio.run``.
 
 Commands: ``run``, ``chat``, ``demo`` (agent), ``rpc`` (NDJSON server; also
-``corral --rpc``), ``ext …`` (manage extensions) and ``sandbox check``.
+``corral --rpc``), ``ext …`` (manage extensions), ``sessions …`` (saved sessions) and
+``sandbox check``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from .agent_cmds import chat_cmd, demo_cmd, run_cmd
 from .ext_cmds import ext_group, sandbox_group
 from .logs import configure_logging
 from .rpc_cmd import rewrite_rpc_flag, rpc_cmd
+from .sessions_cmd import sessions_group
 
 __all__ = ["main"]
 
@@ -46,3 +48,4 @@ main.add_command(demo_cmd)
 main.add_command(rpc_cmd)
 main.add_command(ext_group)
 main.add_command(sandbox_group)
+main.add_command(sessions_group)
