@@ -26,7 +26,14 @@ import msgspec
 import structlog
 
 from .._exceptions import ProviderError
-from .._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from .._messages import (
+    ImageContent,
+    Message,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+    model_blocks,
+)
 from .base import (
     ModelInfo,
     ModelRequest,
@@ -153,11 +160,11 @@ def _image(image: ImageContent) -> dict[str, Any]:
 def _media(blocks: list[TextContent | ImageContent]) -> list[dict[str, Any]]:
     # The API rejects empty text blocks, and an image without data cannot be sent.
     out: list[dict[str, Any]] = []
-    for b in blocks:
+    for b in model_blocks(blocks):
         if isinstance(b, TextContent):
             if b.text:
                 out.append({"type": "text", "text": b.text})
-        elif b.data is not None:
+        else:
             out.append(_image(b))
     return out
 

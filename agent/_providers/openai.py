@@ -20,7 +20,14 @@ import msgspec
 import structlog
 
 from .._exceptions import ProviderError
-from .._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from .._messages import (
+    ImageContent,
+    Message,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+    model_blocks,
+)
 from .base import (
     ModelInfo,
     ModelRequest,
@@ -112,6 +119,7 @@ def _data_url(image: ImageContent) -> dict[str, Any]:
 def _user_content(blocks: list[TextContent | ImageContent]) -> str | list[dict[str, Any]]:
     # A plain string when there are no images: some local servers' chat templates
     # only accept string content.
+    blocks = model_blocks(blocks)
     if all(isinstance(b, TextContent) for b in blocks):
         return "".join(b.text for b in blocks if isinstance(b, TextContent))
     return [
@@ -122,8 +130,9 @@ def _user_content(blocks: list[TextContent | ImageContent]) -> str | list[dict[s
 
 
 def _tool_message(result: ToolResultContent) -> tuple[dict[str, Any], list[ImageContent]]:
-    text = "\n".join(b.text for b in result.content if isinstance(b, TextContent))
-    images = [b for b in result.content if isinstance(b, ImageContent) and b.data is not None]
+    content = model_blocks(result.content)
+    text = "\n".join(b.text for b in content if isinstance(b, TextContent))
+    images = [b for b in content if isinstance(b, ImageContent)]
     if images:
         text += ("\n" if text else "") + f"({len(images)} image(s) attached below)"
     return {"role": "tool", "tool_call_id": result.call_id, "content": text}, images
