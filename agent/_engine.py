@@ -14,7 +14,7 @@ import msgspec
 
 from ._events import AgentEvent, UsageTotals
 from ._messages import ImageContent, Message
-from ._providers.base import ModelInfo, ToolSpec
+from ._providers.base import ModelInfo, ProviderSettings, ToolSpec
 
 __all__ = ["AgentOptions", "Emit", "Engine"]
 
@@ -46,6 +46,12 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     script: str | None = None
     base_url: str | None = None
     api_key: str | None = None
+    #: Timeouts, ``max_tokens`` and retries of the model calls.
+    provider_settings: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    #: Start once the other extensions are ready, leaving one that has not said
+    #: ``hello`` after this many seconds to join (or fail) on its own; None waits
+    #: for every extension (see ``SupervisorConfig.late_after``).
+    late_after: float | None = None
     #: Built-in tools to offer; None means all of them.
     tools: list[str] | None = None
 

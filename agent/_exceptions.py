@@ -25,15 +25,23 @@ class ProviderError(AgentError):
         provider: provider id.
         status: HTTP status when there was one.
         retryable: a retry might succeed (rate limit, 5xx, broken stream).
+        retry_after: seconds the server asked to wait (``Retry-After``), if it did.
     """
 
     def __init__(
-        self, provider: str, message: str, *, status: int | None = None, retryable: bool = False
+        self,
+        provider: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{provider}: {message}")
         self.provider = provider
         self.status = status
         self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class ScriptError(AgentError):

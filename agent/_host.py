@@ -231,7 +231,9 @@ def _default_model(provider: Provider, requested: str | None) -> str:
     if isinstance(default, str) and default:
         return default
     models = provider.models()
-    return models[0].id if models else provider.name
+    if not models:
+        raise AgentError(f"provider {provider.name} names no model: pass --model")
+    return models[0].id
 
 
 def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | None]:
@@ -279,7 +281,9 @@ async def open_agent(
 ) -> AsyncIterator[AgentHost]:
     """Open an agent session for ``options``.
 
-    Starts the supervisor (every extension ready or failed before this yields; bad
+    Checks the provider first (:meth:`~agent.Provider.prepare`: API key, model),
+    then starts the supervisor (every extension ready or failed before this yields,
+    but one still silent after ``options.late_after`` seconds, which joins later; bad
     manifests are reported by ``list_extensions``, never raised), tells extensions
     the real provider, model and cwd in ``hello_ack``, builds the tool registry,
     loads the saved session when ``options.session`` names one, and emits the
@@ -293,8 +297,9 @@ async def open_agent(
             passes this many bytes; None never compacts automatically.
 
     Raises:
-        AgentError: bad options (cwd, sandbox mode, tools), an unknown provider,
-            a malformed script (``ScriptError``) or an unreadable session
+        AgentError: bad options (cwd, sandbox mode, tools), an unknown provider, a
+            provider that cannot work (``ProviderError``: no key, no model), a
+            malformed script (``ScriptError``) or an unreadable session
             (``SessionError``).
 
     Cancellation: leaving the block stops every extension (the supervisor's
@@ -305,6 +310,8 @@ async def open_agent(
     provider = provider or made
     assert provider is not None
     try:
+        # Before any extension starts: a missing key or an unknown model fails here.
+        await provider.prepare()
         model = _default_model(provider, options.model)
         transcript = await _open_transcript(options, home, cwd, provider.name, model)
         try:
@@ -333,6 +340,7 @@ async def open_agent(
                     system_prompt=options.system_prompt,
                     append_system_prompt=options.append_system_prompt,
                     compact_threshold=compact_threshold,
+                    max_tokens=options.provider_settings.max_tokens,
                 )
                 if not any(info.pid is not None for info in await client.list_extensions()):
                     loop.assume_no_interceptors()

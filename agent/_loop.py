@@ -30,6 +30,7 @@ from collections.abc import Awaitable
 from contextlib import aclosing
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 import trio
 
@@ -42,6 +43,7 @@ from ._events import (
     CompactDone,
     ErrorEvent,
     ExtDisplay,
+    Retry,
     StopReason,
     TextDelta,
     ToolCallEvent,
@@ -67,6 +69,7 @@ from ._providers.base import (
     ModelInfo,
     ModelRequest,
     Provider,
+    ProviderRetry,
     ProviderStop,
     ProviderTextDelta,
     ProviderToolCall,
@@ -382,6 +385,8 @@ class AgentLoop:
                         usage = event
                     elif isinstance(event, ProviderStop):
                         stop = event.reason
+                    elif isinstance(event, ProviderRetry):
+                        await emit(Retry(**msgspec.structs.asdict(event)))
         except ProviderError as exc:
             log.info("provider_failed", provider=self._provider.name, error=str(exc))
             await self._end(emit, "error", str(exc))

@@ -25,6 +25,7 @@ from .._engine import AgentOptions
 from .._events import Done
 from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
+from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .chat import run_chat
 from .demo import default_examples_dir, run_demo
@@ -86,6 +87,8 @@ def run_trio(main: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise AgentCLIError(str(found)) from None
 
 
+_SETTINGS = ProviderSettings()
+
 _OPTIONS = [
     click.option(
         "-e",
@@ -99,7 +102,7 @@ _OPTIONS = [
         "--provider",
         type=click.Choice(PROVIDERS),
         envvar="CORRAL_PROVIDER",
-        help="Model provider [default: offline, or scripted with --script].",
+        help="Model provider [default: offline; scripted with --script; openai with --base-url].",
     ),
     click.option("--model", help="Model id (default: the provider's default)."),
     click.option(
@@ -136,12 +139,55 @@ _OPTIONS = [
         type=click.Path(dir_okay=False, exists=True),
         help="JSONL script of model turns for the scripted provider.",
     ),
-    click.option("--base-url", help="API base URL (openai, anthropic)."),
+    click.option(
+        "--base-url",
+        help="API base URL (openai, anthropic); without --provider it means openai.",
+    ),
     click.option("--api-key", help="API key (openai, anthropic; default: from the environment)."),
     click.option(
         "--no-extensions",
         is_flag=True,
         help="Do not load installed extensions (only --ext ones).",
+    ),
+    click.option(
+        "--max-tokens",
+        type=click.IntRange(min=1),
+        default=_SETTINGS.max_tokens,
+        show_default=True,
+        envvar="CORRAL_MAX_TOKENS",
+        help="max_tokens of each model call [env CORRAL_MAX_TOKENS].",
+    ),
+    click.option(
+        "--connect-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=_SETTINGS.connect_timeout,
+        show_default=True,
+        envvar="CORRAL_CONNECT_TIMEOUT",
+        help="Seconds to connect to the model API [env CORRAL_CONNECT_TIMEOUT].",
+    ),
+    click.option(
+        "--read-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=_SETTINGS.read_timeout,
+        show_default=True,
+        envvar="CORRAL_READ_TIMEOUT",
+        help="Longest silence of a model reply, in seconds [env CORRAL_READ_TIMEOUT].",
+    ),
+    click.option(
+        "--retries",
+        type=click.IntRange(min=0),
+        default=_SETTINGS.retries,
+        show_default=True,
+        envvar="CORRAL_RETRIES",
+        help="Retries of a model call that failed before any output [env CORRAL_RETRIES].",
+    ),
+    click.option(
+        "--retry-max-time",
+        type=click.FloatRange(min=0),
+        default=_SETTINGS.retry_max_time,
+        show_default=True,
+        envvar="CORRAL_RETRY_MAX_TIME",
+        help="No retry starts after this many seconds of one call [env CORRAL_RETRY_MAX_TIME].",
     ),
     click.option("--system-prompt", help="Replace the system prompt."),
     click.option("--append-system-prompt", help="Append to the system prompt."),
@@ -179,13 +225,28 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         system_prompt: str | None,
         append_system_prompt: str | None,
         builtin_tools: str | None,
+        max_tokens: int,
+        connect_timeout: float,
+        read_timeout: float,
+        retries: int,
+        retry_max_time: float,
         **kwargs: Any,
     ) -> T:
         tools = None
         if builtin_tools is not None:
             tools = [t.strip() for t in builtin_tools.split(",") if t.strip()]
+        if provider is None:
+            # A base URL means a server to talk to: never silently the offline model.
+            provider = "scripted" if script else "openai" if base_url else "offline"
+        settings = ProviderSettings(
+            max_tokens=max_tokens,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retries=retries,
+            retry_max_time=retry_max_time,
+        )
         options = AgentOptions(
-            provider=provider or ("scripted" if script else "offline"),
+            provider=provider,
             model=model,
             cwd=cwd,
             ext_paths=[str(Path(p).absolute()) for p in ext_paths],
@@ -200,6 +261,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             base_url=base_url,
             api_key=api_key,
             tools=tools,
+            provider_settings=settings,
         )
         return f(*args, options=options, **kwargs)
 

@@ -25,6 +25,7 @@ from .._events import (
     ExtDisplay,
     ExtNotify,
     ExtStatus,
+    Retry,
     TextDelta,
     ToolCallEvent,
     ToolProgress,
@@ -186,6 +187,10 @@ class HumanRenderer:
             self.note(event.extension, event.text, "magenta")
         elif isinstance(event, ExtStatus):
             self._status(event)
+        elif isinstance(event, Retry):
+            self.line(
+                s(f"↻ retrying in {round(event.delay, 1):g} s ({visible(event.reason)})", "yellow")
+            )
 
     def _turn_end(self, event: TurnEnd) -> None:
         s = self.style
