@@ -318,7 +318,7 @@ async def open_agent(
             sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
             builtins, bash = _builtin_tools(options, Workspace(cwd), sandbox)
             mode = typing.cast(SandboxMode, options.sandbox)
-            config = SupervisorConfig(home=str(home), sandbox=mode)
+            config = SupervisorConfig(home=str(home), sandbox=mode, late_after=options.late_after)
             host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
             async with open_supervisor(
                 config,
@@ -342,7 +342,9 @@ async def open_agent(
                     compact_threshold=compact_threshold,
                     max_tokens=options.provider_settings.max_tokens,
                 )
-                if not any(info.pid is not None for info in await client.list_extensions()):
+                infos = await client.list_extensions()
+                # A late extension may still subscribe: do not stream text unchecked.
+                if not any(i.pid is not None or i.state == "starting" for i in infos):
                     loop.assume_no_interceptors()
                 try:
                     await client.emit(EmitEvent(event="session_start"))

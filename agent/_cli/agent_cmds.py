@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import click
+import msgspec
 import trio
 
 from supervisor import SupervisorError
@@ -29,6 +30,7 @@ from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .chat import run_chat
 from .demo import default_examples_dir, run_demo
+from .lifecycle import SignalCancel, check_started, requested_extensions
 from .logs import configure_logging
 from .render import HumanRenderer, JsonRenderer
 from .safe_text import visible
@@ -41,6 +43,7 @@ __all__ = [
     "demo_cmd",
     "refuse_untrusted",
     "report_extensions",
+    "run_chat_until_signal",
     "run_cmd",
     "run_prompt",
     "run_trio",
@@ -48,8 +51,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Exit status of ``corral run`` when the turn was cancelled with Ctrl-C.
-EXIT_INTERRUPTED = 130
+#: ``corral run`` starts the turn without an extension still silent after this long.
+RUN_LATE_AFTER = 2.0
 
 
 class AgentCLIError(click.ClickException):
@@ -304,41 +307,62 @@ async def report_extensions(host: AgentHost, err: TextIO) -> None:
     err.flush()
 
 
-async def _cancel_on_interrupt(
-    scope: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
-    # The first Ctrl-C cancels the turn cleanly; once this receiver is closed a
-    # second one raises KeyboardInterrupt as usual.
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        task_status.started()
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
 async def run_prompt(options: AgentOptions, text: str, as_json: bool) -> int:
     """``corral run``: one prompt, rendered for people or as JSON lines.
 
+    Extensions named with ``-e`` are required (see :mod:`.lifecycle`); one that has
+    not said hello after :data:`RUN_LATE_AFTER` seconds does not hold the turn up.
+
     Returns:
         The exit status: 0, 1 when the last turn ended with an error or was
-        blocked, 130 when it was cancelled with Ctrl-C.
+        blocked, ``128 + signal`` when SIGINT (130), SIGTERM (143) or SIGHUP (129)
+        cancelled it.
+
+    Raises:
+        ExtensionFailed: a required extension is missing, malformed or did not start.
 
     Cancellation: the turn is aborted and every extension stopped.
     """
+    if options.late_after is None:
+        options = msgspec.structs.replace(options, late_after=RUN_LATE_AFTER)
     out = sys.stdout
     renderer: HumanRenderer | JsonRenderer = JsonRenderer(out) if as_json else HumanRenderer(out)
-    async with open_agent(options) as host, trio.open_nursery() as nursery:
-        if not as_json:
-            await report_extensions(host, sys.stderr)
-        await nursery.start(host.run_forwarder, renderer.emit)
-        with trio.CancelScope() as turn:
-            await nursery.start(_cancel_on_interrupt, turn)
-            await host.engine.prompt(text, [], renderer.emit)
-        await renderer.emit(Done())
-        nursery.cancel_scope.cancel()
-    if turn.cancelled_caught:
-        return EXIT_INTERRUPTED
+    required = await trio.to_thread.run_sync(requested_extensions, options)
+    signals = SignalCancel()
+    async with trio.open_nursery() as outer:
+        await outer.start(signals.watch)
+        with signals.scope:
+            async with open_agent(options) as host, trio.open_nursery() as nursery:
+                await check_started(host, required)
+                if not as_json:
+                    await report_extensions(host, sys.stderr)
+                await nursery.start(host.run_forwarder, renderer.emit)
+                try:
+                    await host.engine.prompt(text, [], renderer.emit)
+                finally:
+                    renderer.show(Done())  # not a checkpoint: sent even when cancelled
+                nursery.cancel_scope.cancel()
+        outer.cancel_scope.cancel()
+    if signals.exit_status is not None:
+        return signals.exit_status
     return 1 if renderer.last_stop in ("error", "blocked") else 0
+
+
+async def run_chat_until_signal(options: AgentOptions) -> int:
+    """``corral chat`` with SIGTERM and SIGHUP ending the session like Ctrl-C at the prompt.
+
+    Returns:
+        0, or ``128 + signal`` (143, 129) when a signal ended the session.
+
+    Cancellation: the session ends; every extension is stopped.
+    """
+    signals = SignalCancel((signal.SIGTERM, signal.SIGHUP))
+    async with trio.open_nursery() as outer:
+        await outer.start(signals.watch)
+        with signals.scope:
+            await run_chat(options)
+        outer.cancel_scope.cancel()
+    return signals.exit_status or 0
 
 
 @click.command("run")
@@ -357,9 +381,10 @@ def run_cmd(
 
 @click.command("chat")
 @agent_options
-def chat_cmd(options: AgentOptions) -> None:
+@click.pass_context
+def chat_cmd(ctx: click.Context, options: AgentOptions) -> None:
     """Chat interactively (/help lists the slash commands)."""
-    run_trio(run_chat, options)
+    ctx.exit(run_trio(run_chat_until_signal, options))
 
 
 @click.command("demo")
