@@ -29,7 +29,7 @@ from .._host import AgentHost, open_agent
 from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .chat import run_chat
-from .demo import default_examples_dir, run_demo
+from .demo import default_examples_dir, missing_examples, run_demo
 from .lifecycle import SignalCancel, check_started, requested_extensions
 from .logs import configure_logging
 from .render import HumanRenderer, JsonRenderer
@@ -392,7 +392,7 @@ def chat_cmd(ctx: click.Context, options: AgentOptions) -> None:
     "--examples",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
-    help="Directory holding the example extensions [default: the source tree's].",
+    help="Directory holding the example extensions [default: the ones corral ships].",
 )
 @click.option(
     "--sandbox",
@@ -411,7 +411,13 @@ def demo_cmd(ctx: click.Context, examples: Path | None, sandbox: str) -> None:
     where = examples or default_examples_dir()
     if where is None:
         raise AgentCLIError(
-            "cannot find the example extensions; run from a corral checkout or pass "
-            "--examples DIR (the examples/extensions directory)"
+            "cannot find the example extensions (corral's package ships them; is the "
+            "installation complete?); pass --examples DIR (examples/extensions of a checkout)"
+        )
+    missing = missing_examples(where)
+    if missing:
+        raise AgentCLIError(
+            f"--examples {where}: not the example extensions (missing {', '.join(missing)}); "
+            "pass examples/extensions of a corral checkout"
         )
     ctx.exit(run_trio(run_demo, where, sandbox))
