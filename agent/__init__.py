@@ -33,7 +33,14 @@ from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, T
 from ._host import BUILTIN_TOOLS, AgentHost, open_agent
 from ._loop import AgentBusy, AgentLoop, LoopState
 from ._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
-from ._providers.base import ModelInfo, ModelRequest, Provider, ProviderEvent, ToolSpec
+from ._providers.base import (
+    ModelInfo,
+    ModelRequest,
+    Provider,
+    ProviderEvent,
+    ProviderSettings,
+    ToolSpec,
+)
 from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
 from ._providers.offline import OfflineProvider
 from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
@@ -71,6 +78,7 @@ __all__ = [
     "Provider",
     "ProviderError",
     "ProviderEvent",
+    "ProviderSettings",
     "Retry",
     "Runtime",
     "RuntimeClosed",
