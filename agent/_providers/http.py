@@ -150,9 +150,8 @@ def _error_message(body: bytes) -> str:
     return excerpt(body.decode("utf-8", "replace"))
 
 
-async def _status_error(
-    provider: str, url: str, response: httpx.Response, key_hint: str
-) -> ProviderError:
+async def _head_of_body(response: httpx.Response) -> bytes:
+    """The first ``_MAX_ERROR_BODY`` bytes of a reply that is not read as a stream."""
     body = bytearray()
     chunks = response.aiter_bytes()
     try:
@@ -162,8 +161,15 @@ async def _status_error(
                 break
     finally:
         await _finish_chain(chunks)
+    return bytes(body)
+
+
+async def _status_error(
+    provider: str, url: str, response: httpx.Response, key_hint: str
+) -> ProviderError:
+    body = await _head_of_body(response)
     status = response.status_code
-    message = f"HTTP {status}: {_error_message(bytes(body))}"
+    message = f"HTTP {status}: {_error_message(body)}"
     retry_after = parse_retry_after(response.headers.get("retry-after"))
     if "retry-after-ms" in response.headers:  # OpenAI's finer-grained variant
         with suppress(ValueError):
@@ -183,22 +189,14 @@ async def _status_error(
 async def _not_a_stream(provider: str, url: str, response: httpx.Response) -> ProviderError:
     """A 2xx reply that is not ``text/event-stream``: say what came back instead."""
     kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
-    body = bytearray()
-    chunks = response.aiter_bytes()
-    try:
-        async for chunk in chunks:
-            body += chunk
-            if len(body) >= _MAX_ERROR_BODY:
-                break
-    finally:
-        await _finish_chain(chunks)
-    text = bytes(body).decode("utf-8", "replace")
+    body = await _head_of_body(response)
+    text = body.decode("utf-8", "replace")
     if kind == "text/html":
         title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
         what = f"an HTML page ({excerpt(title.group(1), 120)!r})" if title else "an HTML page"
         hint = "; is the base URL the API root (for example http://host:port/v1)?"
     elif kind in ("application/json", "text/plain"):
-        what, hint = f"{kind} instead of an event stream: {_error_message(bytes(body))}", ""
+        what, hint = f"{kind} instead of an event stream: {_error_message(body)}", ""
     else:
         what, hint = f"{kind or 'no content type'} instead of an event stream", ""
     log.warning("provider_not_a_stream", provider=provider, url=url, content_type=kind)

@@ -16,7 +16,7 @@ import pytest
 import trio
 from agent_helpers import write_ext
 from http_fakes import OPENAI_FULL, Reply, open_fake_server
-from rpc_fixtures.rpc_harness import write_script
+from test_runtime import opts
 
 from agent._engine import AgentOptions
 from agent._events import Done, ToolResultEvent, TurnEnd
@@ -72,21 +72,6 @@ def test_wire_form_is_total(data: str) -> None:
     assert isinstance(image, ImageContent)
     assert image.data is None
     assert image.bytes == image_size(ImageContent(data=data)) >= 0
-
-
-def opts(tmp_path: Path, *turns: dict[str, Any], **kw: Any) -> AgentOptions:
-    work = tmp_path / "work"
-    work.mkdir(exist_ok=True)
-    base: dict[str, Any] = {
-        "provider": "scripted",
-        "script": write_script(tmp_path, *turns),
-        "home": str(tmp_path / "home"),
-        "cwd": str(work),
-        "discover": False,
-        "sandbox": "off",
-    }
-    base.update(kw)
-    return AgentOptions(**base)
 
 
 def snap(mime: str, data: str) -> dict[str, Any]:

@@ -15,43 +15,9 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_helpers import REPO, chaos, script
+from agent_helpers import REPO, chaos, finish, read_until, script, spawn_corral
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
-
-
-def spawn(args: list[str], home: Path, work: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO)}
-    code = "import sys; from agent._cli.main import main; sys.exit(main())"
-    return subprocess.Popen(
-        [sys.executable, "-u", "-c", code, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=work,
-        env=env,
-    )
-
-
-def read_until(proc: subprocess.Popen[str], needle: str) -> str:
-    assert proc.stdout is not None
-    seen = ""
-    while needle not in seen:
-        char = proc.stdout.read(1)
-        if not char:
-            raise AssertionError(f"EOF before {needle!r}; got {seen!r}")
-        seen += char
-    return seen
-
-
-def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    try:
-        return proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise
 
 
 def grandchildren(tag: str) -> list[psutil.Process]:
@@ -75,7 +41,7 @@ def test_run_handles_sigterm_and_sighup_like_ctrl_c(
     # --sandbox off: no bwrap to take the extension's grandchildren down with it.
     ext = chaos(ext_dir, "--spawn", "2", "--ignore-sigterm")
     args = ["run", "--json", "--sandbox", "off", "--no-extensions", "-e", ext]
-    proc = spawn([*args, "--script", slow_script, "go"], home, work)
+    proc = spawn_corral([*args, "--script", slow_script, "go"], home, work)
     read_until(proc, '"tool_call"')
     assert len(grandchildren("chaos-grandchild")) == 2
     proc.send_signal(sig)
@@ -93,7 +59,7 @@ def test_chat_handles_sigterm_and_sighup(
     home: Path, work: Path, ext_dir: Path, sig: signal.Signals, status: int
 ) -> None:
     ext = chaos(ext_dir, "--spawn", "1")
-    proc = spawn(["chat", "--sandbox", "off", "--no-extensions", "-e", ext], home, work)
+    proc = spawn_corral(["chat", "--sandbox", "off", "--no-extensions", "-e", ext], home, work)
     read_until(proc, "› ")
     assert len(grandchildren("chaos-grandchild")) == 1
     proc.send_signal(sig)

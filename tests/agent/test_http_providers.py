@@ -134,13 +134,8 @@ ANTHROPIC = Flavor(
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Keys and base URLs of the developer's shell must not leak in, nor proxies
-    # (httpx honours them) get between the client and 127.0.0.1.
-    keys = ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
-    proxies = [f"{scheme}_proxy" for scheme in ("http", "https", "all")]
-    for var in keys + proxies + [p.upper() for p in proxies]:
-        monkeypatch.delenv(var, raising=False)
+def _clean_env(clean_http_env: None) -> None:
+    """Keys, base URLs and proxies of the developer's shell must not leak in."""
 
 
 @pytest.fixture

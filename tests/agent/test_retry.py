@@ -36,11 +36,8 @@ FAST = ProviderSettings(retries=4, retry_base=0.01, retry_cap=0.05, retry_max_ti
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    keys = ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
-    proxies = [f"{scheme}_proxy" for scheme in ("http", "https", "all")]
-    for var in keys + proxies + [p.upper() for p in proxies]:
-        monkeypatch.delenv(var, raising=False)
+def _clean_env(clean_http_env: None) -> None:
+    """Keys, base URLs and proxies of the developer's shell must not leak in."""
 
 
 # --- the policy ---------------------------------------------------------------------------
