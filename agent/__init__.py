@@ -18,6 +18,7 @@ from ._events import (
     ExtDisplay,
     ExtNotify,
     ExtStatus,
+    Retry,
     TextDelta,
     ToolCallEvent,
     ToolProgress,
@@ -39,7 +40,14 @@ from ._messages import (
     ToolCallContent,
     ToolResultContent,
 )
-from ._providers.base import ModelInfo, ModelRequest, Provider, ProviderEvent, ToolSpec
+from ._providers.base import (
+    ModelInfo,
+    ModelRequest,
+    Provider,
+    ProviderEvent,
+    ProviderSettings,
+    ToolSpec,
+)
 from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
 from ._providers.offline import OfflineProvider
 from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
@@ -80,6 +88,8 @@ __all__ = [
     "Provider",
     "ProviderError",
     "ProviderEvent",
+    "ProviderSettings",
+    "Retry",
     "Runtime",
     "RuntimeClosed",
     "RuntimeState",

@@ -14,7 +14,7 @@ import msgspec
 
 from ._events import AgentEvent, UsageTotals
 from ._messages import ImageContent, Message
-from ._providers.base import ModelInfo, ToolSpec
+from ._providers.base import ModelInfo, ProviderSettings, ToolSpec
 from ._tools.web.config import WebConfig
 
 __all__ = ["AgentOptions", "Emit", "Engine"]
@@ -38,6 +38,8 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     home: str | None = None
     #: Session name to save to / resume from, or None for no persistence.
     session: str | None = None
+    #: Resume the most recently written session of ``cwd`` (``--continue``).
+    continue_session: bool = False
     max_steps: int = 16
     system_prompt: str | None = None
     append_system_prompt: str | None = None
@@ -45,6 +47,12 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     script: str | None = None
     base_url: str | None = None
     api_key: str | None = None
+    #: Timeouts, ``max_tokens`` and retries of the model calls.
+    provider_settings: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    #: Start once the other extensions are ready, leaving one that has not said
+    #: ``hello`` after this many seconds to join (or fail) on its own; None waits
+    #: for every extension (see ``SupervisorConfig.late_after``).
+    late_after: float | None = None
     #: Built-in tools to offer: exact names, or ``+name``/``-name`` changes to the
     #: defaults (``["+web"]`` adds ``web_fetch`` and ``web_search``); None: the defaults.
     tools: list[str] | None = None

@@ -1,7 +1,7 @@
 """Agent events: the stream a prompt or a compaction produces.
 
 These are the RPC wire events of seeds/rpc.md (tagged on ``type``) plus corral's
-additions ``ext_notify``, ``ext_display`` and ``ext_status``. The in-process API
+additions ``ext_notify``, ``ext_display``, ``ext_status`` and ``retry``. The in-process API
 yields these same Structs; ``corral rpc`` writes them as JSON lines.
 """
 
@@ -23,6 +23,7 @@ __all__ = [
     "ExtDisplay",
     "ExtNotify",
     "ExtStatus",
+    "Retry",
     "StopReason",
     "TextDelta",
     "ToolCallEvent",
@@ -153,6 +154,18 @@ class CompactDone(_E, frozen=True, tag="compact_done"):
     summary: str
 
 
+class Retry(_E, frozen=True, tag="retry"):
+    """A model call failed before any output and is tried again (corral addition)."""
+
+    #: The attempt that starts after the wait (2 for the first retry).
+    attempt: int
+    delay: float
+    #: Short cause: the HTTP status (``"429"``) or what broke.
+    reason: str
+    #: The whole error.
+    error: str
+
+
 class ExtNotify(_E, frozen=True, tag="ext_notify"):
     """An extension's ``notify`` (corral addition)."""
 
@@ -192,6 +205,7 @@ AgentEvent = (
     | Done
     | ErrorEvent
     | CompactDone
+    | Retry
     | ExtNotify
     | ExtDisplay
     | ExtStatus

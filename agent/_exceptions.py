@@ -6,12 +6,21 @@
     ├── ProviderError       a model call failed (HTTP status, broken stream, bad key)
     ├── ScriptError         a scripted-provider script is malformed (names file and line)
     ├── ToolError           a built-in tool refused its arguments (path escapes cwd, ...)
-    └── SessionError        a saved session cannot be read or written
+    ├── SessionError        a saved session cannot be read or written
+    │   └── SessionLocked   (in _sessions) another process has the session open
+    └── ExtensionFailed     an extension the user asked for (-e PATH) is unusable
 """
 
 from __future__ import annotations
 
-__all__ = ["AgentError", "ProviderError", "ScriptError", "SessionError", "ToolError"]
+__all__ = [
+    "AgentError",
+    "ExtensionFailed",
+    "ProviderError",
+    "ScriptError",
+    "SessionError",
+    "ToolError",
+]
 
 
 class AgentError(Exception):
@@ -25,15 +34,23 @@ class ProviderError(AgentError):
         provider: provider id.
         status: HTTP status when there was one.
         retryable: a retry might succeed (rate limit, 5xx, broken stream).
+        retry_after: seconds the server asked to wait (``Retry-After``), if it did.
     """
 
     def __init__(
-        self, provider: str, message: str, *, status: int | None = None, retryable: bool = False
+        self,
+        provider: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{provider}: {message}")
         self.provider = provider
         self.status = status
         self.retryable = retryable
+        self.retry_after = retry_after
 
 
 class ScriptError(AgentError):
@@ -51,3 +68,17 @@ class ToolError(AgentError):
 
 class SessionError(AgentError):
     """A saved session cannot be read or written."""
+
+
+class ExtensionFailed(AgentError):
+    """An extension the user asked for by path is missing, malformed or did not start.
+
+    Attributes:
+        path: the ``-e`` path.
+        reason: what went wrong (the manifest error, or the exit and its stderr).
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"extension {path}: {reason}")
+        self.path = path
+        self.reason = reason

@@ -44,17 +44,18 @@ from supervisor import (
 from ._audit import AuditLog, audit_path
 from ._engine import AgentOptions, Emit
 from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
-from ._exceptions import AgentError
+from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
 from ._providers.base import Provider
 from ._providers.factory import make_provider
 from ._registry import Tool, ToolRegistry
+from ._sessions import SessionHeader, SessionStore, latest_session
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
 from ._tools.files import EditTool, ReadTool, WriteTool
 from ._tools.selection import select_tools
 from ._tools.web import WEB_TOOLS, WebConfig, web_tools
-from ._transcript import SessionHeader, SessionStore, Transcript
+from ._transcript import Transcript
 
 __all__ = ["BUILTIN_TOOLS", "OPTIONAL_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
 
@@ -233,7 +234,9 @@ def _default_model(provider: Provider, requested: str | None) -> str:
     if isinstance(default, str) and default:
         return default
     models = provider.models()
-    return models[0].id if models else provider.name
+    if not models:
+        raise AgentError(f"provider {provider.name} names no model: pass --model")
+    return models[0].id
 
 
 def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | None]:
@@ -248,6 +251,30 @@ def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | N
     return cwd, home, make_provider(options) if make else None
 
 
+def _session_name(options: AgentOptions, home: Path, cwd: str) -> str | None:
+    if not options.continue_session:
+        return options.session
+    if options.session:
+        raise AgentError("--continue resumes the latest session here: drop --session NAME")
+    latest = latest_session(home, cwd)
+    if latest is None:
+        raise SessionError(f"no saved session to continue in {cwd}; start one with --session NAME")
+    return latest
+
+
+async def _open_transcript(
+    options: AgentOptions, home: Path, cwd: str, provider: str, model: str
+) -> Transcript:
+    name = await trio.to_thread.run_sync(_session_name, options, home, cwd)
+    if name is None:
+        return Transcript()
+    header = SessionHeader(name=name, provider=provider, model=model, cwd=cwd)
+    store = SessionStore.for_name(home, name, header)
+    messages = await trio.to_thread.run_sync(store.open)
+    log.info("session_opened", session=name, messages=len(messages))
+    return Transcript(messages, store)
+
+
 @asynccontextmanager
 async def open_agent(
     options: AgentOptions,
@@ -257,7 +284,9 @@ async def open_agent(
 ) -> AsyncIterator[AgentHost]:
     """Open an agent session for ``options``.
 
-    Starts the supervisor (every extension ready or failed before this yields; bad
+    Checks the provider first (:meth:`~agent.Provider.prepare`: API key, model),
+    then starts the supervisor (every extension ready or failed before this yields,
+    but one still silent after ``options.late_after`` seconds, which joins later; bad
     manifests are reported by ``list_extensions``, never raised), tells extensions
     the real provider, model and cwd in ``hello_ack``, builds the tool registry,
     loads the saved session when ``options.session`` names one, and emits the
@@ -271,8 +300,9 @@ async def open_agent(
             passes this many bytes; None never compacts automatically.
 
     Raises:
-        AgentError: bad options (cwd, sandbox mode, tools), an unknown provider,
-            a malformed script (``ScriptError``) or an unreadable session
+        AgentError: bad options (cwd, sandbox mode, tools), an unknown provider, a
+            provider that cannot work (``ProviderError``: no key, no model), a
+            malformed script (``ScriptError``) or an unreadable session
             (``SessionError``).
 
     Cancellation: leaving the block stops every extension (the supervisor's
@@ -283,50 +313,53 @@ async def open_agent(
     provider = provider or made
     assert provider is not None
     try:
+        # Before any extension starts: a missing key or an unknown model fails here.
+        await provider.prepare()
         model = _default_model(provider, options.model)
-        transcript = Transcript()
-        if options.session:
-            header = SessionHeader(
-                name=options.session, provider=provider.name, model=model, cwd=cwd
-            )
-            store = SessionStore.for_name(home, options.session, header)
-            messages = await trio.to_thread.run_sync(store.load)
-            transcript = Transcript(messages, store)
-            log.info("session_opened", session=options.session, messages=len(messages))
-        sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
-        builtins, bash = _builtin_tools(options, Workspace(cwd, corral_home=str(home)), sandbox)
-        mode = typing.cast(SandboxMode, options.sandbox)
-        config = SupervisorConfig(home=str(home), sandbox=mode)
-        host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
-        async with open_supervisor(
-            config,
-            ext_paths=list(options.ext_paths),
-            project_dir=cwd,
-            discover=options.discover,
-            host=host_info,
-        ) as client:
-            registry = ToolRegistry(builtins, client)
-            registry.sync()
-            loop = AgentLoop(
-                provider=provider,
-                model=model,
-                cwd=cwd,
-                registry=registry,
-                hooks=client,
-                transcript=transcript,
-                max_steps=options.max_steps,
-                system_prompt=options.system_prompt,
-                append_system_prompt=options.append_system_prompt,
-                compact_threshold=compact_threshold,
-                audit=AuditLog(audit_path(home), session=options.session or "", cwd=cwd),
-            )
-            if not any(info.pid is not None for info in await client.list_extensions()):
-                loop.assume_no_interceptors()
-            try:
-                await client.emit(EmitEvent(event="session_start"))
-            except SupervisorError as exc:
-                log.warning("session_start_not_sent", error=str(exc))
-            yield AgentHost(engine=loop, supervisor=client, options=options, home=home, bash=bash)
+        transcript = await _open_transcript(options, home, cwd, provider.name, model)
+        try:
+            sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
+            builtins, bash = _builtin_tools(options, Workspace(cwd, corral_home=str(home)), sandbox)
+            mode = typing.cast(SandboxMode, options.sandbox)
+            config = SupervisorConfig(home=str(home), sandbox=mode, late_after=options.late_after)
+            host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
+            session = transcript.store.name if transcript.store is not None else ""
+            async with open_supervisor(
+                config,
+                ext_paths=list(options.ext_paths),
+                project_dir=cwd,
+                discover=options.discover,
+                host=host_info,
+            ) as client:
+                registry = ToolRegistry(builtins, client)
+                registry.sync()
+                loop = AgentLoop(
+                    provider=provider,
+                    model=model,
+                    cwd=cwd,
+                    registry=registry,
+                    hooks=client,
+                    transcript=transcript,
+                    max_steps=options.max_steps,
+                    system_prompt=options.system_prompt,
+                    append_system_prompt=options.append_system_prompt,
+                    compact_threshold=compact_threshold,
+                    max_tokens=options.provider_settings.max_tokens,
+                    audit=AuditLog(audit_path(home), session=session, cwd=cwd),
+                )
+                infos = await client.list_extensions()
+                # A late extension may still subscribe: do not stream text unchecked.
+                if not any(i.pid is not None or i.state == "starting" for i in infos):
+                    loop.assume_no_interceptors()
+                try:
+                    await client.emit(EmitEvent(event="session_start"))
+                except SupervisorError as exc:
+                    log.warning("session_start_not_sent", error=str(exc))
+                yield AgentHost(
+                    engine=loop, supervisor=client, options=options, home=home, bash=bash
+                )
+        finally:
+            await transcript.aclose()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await provider.aclose()

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 import trio
 
@@ -51,6 +52,7 @@ from ._events import (
     CompactDone,
     ErrorEvent,
     ExtDisplay,
+    Retry,
     StopReason,
     TextDelta,
     ToolCallEvent,
@@ -77,6 +79,7 @@ from ._providers.base import (
     ModelInfo,
     ModelRequest,
     Provider,
+    ProviderRetry,
     ProviderStop,
     ProviderTextDelta,
     ProviderToolCall,
@@ -451,6 +454,8 @@ class AgentLoop:
                         usage = event
                     elif isinstance(event, ProviderStop):
                         stop = event.reason
+                    elif isinstance(event, ProviderRetry):
+                        await emit(Retry(**msgspec.structs.asdict(event)))
         except ProviderError as exc:
             log.info("provider_failed", provider=self._provider.name, error=str(exc))
             await self._end(emit, "error", str(exc))

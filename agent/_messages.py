@@ -7,11 +7,18 @@ Images keep their base64 ``data`` in memory (the model needs it); the wire form 
 A message may carry ``interventions`` (corral addition): which extension blocked or
 rewrote something in the turn the message belongs to. Providers never send them to
 the model; they are provenance for people and programs reading the transcript.
+
+Images are checked where they enter a transcript (:func:`image_problem`: an
+``image/*`` mime type, base64 that decodes, at most :data:`MAX_IMAGE_BYTES`), but a
+bad one can still come from an older session file. So everything that reads a
+block is total: :func:`wire_message` never decodes, and :func:`model_blocks`
+turns an image a model cannot take into a text note.
 """
 
 from __future__ import annotations
 
-import base64
+import binascii
+import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -20,6 +27,7 @@ import msgspec
 from supervisor import InterceptKind, InterventionKind
 
 __all__ = [
+    "MAX_IMAGE_BYTES",
     "Block",
     "ImageContent",
     "InterventionRecord",
@@ -28,6 +36,10 @@ __all__ = [
     "TextContent",
     "ToolCallContent",
     "ToolResultContent",
+    "annotated",
+    "image_problem",
+    "image_size",
+    "model_blocks",
     "now_iso",
     "text_of",
     "wire_message",
@@ -112,6 +124,43 @@ class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     interventions: list[InterventionRecord] = []
 
 
+#: Largest image, decoded, that enters a transcript (the providers' own limits are lower).
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+_IMAGE_MIME = re.compile(r"^image/[A-Za-z0-9][A-Za-z0-9.+-]{0,126}$")
+
+
+def image_size(image: ImageContent) -> int:
+    """Decoded size of ``image``, computed from the base64 length (never raises)."""
+    if image.data is None:
+        return image.bytes
+    data = image.data.strip()
+    return max(0, len(data) * 3 // 4 - data[-2:].count("="))
+
+
+def image_problem(image: ImageContent, *, limit: int = MAX_IMAGE_BYTES) -> str | None:
+    """What is wrong with ``image`` as a block a model can be sent, or None."""
+    if not _IMAGE_MIME.match(image.mime_type):
+        return f"mime type {image.mime_type[:60]!r} is not image/*"
+    if not image.data:
+        return "no image data"
+    if image_size(image) > limit:
+        return f"{image_size(image)} bytes is more than the {limit}-byte limit"
+    try:
+        binascii.a2b_base64(image.data, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:
+        return f"data is not valid base64 ({exc})"
+    return None
+
+
+def model_blocks(blocks: list[TextContent | ImageContent]) -> list[TextContent | ImageContent]:
+    """``blocks`` with every image a model cannot take replaced by a text note."""
+    out: list[TextContent | ImageContent] = []
+    for block in blocks:
+        problem = image_problem(block) if isinstance(block, ImageContent) else None
+        out.append(TextContent(text=f"[image omitted: {problem}]") if problem else block)
+    return out
+
+
 def now_iso() -> str:
     """The current UTC time as an RFC 3339 string with a ``Z`` suffix."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -124,8 +173,7 @@ def text_of(message: Message) -> str:
 
 def _wire_block(block: Block) -> Block:
     if isinstance(block, ImageContent) and block.data is not None:
-        size = len(base64.b64decode(block.data, validate=False))
-        return ImageContent(mime_type=block.mime_type, bytes=size)
+        return ImageContent(mime_type=block.mime_type, bytes=image_size(block))
     if isinstance(block, ToolResultContent):
         inner = [_wire_block(b) for b in block.content]
         return ToolResultContent(
@@ -144,3 +192,8 @@ def wire_message(message: Message) -> Message:
         time=message.time,
         interventions=message.interventions,
     )
+
+
+def annotated(message: Message, records: list[InterventionRecord]) -> Message:
+    """``message`` with ``records`` added to its interventions."""
+    return msgspec.structs.replace(message, interventions=[*message.interventions, *records])

@@ -8,7 +8,9 @@ clashes (the supervisor cannot know about them); every clash is logged.
 
 Extension tools run through :meth:`SupervisorClient.call_tool`; their failures
 (the extension died, timed out, or does not exist any more) become error results,
-never exceptions.
+never exceptions. Their results are checked here, where they enter the transcript:
+an image that is not ``image/*``, not valid base64 or too large turns the whole
+result into an error naming the extension and the tool.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import structlog
 
 from supervisor import ImageBlock, SupervisorError, ToolInfo, ToolOutcome
 
-from ._messages import ImageContent, TextContent
+from ._messages import ImageContent, TextContent, image_problem
 from ._providers.base import ToolSpec
 
 __all__ = [
@@ -92,14 +94,28 @@ class ToolCaller(Protocol):
     ) -> ToolOutcome: ...
 
 
-def _convert(outcome: ToolOutcome) -> list[TextContent | ImageContent]:
+def _convert(info: ToolInfo, outcome: ToolOutcome) -> ToolRunResult:
     content: list[TextContent | ImageContent] = []
-    for block in outcome.content:
-        if isinstance(block, ImageBlock):
-            content.append(ImageContent(mime_type=block.mime_type, data=block.data or None))
-        else:
+    for number, block in enumerate(outcome.content, start=1):
+        if not isinstance(block, ImageBlock):
             content.append(TextContent(text=block.text))
-    return content
+            continue
+        image = ImageContent(mime_type=block.mime_type, data=block.data or None)
+        problem = image_problem(image)
+        if problem is not None:
+            log.warning(
+                "extension_tool_bad_block",
+                extension=info.extension,
+                tool=info.name,
+                block=number,
+                problem=problem,
+            )
+            return error_result(
+                f"extension {info.extension}, tool {info.name}: content block {number} "
+                f"is a bad image ({problem}); the result was dropped"
+            )
+        content.append(image)
+    return ToolRunResult(content=content, is_error=outcome.is_error)
 
 
 @typing.final
@@ -136,7 +152,7 @@ class ExtensionTool:
         except SupervisorError as exc:
             log.info("extension_tool_failed", tool=self._info.name, error=str(exc))
             return error_result(str(exc))
-        return ToolRunResult(content=_convert(outcome), is_error=outcome.is_error)
+        return _convert(self._info, outcome)
 
 
 @typing.final

@@ -89,6 +89,11 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     home: str = msgspec.field(default_factory=lambda: str(corral_home()))
     #: The first frame must be a valid ``hello`` within this time.
     handshake_timeout: float = 10.0
+    #: Starting (not reloading) waits this long at most for an extension's ``hello``;
+    #: one still silent then is *late*: it goes on starting (and joins, announced by
+    #: the usual events, or fails) after :func:`open_supervisor` returned. None
+    #: waits for every extension (bounded by ``handshake_timeout``).
+    late_after: float | None = None
     #: Without a ``ready`` frame, ready is this long after the last registration...
     ready_quiet: float = 0.25
     #: ...and at most this long after ``hello``.

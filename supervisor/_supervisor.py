@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -72,6 +73,10 @@ __all__ = ["open_supervisor"]
 log = structlog.get_logger("corral.supervisor")
 
 T = typing.TypeVar("T")
+
+
+#: States of an extension that has not said ``hello`` yet (STOPPED: not even spawned).
+_SILENT = frozenset({ExtensionState.STOPPED, ExtensionState.STARTING})
 
 
 @typing.final
@@ -192,7 +197,9 @@ class _Supervisor:
     def _quarantine_file(self, spec: ExtensionSpec) -> Path:
         return quarantine_file(self.config.home, spec.identity)
 
-    async def _start_all(self, previous: list[Extension] | None = None) -> None:
+    async def _start_all(
+        self, previous: list[Extension] | None = None, late_after: float | None = None
+    ) -> None:
         assert self._nursery is not None
         self._discovery = discover(
             self._ext_paths,
@@ -244,8 +251,15 @@ class _Supervisor:
             for ext in self._exts:
                 ext.prepare()
                 self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
+            with trio.move_on_after(math.inf if late_after is None else late_after):
+                for ext in self._exts:
+                    await ext.settled.wait()
             for ext in self._exts:
-                await ext.settled.wait()
+                # Past the deadline, only one that has not said hello is left behind.
+                if ext.settled.is_set() or ext.state not in _SILENT:
+                    await ext.settled.wait()
+                else:
+                    log.warning("extension_late", extension=ext.name, after=late_after)
         finally:
             self._starting = False
         self._on_change_all()
@@ -543,7 +557,9 @@ async def open_supervisor(
         sandbox: a backend to use instead of ``select_sandbox(config.sandbox)``.
 
     Entering returns once every extension is ready, failed, or crashed once (each
-    wait is bounded by the handshake deadline and the ready cap). Bad manifests and
+    wait is bounded by the handshake deadline and the ready cap), or, with
+    ``config.late_after``, once those that said ``hello`` in time are; the late ones
+    join or fail on their own afterwards. Bad manifests and
     refused extensions are reported (``list_extensions``, logs), never raised.
 
     Cancellation: leaving the block, normally, by an exception or by cancellation,
@@ -568,7 +584,7 @@ async def open_supervisor(
     async with trio.open_nursery() as nursery:
         sup._nursery = nursery
         try:
-            await sup._start_all()
+            await sup._start_all(late_after=config.late_after)
             yield sup.client
         finally:
             with trio.CancelScope(shield=True):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO, TypeVar
 
 import click
+import msgspec
 import trio
 
 from supervisor import SupervisorError
@@ -25,10 +26,12 @@ from .._engine import AgentOptions
 from .._events import Done
 from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
+from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
 from .chat import run_chat
-from .demo import default_examples_dir, run_demo
+from .demo import default_examples_dir, missing_examples, run_demo
+from .lifecycle import SignalCancel, check_started, requested_extensions
 from .logs import configure_logging
 from .render import HumanRenderer, JsonRenderer
 from .safe_text import visible
@@ -41,6 +44,7 @@ __all__ = [
     "demo_cmd",
     "refuse_untrusted",
     "report_extensions",
+    "run_chat_until_signal",
     "run_cmd",
     "run_prompt",
     "run_trio",
@@ -48,8 +52,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Exit status of ``corral run`` when the turn was cancelled with Ctrl-C.
-EXIT_INTERRUPTED = 130
+#: ``corral run`` starts the turn without an extension still silent after this long.
+RUN_LATE_AFTER = 2.0
 
 
 class AgentCLIError(click.ClickException):
@@ -87,6 +91,8 @@ def run_trio(main: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise AgentCLIError(str(found)) from None
 
 
+_SETTINGS = ProviderSettings()
+
 _OPTIONS = [
     click.option(
         "-e",
@@ -100,7 +106,7 @@ _OPTIONS = [
         "--provider",
         type=click.Choice(PROVIDERS),
         envvar="CORRAL_PROVIDER",
-        help="Model provider [default: offline, or scripted with --script].",
+        help="Model provider [default: offline; scripted with --script; openai with --base-url].",
     ),
     click.option("--model", help="Model id (default: the provider's default)."),
     click.option(
@@ -119,6 +125,13 @@ _OPTIONS = [
     ),
     click.option("--session", metavar="NAME", help="Save to / resume the session NAME."),
     click.option(
+        "-c",
+        "--continue",
+        "continue_session",
+        is_flag=True,
+        help="Resume the most recently used session of this directory.",
+    ),
+    click.option(
         "--max-steps",
         type=click.IntRange(min=1),
         default=16,
@@ -130,12 +143,55 @@ _OPTIONS = [
         type=click.Path(dir_okay=False, exists=True),
         help="JSONL script of model turns for the scripted provider.",
     ),
-    click.option("--base-url", help="API base URL (openai, anthropic)."),
+    click.option(
+        "--base-url",
+        help="API base URL (openai, anthropic); without --provider it means openai.",
+    ),
     click.option("--api-key", help="API key (openai, anthropic; default: from the environment)."),
     click.option(
         "--no-extensions",
         is_flag=True,
         help="Do not load installed extensions (only --ext ones).",
+    ),
+    click.option(
+        "--max-tokens",
+        type=click.IntRange(min=1),
+        default=_SETTINGS.max_tokens,
+        show_default=True,
+        envvar="CORRAL_MAX_TOKENS",
+        help="max_tokens of each model call [env CORRAL_MAX_TOKENS].",
+    ),
+    click.option(
+        "--connect-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=_SETTINGS.connect_timeout,
+        show_default=True,
+        envvar="CORRAL_CONNECT_TIMEOUT",
+        help="Seconds to connect to the model API [env CORRAL_CONNECT_TIMEOUT].",
+    ),
+    click.option(
+        "--read-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=_SETTINGS.read_timeout,
+        show_default=True,
+        envvar="CORRAL_READ_TIMEOUT",
+        help="Longest silence of a model reply, in seconds [env CORRAL_READ_TIMEOUT].",
+    ),
+    click.option(
+        "--retries",
+        type=click.IntRange(min=0),
+        default=_SETTINGS.retries,
+        show_default=True,
+        envvar="CORRAL_RETRIES",
+        help="Retries of a model call that failed before any output [env CORRAL_RETRIES].",
+    ),
+    click.option(
+        "--retry-max-time",
+        type=click.FloatRange(min=0),
+        default=_SETTINGS.retry_max_time,
+        show_default=True,
+        envvar="CORRAL_RETRY_MAX_TIME",
+        help="No retry starts after this many seconds of one call [env CORRAL_RETRY_MAX_TIME].",
     ),
     click.option("--system-prompt", help="Replace the system prompt."),
     click.option("--append-system-prompt", help="Append to the system prompt."),
@@ -177,6 +233,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         cwd: str,
         sandbox: str,
         session: str | None,
+        continue_session: bool,
         max_steps: int,
         script: str | None,
         base_url: str | None,
@@ -187,11 +244,26 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         builtin_tools: str | None,
         searxng: str | None,
         web_allow: tuple[str, ...],
+        max_tokens: int,
+        connect_timeout: float,
+        read_timeout: float,
+        retries: int,
+        retry_max_time: float,
         **kwargs: Any,
     ) -> T:
         tools = None
         if builtin_tools is not None:
             tools = [t.strip() for t in builtin_tools.split(",") if t.strip()]
+        if provider is None:
+            # A base URL means a server to talk to: never silently the offline model.
+            provider = "scripted" if script else "openai" if base_url else "offline"
+        settings = ProviderSettings(
+            max_tokens=max_tokens,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retries=retries,
+            retry_max_time=retry_max_time,
+        )
         web = None
         if searxng or web_allow:
             try:
@@ -199,13 +271,14 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             except AgentError as exc:
                 raise AgentCLIError(str(exc)) from None
         options = AgentOptions(
-            provider=provider or ("scripted" if script else "offline"),
+            provider=provider,
             model=model,
             cwd=cwd,
             ext_paths=[str(Path(p).absolute()) for p in ext_paths],
             discover=not no_extensions,
             sandbox=sandbox,
             session=session,
+            continue_session=continue_session,
             max_steps=max_steps,
             system_prompt=system_prompt,
             append_system_prompt=append_system_prompt,
@@ -214,6 +287,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             api_key=api_key,
             tools=tools,
             web=web,
+            provider_settings=settings,
         )
         return f(*args, options=options, **kwargs)
 
@@ -256,41 +330,62 @@ async def report_extensions(host: AgentHost, err: TextIO) -> None:
     err.flush()
 
 
-async def _cancel_on_interrupt(
-    scope: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-) -> None:
-    # The first Ctrl-C cancels the turn cleanly; once this receiver is closed a
-    # second one raises KeyboardInterrupt as usual.
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        task_status.started()
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
 async def run_prompt(options: AgentOptions, text: str, as_json: bool) -> int:
     """``corral run``: one prompt, rendered for people or as JSON lines.
 
+    Extensions named with ``-e`` are required (see :mod:`.lifecycle`); one that has
+    not said hello after :data:`RUN_LATE_AFTER` seconds does not hold the turn up.
+
     Returns:
         The exit status: 0, 1 when the last turn ended with an error or was
-        blocked, 130 when it was cancelled with Ctrl-C.
+        blocked, ``128 + signal`` when SIGINT (130), SIGTERM (143) or SIGHUP (129)
+        cancelled it.
+
+    Raises:
+        ExtensionFailed: a required extension is missing, malformed or did not start.
 
     Cancellation: the turn is aborted and every extension stopped.
     """
+    if options.late_after is None:
+        options = msgspec.structs.replace(options, late_after=RUN_LATE_AFTER)
     out = sys.stdout
     renderer: HumanRenderer | JsonRenderer = JsonRenderer(out) if as_json else HumanRenderer(out)
-    async with open_agent(options) as host, trio.open_nursery() as nursery:
-        if not as_json:
-            await report_extensions(host, sys.stderr)
-        await nursery.start(host.run_forwarder, renderer.emit)
-        with trio.CancelScope() as turn:
-            await nursery.start(_cancel_on_interrupt, turn)
-            await host.engine.prompt(text, [], renderer.emit)
-        await renderer.emit(Done())
-        nursery.cancel_scope.cancel()
-    if turn.cancelled_caught:
-        return EXIT_INTERRUPTED
+    required = await trio.to_thread.run_sync(requested_extensions, options)
+    signals = SignalCancel()
+    async with trio.open_nursery() as outer:
+        await outer.start(signals.watch)
+        with signals.scope:
+            async with open_agent(options) as host, trio.open_nursery() as nursery:
+                await check_started(host, required)
+                if not as_json:
+                    await report_extensions(host, sys.stderr)
+                await nursery.start(host.run_forwarder, renderer.emit)
+                try:
+                    await host.engine.prompt(text, [], renderer.emit)
+                finally:
+                    renderer.show(Done())  # not a checkpoint: sent even when cancelled
+                nursery.cancel_scope.cancel()
+        outer.cancel_scope.cancel()
+    if signals.exit_status is not None:
+        return signals.exit_status
     return 1 if renderer.last_stop in ("error", "blocked") else 0
+
+
+async def run_chat_until_signal(options: AgentOptions) -> int:
+    """``corral chat`` with SIGTERM and SIGHUP ending the session like Ctrl-C at the prompt.
+
+    Returns:
+        0, or ``128 + signal`` (143, 129) when a signal ended the session.
+
+    Cancellation: the session ends; every extension is stopped.
+    """
+    signals = SignalCancel((signal.SIGTERM, signal.SIGHUP))
+    async with trio.open_nursery() as outer:
+        await outer.start(signals.watch)
+        with signals.scope:
+            await run_chat(options)
+        outer.cancel_scope.cancel()
+    return signals.exit_status or 0
 
 
 @click.command("run")
@@ -309,9 +404,10 @@ def run_cmd(
 
 @click.command("chat")
 @agent_options
-def chat_cmd(options: AgentOptions) -> None:
+@click.pass_context
+def chat_cmd(ctx: click.Context, options: AgentOptions) -> None:
     """Chat interactively (/help lists the slash commands)."""
-    run_trio(run_chat, options)
+    ctx.exit(run_trio(run_chat_until_signal, options))
 
 
 @click.command("demo")
@@ -319,7 +415,7 @@ def chat_cmd(options: AgentOptions) -> None:
     "--examples",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
-    help="Directory holding the example extensions [default: the source tree's].",
+    help="Directory holding the example extensions [default: the ones corral ships].",
 )
 @click.option(
     "--sandbox",
@@ -338,7 +434,13 @@ def demo_cmd(ctx: click.Context, examples: Path | None, sandbox: str) -> None:
     where = examples or default_examples_dir()
     if where is None:
         raise AgentCLIError(
-            "cannot find the example extensions; run from a corral checkout or pass "
-            "--examples DIR (the examples/extensions directory)"
+            "cannot find the example extensions (corral's package ships them; is the "
+            "installation complete?); pass --examples DIR (examples/extensions of a checkout)"
+        )
+    missing = missing_examples(where)
+    if missing:
+        raise AgentCLIError(
+            f"--examples {where}: not the example extensions (missing {', '.join(missing)}); "
+            "pass examples/extensions of a corral checkout"
         )
     ctx.exit(run_trio(run_demo, where, sandbox))

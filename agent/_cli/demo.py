@@ -30,7 +30,7 @@ from .._messages import TextContent, text_of
 from .chat import ChatSession, format_extensions
 from .render import HumanRenderer, text_of_blocks
 
-__all__ = ["DEMO_EXTENSIONS", "default_examples_dir", "run_demo"]
+__all__ = ["DEMO_EXTENSIONS", "default_examples_dir", "missing_examples", "run_demo"]
 
 #: The example extensions the demo loads, in load order.
 DEMO_EXTENSIONS = ("hello-py", "weather", "guard", "clock", "chaos")
@@ -39,9 +39,18 @@ _RESTART_WAIT = 15.0
 
 
 def default_examples_dir() -> Path | None:
-    """``examples/extensions`` of the source tree this package runs from, if present."""
-    candidate = Path(__file__).resolve().parents[2] / "examples" / "extensions"
-    return candidate if (candidate / "weather" / "extension.json").is_file() else None
+    """The example extensions: shipped in the package, or in the source tree it runs from."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[1] / "_examples", here.parents[2] / "examples" / "extensions"):
+        if not missing_examples(candidate):
+            return candidate
+    return None
+
+
+def missing_examples(where: Path) -> list[str]:
+    """What the demo needs from ``where`` and does not find there (relative paths)."""
+    wanted = [f"{name}/extension.json" for name in DEMO_EXTENSIONS] + ["chaos/chaos.py"]
+    return [rel for rel in wanted if not (where / rel).is_file()]
 
 
 @typing.final

@@ -45,7 +45,7 @@ from supervisor import (
     quarantine_file,
 )
 
-from .safe_text import StreamSanitizer
+from .safe_text import StreamSanitizer, visible_lines
 from .trust import describe, shadowed_by, visible
 
 __all__ = ["ext_group", "sandbox_group"]
@@ -55,8 +55,8 @@ class UserError(click.ClickException):
     """A mistake the user can fix; shown as one line, exit status 1."""
 
     def format_message(self) -> str:
-        # Messages quote manifests, paths and logs: the extension's text.
-        return visible(self.message)
+        # Messages quote manifests, paths, logs and git: every line made terminal-safe.
+        return "\n".join(visible_lines(self.message))
 
 
 def _home() -> Path:
@@ -225,10 +225,53 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
         click.echo("  ".join(_cell(r[c]).ljust(widths.get(c, 0)) for c in cols).rstrip())
 
 
+#: Environment of ``git clone``: never ask for a password (fail instead).
+_GIT_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_ASKPASS": "",
+    "SSH_ASKPASS": "",
+    "GCM_INTERACTIVE": "never",
+    "GIT_SSH_COMMAND": "ssh -o BatchMode=yes",
+}
+
+
+def _clone(source: str, dest: Path, timeout: float) -> None:
+    """Shallow-clone ``source`` into ``dest``; errors name ``source`` and quote git whole."""
+    if shutil.which("git") is None:
+        raise UserError("installing from a git URL needs `git` on PATH")
+    try:
+        proc = subprocess.run(
+            ["git", "clone", "--quiet", "--depth", "1", "--", source, str(dest)],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+            env={**os.environ, **_GIT_ENV},
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise UserError(
+            f"cannot clone {source}: git did not finish within {timeout:g} s "
+            "(unreachable host? raise --timeout)"
+        ) from None
+    if proc.returncode != 0:
+        said = proc.stderr.replace(str(dest), "<destination>").strip().splitlines()
+        detail = "\n".join("  " + line for line in said) or "  (git said nothing)"
+        raise UserError(f"cannot clone {source} (git exit {proc.returncode}):\n{detail}")
+
+
 @ext_group.command("install")
 @click.argument("source")
 @click.option("--force", is_flag=True, help="Replace an installed extension of the same name.")
-def ext_install(source: str, force: bool) -> None:
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="Seconds a git clone may take.",
+)
+def ext_install(source: str, force: bool, timeout: float) -> None:
     """Copy a directory (or shallow-clone a git URL) into $CORRAL_HOME/extensions and pin it."""
     home = _home()
     target_root = _installed_dir()
@@ -237,17 +280,7 @@ def ext_install(source: str, force: bool) -> None:
     try:
         src = staging / "src"
         if _is_git_url(source):
-            if shutil.which("git") is None:
-                raise UserError("installing from a git URL needs `git` on PATH")
-            proc = subprocess.run(
-                ["git", "clone", "--quiet", "--depth", "1", source, str(src)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                detail = proc.stderr.strip().splitlines()[-1:] or ["git clone failed"]
-                raise UserError(f"cannot clone {source}: {detail[0]}")
+            _clone(source, src, timeout)
         else:
             path = Path(source)
             if path.is_file() and path.name == MANIFEST_NAME:
@@ -262,7 +295,8 @@ def ext_install(source: str, force: bool) -> None:
             spec = load_manifest(src, "global", home=str(home))
             tree = store.digest(spec)  # the content does not depend on where it lies
         except (ManifestError, TrustError) as exc:
-            raise UserError(f"not installed: {exc}") from None
+            # Name the user's source, not the staging directory it was copied to.
+            raise UserError(f"not installed: {str(exc).replace(str(src), source)}") from None
         dest = target_root / spec.name
         if dest.exists():
             if not force:

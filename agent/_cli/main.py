@@ -1,8 +1,8 @@
 """The ``corral`` command: one click group, thin shims into ``trio.run``.
 
 Commands: ``run``, ``chat``, ``demo`` (agent), ``rpc`` (NDJSON server; also
-``corral --rpc``), ``ext …`` (manage extensions), ``sandbox check`` and ``audit``
-(who blocked or rewrote what).
+``corral --rpc``), ``ext …`` (manage extensions), ``sessions …`` (saved sessions),
+``sandbox check`` and ``audit`` (who blocked or rewrote what).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from .audit_cmd import audit_cmd
 from .ext_cmds import ext_group, sandbox_group
 from .logs import configure_logging
 from .rpc_cmd import rewrite_rpc_flag, rpc_cmd
+from .sessions_cmd import sessions_group
 
 __all__ = ["main"]
 
@@ -49,3 +50,4 @@ main.add_command(rpc_cmd)
 main.add_command(ext_group)
 main.add_command(sandbox_group)
 main.add_command(audit_cmd)
+main.add_command(sessions_group)

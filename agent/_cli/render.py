@@ -25,6 +25,7 @@ from .._events import (
     ExtDisplay,
     ExtNotify,
     ExtStatus,
+    Retry,
     TextDelta,
     ToolCallEvent,
     ToolProgress,
@@ -185,6 +186,10 @@ class HumanRenderer:
             self.note(event.extension, event.text, "magenta")
         elif isinstance(event, ExtStatus):
             self._status(event)
+        elif isinstance(event, Retry):
+            self.line(
+                s(f"↻ retrying in {round(event.delay, 1):g} s ({visible(event.reason)})", "yellow")
+            )
 
     def _tool_call(self, event: ToolCallEvent) -> None:
         """The call; a rewrite shows the args that run, and names who rewrote them."""

@@ -26,16 +26,25 @@ import msgspec
 import structlog
 
 from .._exceptions import ProviderError
-from .._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from .._messages import (
+    ImageContent,
+    Message,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+    model_blocks,
+)
 from .base import (
     ModelInfo,
     ModelRequest,
     ProviderEvent,
+    ProviderSettings,
     ProviderStop,
     ProviderTextDelta,
     ProviderToolCall,
 )
 from .http import decode_data, excerpt, known_models, new_client, open_sse, usage_event
+from .retry import with_retries
 
 __all__ = ["API_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "AnthropicProvider"]
 
@@ -153,11 +162,11 @@ def _image(image: ImageContent) -> dict[str, Any]:
 def _media(blocks: list[TextContent | ImageContent]) -> list[dict[str, Any]]:
     # The API rejects empty text blocks, and an image without data cannot be sent.
     out: list[dict[str, Any]] = []
-    for b in blocks:
+    for b in model_blocks(blocks):
         if isinstance(b, TextContent):
             if b.text:
                 out.append({"type": "text", "text": b.text})
-        elif b.data is not None:
+        else:
             out.append(_image(b))
     return out
 
@@ -339,20 +348,25 @@ class AnthropicProvider:
             (a trailing ``/v1`` is tolerated). Defaults to ``$ANTHROPIC_BASE_URL``,
             then :data:`DEFAULT_BASE_URL`.
         api_key: the ``x-api-key``. Defaults to ``$ANTHROPIC_API_KEY``. Required for
-            Anthropic's own API (its absence is reported by the first :meth:`stream`,
-            not here); optional for another base URL, such as a local proxy that
-            adds it.
+            Anthropic's own API (:meth:`prepare` reports its absence); optional for
+            another base URL, such as a local proxy that adds it.
+        settings: timeouts and retries.
     """
 
     def __init__(
-        self, model: str | None = None, base_url: str | None = None, api_key: str | None = None
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        settings: ProviderSettings | None = None,
     ) -> None:
         root = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         self._base_url = root.rstrip("/").removesuffix("/v1")
         self._official = self._base_url == DEFAULT_BASE_URL
         self._api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
         self._model = model or DEFAULT_MODEL
-        self._client = new_client()
+        self._settings = settings or ProviderSettings()
+        self._client = new_client(self._settings)
 
     def __repr__(self) -> str:
         return f"AnthropicProvider(base_url={self._base_url!r}, model={self._model!r})"
@@ -380,6 +394,17 @@ class AnthropicProvider:
             m for m in known if m.id != self._model
         ]
 
+    async def prepare(self) -> None:
+        """Check that there is an API key when talking to Anthropic's own API.
+
+        Raises:
+            ProviderError: no key for Anthropic's API.
+
+        Cancellation: returns at once (no I/O).
+        """
+        if self._api_key is None and self._official:
+            raise ProviderError(_NAME, f"no API key: {_KEY_HINT}")
+
     def _body(self, request: ModelRequest, model: str) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
@@ -397,11 +422,12 @@ class AnthropicProvider:
             ]
         return body
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream one message: text deltas, tool calls, usage, then one stop.
 
         A tool call is emitted when its block closes (its input arrives as partial
-        JSON); usage and the stop follow ``message_stop``.
+        JSON); usage and the stop follow ``message_stop``. A retryable failure before
+        any output is retried (:mod:`.retry`), announced by a ``ProviderRetry``.
 
         Args:
             request: the call; an empty ``model`` means :attr:`default_model`.
@@ -417,6 +443,9 @@ class AnthropicProvider:
             the server sees the connection close. Consume the stream under
             ``contextlib.aclosing`` so that leaving the loop early closes it too.
         """
+        return with_retries(self._settings, lambda: self._attempt(request))
+
+    async def _attempt(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         model = request.model or self._model
         headers = {"anthropic-version": API_VERSION}
         if self._api_key is not None:

@@ -1,7 +1,8 @@
 """The model provider interface.
 
 A provider turns a :class:`ModelRequest` into a stream of :data:`ProviderEvent`:
-text deltas, complete tool calls, usage, and exactly one final :class:`Stop`.
+text deltas, complete tool calls, usage, and exactly one final :class:`Stop`; an
+HTTP provider may also announce a retry (:class:`ProviderRetry`) before any output.
 Providers raise :class:`~agent._exceptions.ProviderError` for failures (HTTP
 errors, broken streams); the loop turns those into a ``turn_end`` with
 ``stop="error"``.
@@ -21,6 +22,8 @@ __all__ = [
     "ModelRequest",
     "Provider",
     "ProviderEvent",
+    "ProviderRetry",
+    "ProviderSettings",
     "ProviderStop",
     "ProviderTextDelta",
     "ProviderToolCall",
@@ -45,6 +48,25 @@ class ModelInfo(msgspec.Struct, frozen=True, kw_only=True):
     context_window: int = 0
     max_output: int = 0
     reasoning: bool = False
+
+
+class ProviderSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Timeouts, limits and the retry policy of the HTTP providers (seconds)."""
+
+    #: Time to open a connection.
+    connect_timeout: float = 10.0
+    #: Longest gap between two bytes of a reply (not a bound on the whole reply).
+    read_timeout: float = 120.0
+    #: ``max_tokens`` of every model call.
+    max_tokens: int = 4096
+    #: Retries after the first attempt, at most.
+    retries: int = 4
+    #: The first retry waits about this long; each further one twice as long...
+    retry_base: float = 1.0
+    #: ...up to this.
+    retry_cap: float = 30.0
+    #: No retry starts once this much time went into one call.
+    retry_max_time: float = 120.0
 
 
 class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,7 +109,19 @@ class ProviderStop(msgspec.Struct, frozen=True, kw_only=True, tag="stop"):
     reason: Literal["end_turn", "tool_use", "length"]
 
 
-ProviderEvent = ProviderTextDelta | ProviderToolCall | ProviderUsage | ProviderStop
+class ProviderRetry(msgspec.Struct, frozen=True, kw_only=True, tag="retry"):
+    """The call failed before any output and is tried again after ``delay`` seconds."""
+
+    #: The attempt that starts after the wait (2 for the first retry).
+    attempt: int
+    delay: float
+    #: Short cause: the HTTP status (``"429"``) or what broke.
+    reason: str
+    #: The whole error.
+    error: str
+
+
+ProviderEvent = ProviderTextDelta | ProviderToolCall | ProviderUsage | ProviderStop | ProviderRetry
 
 
 class Provider(Protocol):
@@ -100,6 +134,16 @@ class Provider(Protocol):
 
     def models(self) -> list[ModelInfo]:
         """Models this provider knows."""
+        ...
+
+    async def prepare(self) -> None:
+        """Check the setup before anything else starts: API key, model (may ask the server).
+
+        Raises:
+            ProviderError: the provider cannot work as configured; the message says why.
+
+        Cancellation: any request in flight is abandoned.
+        """
         ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:

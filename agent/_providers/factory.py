@@ -45,9 +45,13 @@ def make_provider(options: AgentOptions) -> Provider:
         # Imported here: the HTTP stack is optional and loaded on demand.
         from .openai import OpenAIProvider  # type: ignore[import-not-found, unused-ignore]
 
-        return OpenAIProvider(options.model, options.base_url, options.api_key)
+        return OpenAIProvider(
+            options.model, options.base_url, options.api_key, settings=options.provider_settings
+        )
     if name == "anthropic":
         from .anthropic import AnthropicProvider  # type: ignore[import-not-found, unused-ignore]
 
-        return AnthropicProvider(options.model, options.base_url, options.api_key)
+        return AnthropicProvider(
+            options.model, options.base_url, options.api_key, settings=options.provider_settings
+        )
     raise UnknownProvider(f"unknown provider {name!r}; valid providers: {', '.join(PROVIDERS)}")

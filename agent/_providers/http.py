@@ -1,9 +1,12 @@
 """Plumbing shared by the HTTP model providers (:mod:`._openai`, :mod:`._anthropic`).
 
 * one :class:`httpx.AsyncClient` per provider (httpx runs on trio through anyio),
-  with the timeouts every provider uses;
+  with the timeouts of its :class:`~.base.ProviderSettings`;
 * :func:`open_sse`: POST a JSON body and iterate the Server-Sent Events of the reply,
-  with HTTP and transport errors translated to :class:`ProviderError` at this boundary;
+  with HTTP and transport errors translated to :class:`ProviderError` at this boundary
+  (a ``Retry-After`` is kept on the error; a reply that is not an event stream, such
+  as a 200 HTML page from a proxy, is reported as what it is);
+* :func:`get_json`: a small GET (the OpenAI-compatible ``/models``);
 * :func:`decode_data`: decode one ``data:`` payload, naming an excerpt when it is bad;
 * the table of known models and their prices (:func:`known_models`, :func:`usage_event`).
 
@@ -25,15 +28,16 @@ import structlog
 import trio
 
 from .._exceptions import ProviderError
-from .base import ModelInfo, ProviderUsage
+from .base import ModelInfo, ProviderSettings, ProviderUsage
+from .retry import parse_retry_after
 
 __all__ = [
-    "TIMEOUT",
     "KnownModel",
     "SSEEvent",
     "decode_data",
     "excerpt",
     "finish_chain",
+    "get_json",
     "known_models",
     "lookup",
     "new_client",
@@ -42,10 +46,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger()
-
-#: 10 s to connect; 120 s for any single read, write or pool wait. A read timeout
-#: is a gap between two bytes of the stream, not a bound on the whole reply.
-TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 
 #: Characters of a server's message or a bad line quoted in an error.
 _EXCERPT = 300
@@ -59,9 +59,14 @@ _encoder = msgspec.json.Encoder()
 _T = TypeVar("_T")
 
 
-def new_client() -> httpx.AsyncClient:
-    """The provider's connection pool: default timeouts, no redirects, proxies from env."""
-    return httpx.AsyncClient(timeout=TIMEOUT, headers={"user-agent": "corral"})
+def new_client(settings: ProviderSettings) -> httpx.AsyncClient:
+    """The provider's connection pool: ``settings``' timeouts, no redirects, proxies from env.
+
+    A read timeout is a gap between two bytes of the stream, not a bound on the whole
+    reply; writes and pool waits share it.
+    """
+    timeout = httpx.Timeout(settings.read_timeout, connect=settings.connect_timeout)
+    return httpx.AsyncClient(timeout=timeout, headers={"user-agent": "corral"})
 
 
 def excerpt(text: str, limit: int = _EXCERPT) -> str:
@@ -146,9 +151,8 @@ def _error_message(body: bytes) -> str:
     return excerpt(body.decode("utf-8", "replace"))
 
 
-async def _status_error(
-    provider: str, url: str, response: httpx.Response, key_hint: str
-) -> ProviderError:
+async def _head_of_body(response: httpx.Response) -> bytes:
+    """The first ``_MAX_ERROR_BODY`` bytes of a reply that is not read as a stream."""
     body = bytearray()
     chunks = response.aiter_bytes()
     try:
@@ -158,8 +162,19 @@ async def _status_error(
                 break
     finally:
         await finish_chain(chunks)
+    return bytes(body)
+
+
+async def _status_error(
+    provider: str, url: str, response: httpx.Response, key_hint: str
+) -> ProviderError:
+    body = await _head_of_body(response)
     status = response.status_code
-    message = f"HTTP {status}: {_error_message(bytes(body))}"
+    message = f"HTTP {status}: {_error_message(body)}"
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    if "retry-after-ms" in response.headers:  # OpenAI's finer-grained variant
+        with suppress(ValueError):
+            retry_after = max(0.0, float(response.headers["retry-after-ms"]) / 1000)
     if status in (401, 403):
         message += f" (check your API key: {key_hint})"
     elif status == 404:
@@ -167,16 +182,39 @@ async def _status_error(
     # 408 request timeout, 409 conflict, 429 rate limit, 5xx incl. Anthropic's 529.
     retryable = status in (408, 409, 429) or status >= 500
     log.warning("provider_http_error", provider=provider, status=status, url=url)
-    return ProviderError(provider, message, status=status, retryable=retryable)
+    return ProviderError(
+        provider, message, status=status, retryable=retryable, retry_after=retry_after
+    )
 
 
-def _transport_error(provider: str, url: str, exc: httpx.HTTPError) -> ProviderError:
+async def _not_a_stream(provider: str, url: str, response: httpx.Response) -> ProviderError:
+    """A 2xx reply that is not ``text/event-stream``: say what came back instead."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await _head_of_body(response)
+    text = body.decode("utf-8", "replace")
+    if kind == "text/html":
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        what = f"an HTML page ({excerpt(title.group(1), 120)!r})" if title else "an HTML page"
+        hint = "; is the base URL the API root (for example http://host:port/v1)?"
+    elif kind in ("application/json", "text/plain"):
+        what, hint = f"{kind} instead of an event stream: {_error_message(body)}", ""
+    else:
+        what, hint = f"{kind or 'no content type'} instead of an event stream", ""
+    log.warning("provider_not_a_stream", provider=provider, url=url, content_type=kind)
+    return ProviderError(
+        provider, f"POST {url} answered HTTP {response.status_code} with {what}{hint}"
+    )
+
+
+def _transport_error(
+    provider: str, url: str, exc: httpx.HTTPError, timeout: httpx.Timeout
+) -> ProviderError:
     detail = str(exc) or type(exc).__name__
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
         return ProviderError(provider, f"cannot connect to {url}: {detail}", retryable=True)
     if isinstance(exc, httpx.ReadTimeout):
         return ProviderError(
-            provider, f"no data from {url} for {TIMEOUT.read:g} s (read timeout)", retryable=True
+            provider, f"no data from {url} for {timeout.read:g} s (read timeout)", retryable=True
         )
     if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
         return ProviderError(provider, f"stream ended early: {detail}", retryable=True)
@@ -225,6 +263,9 @@ async def open_sse(
         ) as response:
             if not response.is_success:
                 raise await _status_error(provider, url, response, key_hint)
+            kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind and kind != "text/event-stream":
+                raise await _not_a_stream(provider, url, response)
             async with aclosing(_iter_sse(response)) as events:
                 yield events
                 # The caller stopped after the last event; the end of the body is
@@ -235,7 +276,36 @@ async def open_sse(
     except httpx.HTTPError as exc:
         # Reached for errors while opening and, through the `yield`, for reads the
         # caller's iteration makes; ProviderError and Cancelled pass untouched.
-        raise _transport_error(provider, url, exc) from exc
+        raise _transport_error(provider, url, exc, client.timeout) from exc
+
+
+async def get_json(
+    client: httpx.AsyncClient, provider: str, url: str, *, headers: dict[str, str], key_hint: str
+) -> Any:
+    """GET ``url`` and decode its JSON body (at most 4 MiB).
+
+    Raises:
+        ProviderError: a non-2xx status, a transport failure, or a body that is not JSON.
+
+    Cancellation: the request is abandoned and its connection dropped.
+    """
+    try:
+        async with client.stream("GET", url, headers=headers) as response:
+            if not response.is_success:
+                raise await _status_error(provider, url, response, key_hint)
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > 4 * 1024 * 1024:
+                    raise ProviderError(provider, f"GET {url}: reply larger than 4 MiB")
+    except httpx.HTTPError as exc:
+        raise _transport_error(provider, url, exc, client.timeout) from exc
+    try:
+        return msgspec.json.decode(bytes(body))
+    except msgspec.DecodeError:
+        raise ProviderError(
+            provider, f"GET {url}: not JSON: {excerpt(bytes(body).decode('utf-8', 'replace'))!r}"
+        ) from None
 
 
 def decode_data(provider: str, decoder: msgspec.json.Decoder[_T], data: str) -> _T:

@@ -282,6 +282,12 @@ class OfflineProvider:
         yield ProviderUsage(input=prompt_chars // 4 + 1, output=len(text) // 4 + 1)
         yield ProviderStop(reason="tool_use" if calls else "end_turn")
 
+    async def prepare(self) -> None:
+        """Nothing to check: no key, no server.
+
+        Cancellation: returns at once.
+        """
+
     async def aclose(self) -> None:
         """Nothing to release.
 

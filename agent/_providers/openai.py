@@ -20,17 +20,35 @@ import msgspec
 import structlog
 
 from .._exceptions import ProviderError
-from .._messages import ImageContent, Message, TextContent, ToolCallContent, ToolResultContent
+from .._messages import (
+    ImageContent,
+    Message,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+    model_blocks,
+)
 from .base import (
     ModelInfo,
     ModelRequest,
     ProviderEvent,
+    ProviderSettings,
     ProviderStop,
     ProviderTextDelta,
     ProviderToolCall,
     ProviderUsage,
 )
-from .http import decode_data, excerpt, known_models, new_client, open_sse, usage_event
+from .http import (
+    decode_data,
+    excerpt,
+    get_json,
+    known_models,
+    lookup,
+    new_client,
+    open_sse,
+    usage_event,
+)
+from .retry import with_retries
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProvider"]
 
@@ -112,6 +130,7 @@ def _data_url(image: ImageContent) -> dict[str, Any]:
 def _user_content(blocks: list[TextContent | ImageContent]) -> str | list[dict[str, Any]]:
     # A plain string when there are no images: some local servers' chat templates
     # only accept string content.
+    blocks = model_blocks(blocks)
     if all(isinstance(b, TextContent) for b in blocks):
         return "".join(b.text for b in blocks if isinstance(b, TextContent))
     return [
@@ -122,8 +141,9 @@ def _user_content(blocks: list[TextContent | ImageContent]) -> str | list[dict[s
 
 
 def _tool_message(result: ToolResultContent) -> tuple[dict[str, Any], list[ImageContent]]:
-    text = "\n".join(b.text for b in result.content if isinstance(b, TextContent))
-    images = [b for b in result.content if isinstance(b, ImageContent) and b.data is not None]
+    content = model_blocks(result.content)
+    text = "\n".join(b.text for b in content if isinstance(b, TextContent))
+    images = [b for b in content if isinstance(b, ImageContent)]
     if images:
         text += ("\n" if text else "") + f"({len(images)} image(s) attached below)"
     return {"role": "tool", "tool_call_id": result.call_id, "content": text}, images
@@ -313,6 +333,19 @@ class _StreamState:
 # -- the provider ---------------------------------------------------------------------
 
 
+class _Model(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+
+
+class _ModelList(msgspec.Struct, frozen=True, kw_only=True):
+    data: list[_Model]
+
+
+def _served_info(model_id: str) -> ModelInfo:
+    known = lookup(model_id)
+    return ModelInfo(id=model_id, provider=_NAME) if known is None else known.info()
+
+
 @typing.final
 class OpenAIProvider:
     """A provider for any OpenAI-compatible Chat Completions endpoint.
@@ -320,23 +353,32 @@ class OpenAIProvider:
     Args:
         model: default model id (used when a request names none, and listed first by
             :meth:`models`). Defaults to :data:`DEFAULT_MODEL` on OpenAI's own API;
-            a custom server has no default.
+            on a custom server, :meth:`prepare` picks the first model its ``/models``
+            lists.
         base_url: API root including the version, e.g. ``http://localhost:11434/v1``.
             Defaults to ``$OPENAI_BASE_URL``, then :data:`DEFAULT_BASE_URL`.
         api_key: bearer token. Defaults to ``$OPENAI_API_KEY``. Required for OpenAI's
-            own API (its absence is reported by the first :meth:`stream`, not here);
-            optional for any other base URL, since local servers need none.
+            own API (:meth:`prepare` reports its absence); optional for any other
+            base URL, since local servers need none.
+        settings: timeouts and retries.
     """
 
     def __init__(
-        self, model: str | None = None, base_url: str | None = None, api_key: str | None = None
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        settings: ProviderSettings | None = None,
     ) -> None:
         root = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self._base_url = root.rstrip("/")
         self._official = self._base_url == DEFAULT_BASE_URL
         self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
         self._model = model or (DEFAULT_MODEL if self._official else None)
-        self._client = new_client()
+        self._settings = settings or ProviderSettings()
+        #: What the server's ``/models`` listed (None: not asked, or it could not say).
+        self._served: list[str] | None = None
+        self._client = new_client(self._settings)
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self._base_url!r}, model={self._model!r})"
@@ -353,21 +395,81 @@ class OpenAIProvider:
 
     @property
     def default_model(self) -> str | None:
-        """The model used when a request names none (None on a custom server)."""
+        """The model used when a request names none (None until a custom server is asked)."""
         return self._model
 
     def models(self) -> list[ModelInfo]:
-        """Known OpenAI models on OpenAI's API; on a custom server, the configured one.
+        """The models to choose from, the configured one first.
 
-        The configured model comes first.
+        OpenAI's API: the known models. A custom server: what its ``/models`` listed
+        (see :meth:`prepare`), else the configured model alone.
         """
-        known = [m.info() for m in known_models(_NAME)] if self._official else []
+        if self._served is not None:
+            known = [_served_info(m) for m in self._served]
+        else:
+            known = [m.info() for m in known_models(_NAME)] if self._official else []
         if self._model is not None:
             mine = next((m for m in known if m.id == self._model), None)
             known = [mine or ModelInfo(id=self._model, provider=_NAME)] + [
                 m for m in known if m.id != self._model
             ]
         return known
+
+    def _headers(self) -> dict[str, str]:
+        if self._api_key is None:
+            return {}
+        return {"authorization": f"Bearer {self._api_key}"}
+
+    async def prepare(self) -> None:
+        """Check the key; on a custom server, ask ``/models`` for what it serves.
+
+        Without a configured model the first one listed is used; a configured model
+        the server does not list is refused. A server without a usable ``/models``
+        is fine when the model is configured.
+
+        Raises:
+            ProviderError: no API key for OpenAI's API; no model configured and none
+                listed (the message names the URL and says to pass ``--model``); a
+                configured model the server does not list (the message names the
+                ones it does).
+
+        Cancellation: the ``/models`` request is abandoned.
+        """
+        if self._api_key is None and self._official:
+            raise ProviderError(
+                _NAME,
+                f"no API key: {_KEY_HINT} "
+                "(or --base-url for a local OpenAI-compatible server that needs none)",
+            )
+        if self._official:
+            return
+        url = f"{self._base_url}/models"
+        try:
+            listing = msgspec.convert(
+                await get_json(
+                    self._client, _NAME, url, headers=self._headers(), key_hint=_KEY_HINT
+                ),
+                _ModelList,
+            )
+        except (ProviderError, msgspec.ValidationError) as exc:
+            if self._model is not None:
+                log.info("provider_models_unlisted", provider=_NAME, url=url, error=str(exc))
+                return
+            raise ProviderError(
+                _NAME, f"cannot learn the model from GET {url} ({exc}); pass --model NAME"
+            ) from exc
+        self._served = [m.id for m in listing.data]
+        if self._model is None:
+            if not self._served:
+                raise ProviderError(_NAME, f"GET {url} lists no models; pass --model NAME")
+            self._model = self._served[0]
+            log.info("provider_model_chosen", provider=_NAME, model=self._model, url=url)
+        elif self._served and self._model not in self._served:
+            listed = ", ".join(self._served[:20]) + (" …" if len(self._served) > 20 else "")
+            raise ProviderError(
+                _NAME,
+                f"model {self._model!r} is not served by {self._base_url} (it lists: {listed})",
+            )
 
     def _body(self, request: ModelRequest, model: str) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -393,11 +495,12 @@ class OpenAIProvider:
             ]
         return body
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Stream one completion: text deltas, tool calls, usage, then one stop.
 
         Tool calls are emitted when the model finishes (their arguments arrive in
-        fragments); usage is emitted when the server reports it.
+        fragments); usage is emitted when the server reports it. A retryable failure
+        before any output is retried (:mod:`.retry`), announced by a ``ProviderRetry``.
 
         Args:
             request: the call; an empty ``model`` means :attr:`default_model`.
@@ -412,13 +515,14 @@ class OpenAIProvider:
             the server sees the connection close. Consume the stream under
             ``contextlib.aclosing`` so that leaving the loop early closes it too.
         """
+        return with_retries(self._settings, lambda: self._attempt(request))
+
+    async def _attempt(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         model = request.model or self._model
         if not model:
             raise ProviderError(_NAME, f"no model given for {self._base_url}: pass --model")
-        headers: dict[str, str] = {}
-        if self._api_key is not None:
-            headers["authorization"] = f"Bearer {self._api_key}"
-        elif self._official:
+        headers = self._headers()
+        if self._api_key is None and self._official:
             raise ProviderError(
                 _NAME,
                 f"no API key: {_KEY_HINT} "

@@ -238,6 +238,12 @@ class ScriptedProvider:
         else:
             yield ProviderStop(reason="tool_use" if turn.tool_calls else "end_turn")
 
+    async def prepare(self) -> None:
+        """Nothing to check: no key, no server.
+
+        Cancellation: returns at once.
+        """
+
     async def aclose(self) -> None:
         """Nothing to release.
 

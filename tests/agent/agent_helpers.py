@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,3 +138,41 @@ class Collector:
 
     def stops(self) -> list[str]:
         return [e.stop for e in self.of(TurnEnd)]
+
+
+def spawn_corral(args: list[str], home: Path, work: Path) -> subprocess.Popen[str]:
+    """``corral ARGS`` as a real process (pipes for stdin, stdout, stderr), in ``work``."""
+    env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO)}
+    code = "import sys; from agent._cli.main import main; sys.exit(main())"
+    return subprocess.Popen(
+        [sys.executable, "-u", "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=work,
+        env=env,
+    )
+
+
+def read_until(proc: subprocess.Popen[str], needle: str) -> str:
+    """Read ``proc``'s stdout until ``needle`` appeared; what was read."""
+    assert proc.stdout is not None
+    seen = ""
+    while needle not in seen:
+        char = proc.stdout.read(1)
+        if not char:
+            raise AssertionError(f"EOF before {needle!r}; got {seen!r}")
+        seen += char
+    return seen
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """Wait (30 s at most, then kill) and return stdout and stderr."""
+    try:
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise
+    return out, err

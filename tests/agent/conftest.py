@@ -41,3 +41,12 @@ def ext_dir(tmp_path: Path) -> Path:
     where = tmp_path / "exts"
     where.mkdir()
     return where
+
+
+@pytest.fixture
+def clean_http_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No API keys or base URLs of the developer's shell, and no proxies before 127.0.0.1."""
+    keys = ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
+    proxies = [f"{scheme}_proxy" for scheme in ("http", "https", "all")]
+    for var in keys + proxies + [p.upper() for p in proxies]:
+        monkeypatch.delenv(var, raising=False)

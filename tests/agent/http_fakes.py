@@ -67,6 +67,8 @@ class Reply:
 
     status: int = 200
     content_type: str = "text/event-stream"
+    #: Extra response headers (e.g. ``retry-after``).
+    headers: dict[str, str] = field(default_factory=dict)
     chunks: list[bytes] = field(default_factory=list)
     #: ``complete``: terminate the body; ``break``: close the socket mid-body;
     #: ``hang``: keep the body open until the client disconnects.
@@ -216,6 +218,8 @@ class FakeServer:
         self.replies: list[Reply] = []
         #: Set when a client hangs up on a ``hang`` reply.
         self.disconnected = trio.Event()
+        #: What ``GET …/models`` lists (None: 404). It never takes a queued reply.
+        self.models: list[str] | None = None
 
     @property
     def url(self) -> str:
@@ -260,7 +264,16 @@ class FakeServer:
                 self.requests.append(
                     Recorded(method, path, headers, json.loads(body) if body else None)
                 )
-                reply = self.replies.pop(0) if self.replies else json_reply(599, "no reply queued")
+                if method == "GET" and path.endswith("/models"):
+                    reply = (
+                        json_reply(404, {"error": {"message": "no such route"}})
+                        if self.models is None
+                        else json_reply(200, {"data": [{"id": m} for m in self.models]})
+                    )
+                elif self.replies:
+                    reply = self.replies.pop(0)
+                else:
+                    reply = json_reply(599, "no reply queued")
                 if not await self._answer(stream, reply):
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -274,7 +287,8 @@ class FakeServer:
         head = (
             f"HTTP/1.1 {reply.status} {reason}\r\n"
             f"content-type: {reply.content_type}\r\n"
-            "transfer-encoding: chunked\r\n\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in reply.headers.items())
+            + "transfer-encoding: chunked\r\n\r\n"
         )
         await stream.send_all(head.encode())
         for chunk in reply.chunks:

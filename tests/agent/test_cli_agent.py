@@ -7,14 +7,11 @@ script runs) with ``CliRunner``; the Ctrl-C tests run it as a real subprocess.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from agent_helpers import EXAMPLES, REPO, probe, script
+from agent_helpers import EXAMPLES, finish, probe, read_until, script, spawn_corral
 from click.testing import CliRunner, Result
 
 from agent._cli.main import main
@@ -202,45 +199,10 @@ def test_demo(home: Path) -> None:
 # --- real subprocesses: Ctrl-C ------------------------------------------------------
 
 
-def spawn_corral(args: list[str], home: Path, work: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO)}
-    code = "import sys; from agent._cli.main import main; sys.exit(main())"
-    return subprocess.Popen(
-        [sys.executable, "-u", "-c", code, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=work,
-        env=env,
-    )
-
-
-def read_until(proc: subprocess.Popen[str], needle: str) -> str:
-    assert proc.stdout is not None
-    seen = ""
-    while needle not in seen:
-        char = proc.stdout.read(1)
-        if not char:
-            raise AssertionError(f"EOF before {needle!r}; got {seen!r}")
-        seen += char
-    return seen
-
-
 @pytest.fixture
 def slow_script(tmp_path: Path) -> str:
     call = {"tool_calls": [{"name": "bash", "args": {"command": "echo started; sleep 60"}}]}
     return script(tmp_path, call, {"text": "never"}, {"text": "later answer"})
-
-
-def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
-    try:
-        out, err = proc.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise
-    return out, err
 
 
 def test_chat_ctrl_c_cancels_the_turn_then_exits(home: Path, work: Path, slow_script: str) -> None:

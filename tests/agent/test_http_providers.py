@@ -35,6 +35,7 @@ from agent._providers.base import (
     ModelRequest,
     Provider,
     ProviderEvent,
+    ProviderSettings,
     ProviderStop,
     ProviderTextDelta,
     ProviderToolCall,
@@ -109,9 +110,12 @@ class Flavor:
     key_var: str
 
 
+#: One attempt per call: these tests look at single failures (retries: test_retry.py).
+ONCE = ProviderSettings(retries=0)
+
 OPENAI = Flavor(
     name="openai",
-    make=lambda url: OpenAIProvider("gpt-4o-mini", f"{url}/v1", "sk-test"),
+    make=lambda url: OpenAIProvider("gpt-4o-mini", f"{url}/v1", "sk-test", settings=ONCE),
     path="/v1/chat/completions",
     partial=fx.OPENAI_PARTIAL,
     full=fx.OPENAI_FULL,
@@ -120,7 +124,7 @@ OPENAI = Flavor(
 )
 ANTHROPIC = Flavor(
     name="anthropic",
-    make=lambda url: AnthropicProvider("claude-sonnet-4-5", url, "sk-ant-test"),
+    make=lambda url: AnthropicProvider("claude-sonnet-4-5", url, "sk-ant-test", settings=ONCE),
     path="/v1/messages",
     partial=fx.ANTHROPIC_PARTIAL,
     full=fx.ANTHROPIC_FULL,
@@ -130,13 +134,8 @@ ANTHROPIC = Flavor(
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Keys and base URLs of the developer's shell must not leak in, nor proxies
-    # (httpx honours them) get between the client and 127.0.0.1.
-    keys = ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"]
-    proxies = [f"{scheme}_proxy" for scheme in ("http", "https", "all")]
-    for var in keys + proxies + [p.upper() for p in proxies]:
-        monkeypatch.delenv(var, raising=False)
+def _clean_env(clean_http_env: None) -> None:
+    """Keys, base URLs and proxies of the developer's shell must not leak in."""
 
 
 @pytest.fixture
@@ -158,14 +157,18 @@ async def provider(server: FakeServer, flavor: Flavor) -> AsyncIterator[Provider
 
 @pytest.fixture
 async def openai(server: FakeServer) -> AsyncIterator[OpenAIProvider]:
-    async with aclosing(OpenAIProvider("gpt-4o-mini", f"{server.url}/v1", "sk-test")) as p:
+    async with aclosing(
+        OpenAIProvider("gpt-4o-mini", f"{server.url}/v1", "sk-test", settings=ONCE)
+    ) as p:
         yield p
 
 
 @pytest.fixture
 async def anthropic(server: FakeServer) -> AsyncIterator[AnthropicProvider]:
     # A dated snapshot id: its price comes from the alias's entry.
-    async with aclosing(AnthropicProvider("claude-sonnet-4-5-20250929", server.url, "sk")) as p:
+    async with aclosing(
+        AnthropicProvider("claude-sonnet-4-5-20250929", server.url, "sk", settings=ONCE)
+    ) as p:
         yield p
 
 
@@ -371,7 +374,7 @@ async def test_openai_env_vars(server: FakeServer, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1/")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
     server.queue(Reply(chunks=[OPENAI.full]))
-    async with aclosing(OpenAIProvider()) as p:
+    async with aclosing(OpenAIProvider(settings=ONCE)) as p:
         _, error = await failure(p)
         assert "pass --model" in str(error)  # a custom server has no default model
         await events_of(p, request(model="qwen2.5"))

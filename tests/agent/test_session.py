@@ -18,11 +18,10 @@ from agent._messages import (
     ToolResultContent,
     now_iso,
 )
+from agent._sessions import SessionHeader, SessionStore
 from agent._transcript import (
     COMPACT_INSTRUCTION,
     SUMMARY_PREFIX,
-    SessionHeader,
-    SessionStore,
     Transcript,
     local_summary,
     message_size,
@@ -150,7 +149,7 @@ def text_of_first(messages: list[Message]) -> str:
 async def test_unwritable_session_raises_session_error(tmp_path: Path) -> None:
     (tmp_path / "sessions").write_text("a file where the directory should be")
     t = Transcript(store=store(tmp_path))
-    with pytest.raises(SessionError, match="cannot write session"):
+    with pytest.raises(SessionError, match="cannot open session"):
         await t.append(msg("user", "x"))
 
 

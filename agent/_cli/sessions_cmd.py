@@ -1,0 +1,146 @@
+"""``corral sessions list | show | rm``: the saved sessions under ``$CORRAL_HOME/sessions``.
+
+These commands read session files without locking them (a session open in another
+process can be listed and shown); ``rm`` takes the session's lock first, so it
+never deletes a session that is in use.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import msgspec
+
+from supervisor import corral_home
+
+from .._exceptions import SessionError
+from .._messages import (
+    ImageContent,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+    wire_message,
+)
+from .._sessions import (
+    SessionHeader,
+    SessionStore,
+    list_sessions,
+    remove_session,
+    sessions_dir,
+)
+from .safe_text import visible
+
+__all__ = ["sessions_group"]
+
+_encoder = msgspec.json.Encoder()
+
+
+class SessionCLIError(click.ClickException):
+    """A bad session name, a missing or unreadable session: one line, exit status 1."""
+
+    def format_message(self) -> str:
+        return visible(self.message)
+
+
+def _home() -> Path:
+    return corral_home()
+
+
+@click.group("sessions")
+def sessions_group() -> None:
+    """List, show and remove saved sessions (--session NAME, --continue)."""
+
+
+@sessions_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
+def sessions_list(as_json: bool) -> None:
+    """List saved sessions, most recently used first."""
+    infos = list_sessions(_home())
+    if as_json:
+        for info in infos:
+            click.echo(_encoder.encode(info).decode())
+        return
+    if not infos:
+        click.echo(f"no saved sessions (start one with --session NAME; in {sessions_dir(_home())})")
+        return
+    rows = [
+        (
+            info.name,
+            str(info.messages),
+            info.modified,
+            f"{info.provider}/{info.model}",
+            f"in use (pid {info.locked_by})" if info.locked_by is not None else "",
+            info.cwd,
+        )
+        for info in infos
+    ]
+    heads = ("NAME", "MESSAGES", "MODIFIED", "MODEL", "STATE", "CWD")
+    widths = [max(len(h), *(len(visible(r[i])) for r in rows)) for i, h in enumerate(heads)]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True)).rstrip())
+    for row in rows:
+        cells = (visible(c).ljust(w) for c, w in zip(row, widths, strict=True))
+        click.echo("  ".join(cells).rstrip())
+
+
+def _load(name: str) -> SessionStore:
+    try:
+        store = SessionStore.for_name(_home(), name, SessionHeader(name=name))
+    except SessionError as exc:
+        raise SessionCLIError(str(exc)) from None
+    if not store.path.exists():
+        known = ", ".join(i.name for i in list_sessions(_home())) or "none"
+        raise SessionCLIError(f"no session named {name} (saved sessions: {known})")
+    return store
+
+
+def _block_lines(block: object) -> list[str]:
+    if isinstance(block, TextContent):
+        return block.text.splitlines() or [""]
+    if isinstance(block, ImageContent):
+        return [f"[image {block.mime_type}, {block.bytes} bytes]"]
+    if isinstance(block, ToolCallContent):
+        return [f"→ {block.name} {json.dumps(block.args, ensure_ascii=False)}"]
+    if isinstance(block, ToolResultContent):
+        mark = "✗" if block.is_error else "←"
+        inner = [line for b in block.content for line in _block_lines(b)]
+        return [f"{mark} {inner[0] if inner else ''}", *inner[1:]]
+    return []
+
+
+@sessions_group.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="The header, then one message per line.")
+def sessions_show(name: str, as_json: bool) -> None:
+    """Print a saved session's messages (images as byte counts)."""
+    store = _load(name)
+    try:
+        messages = [wire_message(m) for m in store.load()]
+    except SessionError as exc:
+        raise SessionCLIError(str(exc)) from None
+    if as_json:
+        click.echo(_encoder.encode(store.header).decode())
+        for message in messages:
+            click.echo(_encoder.encode(message).decode())
+        return
+    h = store.header
+    click.echo(visible(f"session {h.name}: {h.provider}/{h.model} in {h.cwd}, created {h.created}"))
+    for message in messages:
+        lines = [line for b in message.content for line in _block_lines(b)]
+        click.echo(visible(f"{message.time} {message.role}:"))
+        for line in lines:
+            click.echo("  " + visible(line))
+
+
+@sessions_group.command("rm")
+@click.argument("names", nargs=-1, required=True, metavar="NAME...")
+def sessions_rm(names: tuple[str, ...]) -> None:
+    """Delete saved sessions (refused for one open in another process)."""
+    for name in names:
+        _load(name)
+        try:
+            remove_session(_home(), name)
+        except SessionError as exc:
+            raise SessionCLIError(str(exc)) from None
+        click.echo(visible(f"removed session {name}"))
