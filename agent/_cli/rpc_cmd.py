@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
 
 import click
 import structlog
@@ -26,28 +25,9 @@ from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
 from .logs import configure_logging
 
-__all__ = ["rewrite_rpc_flag", "rpc_cmd", "run_rpc"]
+__all__ = ["rpc_cmd", "run_rpc"]
 
 log = structlog.get_logger()
-
-#: Options of the ``corral`` group that take no value (they may precede ``--rpc``).
-_GROUP_FLAGS = frozenset({"-v", "-vv", "-vvv", "--verbose"})
-
-
-def rewrite_rpc_flag(args: Sequence[str]) -> list[str]:
-    """Turn ``corral [group flags] --rpc [options]`` into ``corral [group flags] rpc [options]``.
-
-    Only a ``--rpc`` among the group's own leading flags counts; anything after the
-    first other argument (a command name, an option of a command) is left alone.
-    """
-    out = list(args)
-    for index, arg in enumerate(out):
-        if arg == "--rpc":
-            out[index] = "rpc"
-            return out
-        if arg not in _GROUP_FLAGS:
-            break
-    return out
 
 
 def _claim_stdio() -> tuple[int, int]:
