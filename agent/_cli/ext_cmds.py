@@ -44,6 +44,7 @@ from supervisor import (
     quarantine_file,
 )
 
+from .helptext import epilog
 from .safe_text import StreamSanitizer
 from .trust import describe, shadowed_by, visible
 
@@ -128,10 +129,23 @@ def clip(text: str, width: int) -> str:
 
 @click.group("ext")
 def ext_group() -> None:
-    """Manage extensions (installed under $CORRAL_HOME/extensions)."""
+    """Manage extensions: list, install, trust, logs.
+
+    Installed extensions live in $CORRAL_HOME/extensions, project-local ones in
+    .corral/extensions. None of these commands starts an extension.
+    """
 
 
-@ext_group.command("list")
+@ext_group.command(
+    "list",
+    epilog=epilog(
+        examples=[
+            ("corral ext list", ""),
+            ("corral ext list --json", "one JSON object per extension"),
+        ],
+        exit_codes=((0, "listed"),),
+    ),
+)
 @click.option(
     "-e",
     "--ext",
@@ -242,7 +256,16 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
         click.echo("  ".join(cell[c].ljust(widths.get(c, 0)) for c in cols).rstrip())
 
 
-@ext_group.command("install")
+@ext_group.command(
+    "install",
+    epilog=epilog(
+        examples=[
+            ("corral ext install ./examples/extensions/weather", ""),
+            ("corral ext install https://example.org/ext.git", "a git URL"),
+        ],
+        exit_codes=((0, "installed and pinned"), (1, "not installed; nothing left behind")),
+    ),
+)
 @click.argument("source")
 @click.option("--force", is_flag=True, help="Replace an installed extension of the same name.")
 def ext_install(source: str, force: bool) -> None:
@@ -336,7 +359,16 @@ def _confirm(question: str, yes: bool) -> None:
         raise UserError("nothing removed")
 
 
-@ext_group.command("remove")
+@ext_group.command(
+    "remove",
+    epilog=epilog(
+        examples=[
+            ("corral ext remove weather", "asks first"),
+            ("corral ext remove -y --purge weather", "data too, no question"),
+        ],
+        exit_codes=((0, "removed"), (1, "not installed, or not confirmed")),
+    ),
+)
 @click.argument("name")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (needed without a terminal).")
 @click.option("--purge", is_flag=True, help="Delete its data directory too.")
@@ -344,7 +376,7 @@ def ext_remove(name: str, yes: bool, purge: bool) -> None:
     """Uninstall an extension; its data stays unless --purge.
 
     Deletes the installed copy, its logs, quarantine record, enable/disable choice
-    and trust pin. Its data directory ($CORRAL_HOME/data/...) is kept for a
+    and trust pin. Its data directory (under $CORRAL_HOME/data) is kept for a
     reinstall, unless --purge. Asks first on a terminal.
     """
     home = _home()
@@ -391,7 +423,13 @@ def _choose(target: str, enabled: bool) -> ExtensionSpec:
     return spec
 
 
-@ext_group.command("enable")
+@ext_group.command(
+    "enable",
+    epilog=epilog(
+        examples=[("corral ext enable weather", "")],
+        exit_codes=((0, "enabled"), (1, "no such extension")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 def ext_enable(target: str) -> None:
     """Enable an extension and lift its crash-loop quarantine.
@@ -405,7 +443,13 @@ def ext_enable(target: str) -> None:
     click.echo(f"enabled {spec.name}" + (" (quarantine lifted)" if lifted else ""))
 
 
-@ext_group.command("disable")
+@ext_group.command(
+    "disable",
+    epilog=epilog(
+        examples=[("corral ext disable weather", "")],
+        exit_codes=((0, "disabled"), (1, "no such extension")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 def ext_disable(target: str) -> None:
     """Keep an extension from starting, without removing it.
@@ -417,7 +461,16 @@ def ext_disable(target: str) -> None:
     click.echo(f"disabled {spec.name}")
 
 
-@ext_group.command("trust")
+@ext_group.command(
+    "trust",
+    epilog=epilog(
+        examples=[
+            ("corral ext trust .corral/extensions/notes", "review, then answer y"),
+            ("corral ext trust -y notes", ""),
+        ],
+        exit_codes=((0, "trusted"), (1, "not trusted")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 @click.option("-y", "--yes", is_flag=True, help="Trust without asking, as shown.")
 def ext_trust(target: str, yes: bool) -> None:
@@ -449,7 +502,13 @@ def ext_trust(target: str, yes: bool) -> None:
     click.echo(f"trusted {spec.name}")
 
 
-@ext_group.command("untrust")
+@ext_group.command(
+    "untrust",
+    epilog=epilog(
+        examples=[("corral ext untrust notes", "")],
+        exit_codes=((0, "done"), (1, "no such extension")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 def ext_untrust(target: str) -> None:
     """Forget an extension's pin: it will not start until trusted again."""
@@ -481,7 +540,16 @@ class _LogPrinter:
         self._out.flush()
 
 
-@ext_group.command("logs")
+@ext_group.command(
+    "logs",
+    epilog=epilog(
+        examples=[
+            ("corral ext logs weather", ""),
+            ("corral ext logs -f weather", "follow; Ctrl-C stops"),
+        ],
+        exit_codes=((0, "printed"), (1, "no such extension or no log yet")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 def ext_logs(target: str, follow: bool) -> None:
@@ -512,10 +580,19 @@ def ext_logs(target: str, follow: bool) -> None:
 
 @click.group("sandbox")
 def sandbox_group() -> None:
-    """Inspect the sandbox backends."""
+    """Check which sandbox backend works here."""
 
 
-@sandbox_group.command("check")
+@sandbox_group.command(
+    "check",
+    epilog=epilog(
+        examples=[("corral sandbox check", ""), ("corral sandbox check --json", "")],
+        exit_codes=(
+            (0, "a sandbox backend works"),
+            (1, "none works: extensions would run unsandboxed"),
+        ),
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def sandbox_check(as_json: bool) -> None:
     """Probe the machine once and report which backend works, or why not."""

@@ -53,5 +53,5 @@ def epilog(
         lines = [f"  # {what}\n  {cmd}" if what else f"  {cmd}" for cmd, what in examples]
         parts.append("\b\nExamples:\n" + "\n".join(lines))
     parts.append(_table("Environment", env))
-    parts.append(_table("Exit status", sorted(codes)))
+    parts.append(_table("Exit status", sorted(codes, key=lambda c: int(c[0]))))
     return "\n\n".join(parts)

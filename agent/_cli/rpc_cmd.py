@@ -23,6 +23,7 @@ from .._engine import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
+from .helptext import AGENT_ENV, epilog
 from .logs import configure_logging
 
 __all__ = ["rpc_cmd", "run_rpc"]
@@ -110,7 +111,22 @@ async def _cancel_on_signal(
             return
 
 
-@click.command("rpc")
+@click.command(
+    "rpc",
+    epilog=epilog(
+        examples=[
+            ("""echo '{"id":"1","type":"prompt","message":"hi"}' | corral rpc""", ""),
+            ("CORRAL_RPC_TOKEN=s3cret corral rpc", "the first command must be hello"),
+        ],
+        env=(*AGENT_ENV, ("CORRAL_RPC_TOKEN", "shared secret (alias ZOTCORE_RPC_TOKEN)")),
+        exit_codes=(
+            (0, "stdin closed and the work done"),
+            (1, "unusable setup or stdout closed"),
+            (130, "SIGINT"),
+            (143, "SIGTERM"),
+        ),
+    ),
+)
 @agent_options
 @click.option(
     "--line-limit",
@@ -121,7 +137,11 @@ async def _cancel_on_signal(
 )
 @click.pass_context
 def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int) -> None:
-    """Serve one agent session as JSON lines on stdin/stdout (docs/rpc.md)."""
+    """Serve one agent session as JSON lines.
+
+    Commands on stdin, responses and events on stdout, logs on stderr; the protocol
+    is in docs/rpc.md.
+    """
     if not structlog.is_configured():
         configure_logging(0)  # run on its own (not under the corral group)
     token = _take_token()
