@@ -1,4 +1,4 @@
-"""Draw the README's screenshots: ``python docs/screenshots.py`` writes docs/demo.png and docs/chat.png.
+"""Draw the README's screenshots: ``python docs/screenshots.py`` writes docs/*.png.
 
 corral runs in a real pseudo-terminal (pexpect); pyte emulates the terminal; Pillow
 draws pyte's screen, cell by cell, in DejaVu Sans Mono. Needs the ``test`` and
@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf"
 BOLD = "/usr/share/fonts/truetype/dejavu/DejaVuSansMono-Bold.ttf"
 BG, FG = (30, 30, 36), (220, 220, 220)
+#: What the scripted model answers in the chat screenshot.
+ANSWER = "## Berlin\n\n- **16°C**, fog\n- take a coat\n\n```python\nprint('done')\n```\n"
 NAMED = {
     "black": (40, 40, 40),
     "red": (235, 90, 90),
@@ -112,9 +114,7 @@ def main() -> None:
                 "text": "Checking the **weather** first.",
                 "tool_calls": [{"name": "weather", "args": {"city": "Berlin"}}],
             },
-            {
-                "text": "## Berlin\n\n- **16°C**, fog\n- take a coat\n\n```python\nprint('done')\n```\n"
-            },
+            {"text": ANSWER},
         ]
         script.write_text("\n".join(json.dumps(t) for t in turns) + "\n")
         ext = str(ROOT / "examples" / "extensions" / "weather")
