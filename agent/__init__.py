@@ -3,57 +3,72 @@
 Embed a whole session with :func:`open_runtime` (queueing, abort, events as the
 RPC wire shows them), or build on :func:`open_agent` for the loop and the
 supervisor behind it. ``corral rpc`` serves the same session over NDJSON.
+
+The names are imported on first use (PEP 562), so that ``import agent`` (and every
+``corral`` command, which imports ``agent._cli``) costs only what it uses.
 """
 
 from __future__ import annotations
 
-from ._engine import AgentOptions, Emit, Engine
-from ._events import (
-    AgentEvent,
-    AssistantMessage,
-    AssistantStart,
-    CompactDone,
-    Done,
-    ErrorEvent,
-    ExtDisplay,
-    ExtNotify,
-    ExtStatus,
-    Retry,
-    TextDelta,
-    ToolCallEvent,
-    ToolProgress,
-    ToolResultEvent,
-    TurnEnd,
-    TurnStart,
-    Usage,
-    UsageTotals,
-    UserMessage,
-)
-from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
-from ._host import BUILTIN_TOOLS, OPTIONAL_TOOLS, AgentHost, open_agent
-from ._loop import AgentBusy, AgentLoop, LoopState
-from ._messages import (
-    ImageContent,
-    InterventionRecord,
-    Message,
-    TextContent,
-    ToolCallContent,
-    ToolResultContent,
-)
-from ._providers.base import (
-    ModelInfo,
-    ModelRequest,
-    Provider,
-    ProviderEvent,
-    ProviderSettings,
-    ToolSpec,
-)
-from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
-from ._providers.offline import OfflineProvider
-from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
-from ._rpc.server import serve_rpc
-from ._runtime import EventStream, Job, JobState, Runtime, RuntimeClosed, RuntimeState, open_runtime
-from ._tools.web import WebConfig
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from ._engine import AgentOptions, Emit, Engine
+    from ._events import (
+        AgentEvent,
+        AssistantMessage,
+        AssistantStart,
+        CompactDone,
+        Done,
+        ErrorEvent,
+        ExtDisplay,
+        ExtNotify,
+        ExtStatus,
+        Retry,
+        TextDelta,
+        ToolCallEvent,
+        ToolProgress,
+        ToolResultEvent,
+        TurnEnd,
+        TurnStart,
+        Usage,
+        UsageTotals,
+        UserMessage,
+    )
+    from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
+    from ._host import BUILTIN_TOOLS, OPTIONAL_TOOLS, AgentHost, open_agent
+    from ._loop import AgentBusy, AgentLoop, LoopState
+    from ._messages import (
+        ImageContent,
+        InterventionRecord,
+        Message,
+        TextContent,
+        ToolCallContent,
+        ToolResultContent,
+    )
+    from ._providers.base import (
+        ModelInfo,
+        ModelRequest,
+        Provider,
+        ProviderEvent,
+        ProviderSettings,
+        ToolSpec,
+    )
+    from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
+    from ._providers.offline import OfflineProvider
+    from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
+    from ._rpc.server import serve_rpc
+    from ._runtime import (
+        EventStream,
+        Job,
+        JobState,
+        Runtime,
+        RuntimeClosed,
+        RuntimeState,
+        open_runtime,
+    )
+    from ._tools.web import WebConfig
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -120,3 +135,83 @@ __all__ = [
     "parse_script",
     "serve_rpc",
 ]
+
+#: Where each public name lives.
+_WHERE: dict[str, str] = {
+    "WebConfig": "._tools.web",
+    "Retry": "._events",
+    "ProviderSettings": "._providers.base",
+    "InterventionRecord": "._messages",
+    "OPTIONAL_TOOLS": "._host",
+    "AgentBusy": "._loop",
+    "AgentError": "._exceptions",
+    "AgentEvent": "._events",
+    "AgentHost": "._host",
+    "AgentLoop": "._loop",
+    "AgentOptions": "._engine",
+    "AssistantMessage": "._events",
+    "AssistantStart": "._events",
+    "BUILTIN_TOOLS": "._host",
+    "CompactDone": "._events",
+    "Done": "._events",
+    "Emit": "._engine",
+    "Engine": "._engine",
+    "ErrorEvent": "._events",
+    "EventStream": "._runtime",
+    "ExtDisplay": "._events",
+    "ExtNotify": "._events",
+    "ExtStatus": "._events",
+    "ImageContent": "._messages",
+    "Job": "._runtime",
+    "JobState": "._runtime",
+    "LoopState": "._loop",
+    "Message": "._messages",
+    "ModelInfo": "._providers.base",
+    "ModelRequest": "._providers.base",
+    "OfflineProvider": "._providers.offline",
+    "PROVIDERS": "._providers.factory",
+    "Provider": "._providers.base",
+    "ProviderError": "._exceptions",
+    "ProviderEvent": "._providers.base",
+    "Runtime": "._runtime",
+    "RuntimeClosed": "._runtime",
+    "RuntimeState": "._runtime",
+    "ScriptError": "._exceptions",
+    "ScriptTurn": "._providers.scripted",
+    "ScriptedProvider": "._providers.scripted",
+    "SessionError": "._exceptions",
+    "TextContent": "._messages",
+    "TextDelta": "._events",
+    "ToolCallContent": "._messages",
+    "ToolCallEvent": "._events",
+    "ToolError": "._exceptions",
+    "ToolProgress": "._events",
+    "ToolResultContent": "._messages",
+    "ToolResultEvent": "._events",
+    "ToolSpec": "._providers.base",
+    "TurnEnd": "._events",
+    "TurnStart": "._events",
+    "UnknownProvider": "._providers.factory",
+    "Usage": "._events",
+    "UsageTotals": "._events",
+    "UserMessage": "._events",
+    "load_script": "._providers.scripted",
+    "make_provider": "._providers.factory",
+    "open_agent": "._host",
+    "open_runtime": "._runtime",
+    "parse_script": "._providers.scripted",
+    "serve_rpc": "._rpc.server",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

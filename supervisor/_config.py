@@ -18,6 +18,7 @@ __all__ = [
     "HostInfo",
     "RestartPolicy",
     "SupervisorConfig",
+    "choice_file",
     "corral_home",
     "data_dir",
     "identity_of",
@@ -62,6 +63,15 @@ def identity_of(name: str, ext_dir: str) -> str:
 def quarantine_file(home: str | Path, identity: str) -> Path:
     """Where a quarantine is recorded; it persists until ``ext enable`` or a reload."""
     return Path(home) / "state" / "quarantine" / f"{identity}.txt"
+
+
+def choice_file(home: str | Path, identity: str) -> Path:
+    """Where ``ext enable``/``ext disable`` record the user's choice (``true``/``false``).
+
+    It wins over the manifest's ``enabled``, so a project's repository is never
+    rewritten to disable an extension in it.
+    """
+    return Path(home) / "state" / "enabled" / identity
 
 
 def log_file(home: str | Path, identity: str) -> Path:

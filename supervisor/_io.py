@@ -3,8 +3,9 @@
 :class:`LineReader` splits a byte stream into lines without ever buffering more
 than ``max_bytes`` of one line: an oversize line is reported once (with its first
 bytes, so the caller can match it to a call) and the rest of it is skipped.
-:class:`StderrLog` appends to ``logs/ext-<name>.log`` (rotated by size) and keeps a
-short in-memory tail for crash reports.
+:class:`StderrLog` appends to ``logs/ext-<name>.log`` (rotated by size), each line
+starting with the UTC time it was written (``2026-04-19T11:30:00.123Z``; given by
+corral, never by the extension), and keeps a short in-memory tail for crash reports.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import time
 import typing
 from pathlib import Path
 
@@ -109,6 +111,7 @@ class StderrLog:
         self._partial = b""
         self._fd: int | None = None
         self._size = 0
+        self._line_start = True
 
     def open(self) -> None:
         """Open the log for appending (creating its directory)."""
@@ -131,9 +134,23 @@ class StderrLog:
         for line in lines[-(self.tail.maxlen or 1) :]:
             self.tail.append(line.decode("utf-8", "replace")[:500])
 
+    def _stamped(self, data: bytes) -> bytes:
+        """``data`` with the time in front of every line that starts in it."""
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        prefix = f"{stamp}.{int(now * 1000) % 1000:03d}Z ".encode()
+        out = bytearray()
+        for line in data.splitlines(keepends=True):
+            if self._line_start:
+                out += prefix
+            out += line
+            self._line_start = line.endswith(b"\n")
+        return bytes(out)
+
     def _write(self, data: bytes) -> None:
         if self._fd is None:
             return
+        data = self._stamped(data)
         if self._size + len(data) > self._max and self._size > 0:
             self._rotate()
         try:

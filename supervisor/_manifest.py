@@ -19,7 +19,7 @@ import msgspec
 
 from sandbox import Permissions, PermissionsError, Pin, check_permissions
 
-from ._config import RestartPolicy, identity_of
+from ._config import RestartPolicy, choice_file, identity_of
 from ._exceptions import ManifestError
 
 __all__ = [
@@ -168,13 +168,21 @@ def load_manifest(
     except PermissionsError as exc:
         raise ManifestError(where, exc.field, exc.message) from None
     manifest = msgspec.structs.replace(manifest, permissions=checked.permissions)
+    identity = identity_of(manifest.name, str(ext_dir))
+    if home:
+        try:  # the user's `ext enable`/`ext disable` wins over the manifest
+            choice = choice_file(home, identity).read_text().strip()
+        except OSError:
+            choice = ""
+        if choice in ("true", "false"):
+            manifest = msgspec.structs.replace(manifest, enabled=choice == "true")
     return ExtensionSpec(
         manifest=manifest,
         dir=str(ext_dir),
         manifest_path=where,
         source=source,
         exec_path=str(exec_path),
-        identity=identity_of(manifest.name, str(ext_dir)),
+        identity=identity,
         manifest_sha256=hashlib.sha256(raw).hexdigest(),
         unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
         pins=checked.pins,

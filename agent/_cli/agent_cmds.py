@@ -14,10 +14,11 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TypeVar
 
 import click
 import msgspec
+import structlog
 import trio
 
 from supervisor import SupervisorError
@@ -31,10 +32,13 @@ from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
 from .chat import run_chat
 from .demo import default_examples_dir, missing_examples, run_demo
+from .helptext import AGENT_ENV, COMMON_ENV, epilog
 from .lifecycle import SignalCancel, check_started, requested_extensions
-from .logs import configure_logging
+from .logs import configure_logging, human_stderr
 from .render import HumanRenderer, JsonRenderer
 from .safe_text import visible
+from .screen import Terminal, make_console
+from .term import is_terminal
 from .trust import check_extensions
 
 __all__ = [
@@ -47,10 +51,13 @@ __all__ = [
     "run_chat_until_signal",
     "run_cmd",
     "run_prompt",
+    "run_renderer",
     "run_trio",
 ]
 
 T = TypeVar("T")
+
+log = structlog.get_logger()
 
 #: ``corral run`` starts the turn without an extension still silent after this long.
 RUN_LATE_AFTER = 2.0
@@ -315,22 +322,50 @@ def refuse_untrusted(options: AgentOptions) -> None:
         raise AgentCLIError("\n".join(v.problem for v in untrusted))
 
 
-async def report_extensions(host: AgentHost, err: TextIO) -> None:
-    """Warn on ``err`` about extensions that failed or run without a sandbox.
+async def report_extensions(host: AgentHost, renderer: HumanRenderer) -> None:
+    """Warn about extensions that failed or run without a sandbox (the reason said once).
 
     Cancellation: the report is cut short.
     """
+    from sandbox import select_sandbox
+
+    bare: list[str] = []
     for info in await host.extensions():
         if info.problem:
             where = f" ({info.path})" if info.state in ("invalid", "duplicate") else ""
-            err.write(visible(f"warning: extension {info.name}{where}: {info.problem}") + "\n")
+            if renderer.human:
+                renderer.line(visible(f"warning: extension {info.name}{where}: {info.problem}"))
+            else:
+                # Error: the extension does not run.
+                log.error(
+                    "extension_problem", extension=info.name, path=info.path, problem=info.problem
+                )
         elif info.pid is not None and not info.sandboxed:
-            warning = f"warning: extension {info.name} runs UNSANDBOXED (backend {info.backend})"
-            err.write(visible(warning) + "\n")
-    err.flush()
+            bare.append(info.name)
+    if bare and renderer.human:  # else the supervisor logged extension_unsandboxed
+        try:
+            why = getattr(select_sandbox(host.options.sandbox), "reason", "")  # type: ignore[arg-type]
+        except Exception:  # the supervisor chose already; the reason is a courtesy
+            why = ""
+        names = ", ".join(bare)
+        text = f"warning: {names} run{'s' if len(bare) == 1 else ''} UNSANDBOXED"
+        renderer.line(visible(text + (f": {why}" if why else "")))
 
 
-async def run_prompt(options: AgentOptions, text: str, as_json: bool) -> int:
+def run_renderer(as_json: bool, *, usage: bool = False) -> HumanRenderer | JsonRenderer:
+    """The renderer of ``corral run``: the answer on stdout, everything else on stderr."""
+    if as_json:
+        return JsonRenderer(sys.stdout)
+    terminal = Terminal(make_console(sys.stdout), make_console(sys.stderr))
+    return HumanRenderer(
+        terminal,
+        markdown=is_terminal(sys.stdout),
+        show_usage=usage,
+        human_notes=human_stderr(),
+    )
+
+
+async def run_prompt(options: AgentOptions, text: str, as_json: bool, usage: bool = False) -> int:
     """``corral run``: one prompt, rendered for people or as JSON lines.
 
     Extensions named with ``-e`` are required (see :mod:`.lifecycle`); one that has
@@ -348,24 +383,28 @@ async def run_prompt(options: AgentOptions, text: str, as_json: bool) -> int:
     """
     if options.late_after is None:
         options = msgspec.structs.replace(options, late_after=RUN_LATE_AFTER)
-    out = sys.stdout
-    renderer: HumanRenderer | JsonRenderer = JsonRenderer(out) if as_json else HumanRenderer(out)
+    renderer = run_renderer(as_json, usage=usage)
     required = await trio.to_thread.run_sync(requested_extensions, options)
     signals = SignalCancel()
-    async with trio.open_nursery() as outer:
-        await outer.start(signals.watch)
-        with signals.scope:
-            async with open_agent(options) as host, trio.open_nursery() as nursery:
-                await check_started(host, required)
-                if not as_json:
-                    await report_extensions(host, sys.stderr)
-                await nursery.start(host.run_forwarder, renderer.emit)
-                try:
-                    await host.engine.prompt(text, [], renderer.emit)
-                finally:
-                    renderer.show(Done())  # not a checkpoint: sent even when cancelled
-                nursery.cancel_scope.cancel()
-        outer.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as outer:
+            await outer.start(signals.watch)
+            with signals.scope:
+                async with open_agent(options) as host, trio.open_nursery() as nursery:
+                    await check_started(host, required)
+                    if isinstance(renderer, HumanRenderer):
+                        renderer.set_source_of(host.engine.registry.sources().get)
+                        await report_extensions(host, renderer)
+                    await nursery.start(host.run_forwarder, renderer.emit)
+                    try:
+                        await host.engine.prompt(text, [], renderer.emit)
+                    finally:
+                        renderer.show(Done())  # not a checkpoint: sent even when cancelled
+                    nursery.cancel_scope.cancel()
+            outer.cancel_scope.cancel()
+    finally:
+        if isinstance(renderer, HumanRenderer):
+            renderer.terminal.close()
     if signals.exit_status is not None:
         return signals.exit_status
     return 1 if renderer.last_stop in ("error", "blocked") else 0
@@ -388,29 +427,89 @@ async def run_chat_until_signal(options: AgentOptions) -> int:
     return signals.exit_status or 0
 
 
-@click.command("run")
+_RUN_EXITS = (
+    (0, "the answer was printed"),
+    (1, "the model failed, a turn was blocked, or the setup is unusable"),
+    (130, "cancelled with Ctrl-C"),
+    (143, "ended by SIGTERM (extensions stopped first)"),
+    (129, "ended by SIGHUP (extensions stopped first)"),
+)
+
+
+@click.command(
+    "run",
+    epilog=epilog(
+        examples=[
+            ('corral run "what is in README.md?"', "the offline model, no key needed"),
+            ('corral run "weather in Berlin?" -e examples/extensions/weather', "with an extension"),
+            ('corral run "summarise it" > answer.txt', "stdout is the answer, nothing else"),
+            ("echo 'say \"hi\"' | corral run --json -", "the prompt from stdin; JSON events"),
+            ("corral run --provider openai --model gpt-4o-mini hi", "a real model (a key)"),
+        ],
+        env=AGENT_ENV,
+        exit_codes=_RUN_EXITS,
+    ),
+)
 @agent_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line on stdout.")
+@click.option("--usage", is_flag=True, help="After the answer, print token and cost totals.")
 @click.argument("prompt", nargs=-1, required=True)
 @click.pass_context
 def run_cmd(
-    ctx: click.Context, options: AgentOptions, as_json: bool, prompt: tuple[str, ...]
+    ctx: click.Context, options: AgentOptions, as_json: bool, usage: bool, prompt: tuple[str, ...]
 ) -> None:
-    """Run one prompt and print the answer ("-" reads the prompt from stdin)."""
+    """Run one prompt and print the answer.
+
+    The answer alone goes to stdout; tool calls, extension notes and warnings go to
+    stderr. PROMPT "-" reads the prompt from stdin.
+    """
     text = " ".join(prompt)
     refuse_untrusted(options)
-    ctx.exit(run_trio(run_prompt, options, sys.stdin.read() if text == "-" else text, as_json))
+    status = run_trio(
+        run_prompt, options, sys.stdin.read() if text == "-" else text, as_json, usage
+    )
+    ctx.exit(status)
 
 
-@click.command("chat")
+@click.command(
+    "chat",
+    epilog=epilog(
+        examples=[
+            ("corral chat", "the offline model, installed extensions"),
+            (
+                "corral chat -e examples/extensions/guard",
+                "with an extension (also: corral -e PATH)",
+            ),
+            ("corral chat --session work", "save the transcript and resume it next time"),
+        ],
+        env=AGENT_ENV,
+        exit_codes=((0, "left with /quit, Ctrl-D or Ctrl-C at the prompt"), (1, "unusable setup")),
+    ),
+)
 @agent_options
 @click.pass_context
 def chat_cmd(ctx: click.Context, options: AgentOptions) -> None:
-    """Chat interactively (/help lists the slash commands)."""
+    """Chat with the agent in this terminal.
+
+    Markdown answers, a spinner while the model or a tool works, history per project
+    (Up/Down, Ctrl-R), multi-line input (Alt-Enter or a trailing backslash), Tab
+    completion of /commands. Ctrl-C cancels the running turn; Ctrl-D leaves. /help
+    lists the slash commands.
+    """
     ctx.exit(run_trio(run_chat_until_signal, options))
 
 
-@click.command("demo")
+@click.command(
+    "demo",
+    epilog=epilog(
+        examples=[
+            ("corral demo", ""),
+            ("corral demo --sandbox required", "fail without a sandbox"),
+        ],
+        env=COMMON_ENV,
+        exit_codes=((0, "every step went as expected"), (1, "a step did not")),
+    ),
+)
 @click.option(
     "--examples",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
@@ -426,7 +525,12 @@ def chat_cmd(ctx: click.Context, options: AgentOptions) -> None:
 )
 @click.pass_context
 def demo_cmd(ctx: click.Context, examples: Path | None, sandbox: str) -> None:
-    """Show corral offline: tools, guard, redaction, a crash, reload, clean stop."""
+    """An offline tour: tools, guard, crash, reload.
+
+    The offline model and the example extensions, in a temporary home and working
+    directory: tool calls, a guard blocking and rewriting commands, redaction, a
+    crash and restart mid-session, /reload-ext, and a clean stop. No key, no network.
+    """
     # The demo narrates crashes and restarts itself; the supervisor's own warnings
     # would only repeat them (``-v`` or CORRAL_LOG still shows them).
     if not ctx.find_root().params.get("verbose"):

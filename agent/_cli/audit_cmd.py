@@ -19,6 +19,7 @@ import msgspec
 from supervisor import InterventionKind, corral_home
 
 from .._audit import AuditRecord, audit_path, read_audit, select_records
+from .helptext import epilog
 from .render import clip
 from .safe_text import visible
 
@@ -89,7 +90,16 @@ def _table(records: list[AuditRecord]) -> list[str]:
     return lines
 
 
-@click.command("audit")
+@click.command(
+    "audit",
+    epilog=epilog(
+        examples=[
+            ("corral audit", "every block and rewrite, newest last"),
+            ("corral audit --extension guard --since 2h", "one extension, the last two hours"),
+            ("corral audit --json -n 20", "the last 20 records as JSON lines"),
+        ]
+    ),
+)
 @click.option("--session", help='Only this session (`""`: unsaved sessions).')
 @click.option("--extension", help="Only interventions by this extension.")
 @click.option("--since", help="Only newer records: an age (30m, 2h, 7d) or a date/time.")
@@ -98,7 +108,10 @@ def _table(records: list[AuditRecord]) -> list[str]:
 def audit_cmd(
     session: str | None, extension: str | None, since: str | None, last: int | None, as_json: bool
 ) -> None:
-    """Show every block and rewrite by an extension ($CORRAL_HOME/audit.jsonl)."""
+    """Show every block and rewrite by an extension.
+
+    The records come from $CORRAL_HOME/audit.jsonl, oldest first.
+    """
     path = audit_path(corral_home())
     when = parse_since(since, datetime.now(UTC)) if since is not None else None
     try:

@@ -1,7 +1,8 @@
 """``corral chat``: the interactive session.
 
-Lines are read in a worker thread (``input()``, with readline editing and history
-when available). A line starting with ``/`` is a slash command: the built-ins
+On a terminal, lines come from the line editor (:mod:`~agent._cli.lineedit`:
+history per project, multi-line input, Tab completion, a status line); from a
+pipe, one line at a time. A line starting with ``/`` is a slash command: the built-ins
 below, or an extension's command, whose answer is handled by its action —
 ``prompt`` runs a turn, ``insert`` pre-fills the next input line, ``display``
 shows a note, ``noop`` does nothing (an ``error`` is shown whatever the action).
@@ -12,25 +13,27 @@ while the turn is being cancelled) exits cleanly, as does Ctrl-D or ``/quit``.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import signal
 import sys
-import termios
 import typing
+from pathlib import Path
 from typing import Protocol, TextIO
 
 import structlog
 import trio
 
-from supervisor import CommandOutcome, ExtensionInfo, SupervisorError
+from supervisor import CommandOutcome, ExtensionInfo, SupervisorError, corral_home
 
 from .._engine import AgentOptions, Emit
+from .._events import Done
 from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
-from .render import HumanRenderer
+from .render import HumanRenderer, format_usage
 from .safe_text import visible
+from .screen import Terminal, make_console
+from .term import is_terminal
 from .trust import ask_trust
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
@@ -91,41 +94,25 @@ class _RawLines:
 
 @typing.final
 class TerminalReader:
-    """Reads input lines in a worker thread.
+    """Reads input lines from a pipe (or any stdin that is not a terminal) in a worker thread.
 
-    On a terminal: ``input()`` with readline (editing, history, and ``default``
-    pre-filled in the line). Otherwise: raw reads from the stdin descriptor (or
-    ``readline()`` of a stdin without one), and ``default`` is used when the user
-    sends an empty line.
+    Raw reads from the stdin descriptor (or ``readline()`` of a stdin without one);
+    ``default`` is used when the user sends an empty line.
     """
 
     def __init__(self, out: TextIO, stdin: TextIO | None = None) -> None:
         self._out = out
         self._stdin = stdin or sys.stdin
-        self._tty = self._stdin.isatty()
-        self._readline: typing.Any = None
         self._raw: _RawLines | None = None
-        self._termios: list[typing.Any] | None = None
-        if self._tty:
-            try:
-                import readline  # optional: POSIX terminals only
-            except ImportError:
-                readline = None  # type: ignore[assignment]
-            self._readline = readline
-            with contextlib.suppress(OSError, ValueError, termios.error):
-                self._termios = termios.tcgetattr(self._stdin.fileno())
-        else:
-            try:
-                self._raw = _RawLines(self._stdin.fileno())
-            except (OSError, ValueError, io.UnsupportedOperation):
-                self._raw = None
+        try:
+            self._raw = _RawLines(self._stdin.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            self._raw = None
 
     def __repr__(self) -> str:
-        return f"<TerminalReader tty={self._tty} readline={self._readline is not None}>"
+        return f"<TerminalReader raw={self._raw is not None}>"
 
     def _read(self, prompt: str, default: str) -> str | None:
-        if self._tty:
-            return self._read_tty(prompt, default)
         if default:
             self._out.write(f"(inserted: {default!r} — press Enter to send it, or type a line)\n")
         self._out.write(prompt)
@@ -138,30 +125,6 @@ class TerminalReader:
         if line is None:
             return None
         return default if not line.strip() and default else line
-
-    def _read_tty(self, prompt: str, default: str) -> str | None:
-        rl = self._readline
-        if default and rl is not None:
-            rl.set_startup_hook(lambda: rl.insert_text(default))
-        elif default:
-            self._out.write(f"(inserted: {default!r} — press Enter to send it, or type a line)\n")
-            self._out.flush()
-        try:
-            line = input(prompt)
-        except EOFError:
-            return None
-        finally:
-            if rl is not None:
-                rl.set_startup_hook(None)
-        if not line.strip() and default and rl is None:
-            return default
-        return line
-
-    def restore(self) -> None:
-        """Put the terminal back as it was (an abandoned ``input()`` may have changed it)."""
-        if self._termios is not None:
-            with contextlib.suppress(OSError, ValueError, termios.error):
-                termios.tcsetattr(self._stdin.fileno(), termios.TCSADRAIN, self._termios)
 
     async def read(self, prompt: str, default: str = "") -> str | None:
         """Read one line.
@@ -274,6 +237,7 @@ class ChatSession:
             self._turn = scope
             try:
                 await self.host.engine.prompt(text, [], self.emit)
+                await self.emit(Done())
             except AgentError as exc:
                 self.renderer.line(self.renderer.style(f"! {visible(str(exc))}", "red"))
             finally:
@@ -369,6 +333,14 @@ class ChatSession:
         # publishes it), which the event forwarder renders: nothing to do here.
 
 
+def _status(host: AgentHost, renderer: HumanRenderer) -> str:
+    engine = host.engine
+    t = renderer.totals
+    usage = format_usage(t.input, t.output, t.cost_usd)
+    commands = len(host.commands())
+    return f"{engine.provider_name}/{engine.model} · {usage} · {commands} ext commands · /help"
+
+
 async def run_chat(
     options: AgentOptions, reader: LineReader | None = None, out: TextIO | None = None
 ) -> None:
@@ -377,18 +349,52 @@ async def run_chat(
     Cancellation: the session ends; every extension is stopped.
     """
     out = out or sys.stdout
-    renderer = HumanRenderer(out)
-    terminal = TerminalReader(out) if reader is None else None
+    terminal = Terminal(make_console(out))
+    renderer = HumanRenderer(terminal, markdown=is_terminal(out))
     try:
-        await _chat(options, renderer, reader or typing.cast(LineReader, terminal))
+        await _chat(options, renderer, reader, out)
     finally:
-        if terminal is not None:
-            terminal.restore()
+        terminal.close()
 
 
-async def _chat(options: AgentOptions, renderer: HumanRenderer, reader: LineReader) -> None:
+def _line_editor(
+    options: AgentOptions, renderer: HumanRenderer, host: list[AgentHost]
+) -> LineReader:
+    from .lineedit import PromptReader, history_file
+
+    def commands() -> list[tuple[str, str]]:
+        found = list(BUILTIN_COMMANDS.items())
+        if host:
+            found += [(c.name, f"{c.description} [{c.extension}]") for c in host[0].commands()]
+        return [(name, visible(text)) for name, text in found]
+
+    def status() -> str:
+        return visible(_status(host[0], renderer)) if host else ""
+
+    home = Path(options.home).expanduser() if options.home else corral_home()
+    return PromptReader(
+        renderer.terminal,
+        history_file(home, options.cwd),
+        commands,
+        status,
+        color=renderer.style.enabled,
+    )
+
+
+async def _chat(
+    options: AgentOptions, renderer: HumanRenderer, given: LineReader | None, out: TextIO
+) -> None:
+    opened: list[AgentHost] = []
+    if given is not None:
+        reader = given
+    elif is_terminal(sys.stdin) and renderer.terminal.interactive:
+        reader = _line_editor(options, renderer, opened)
+    else:
+        reader = TerminalReader(out)
     await ask_trust(options, renderer, reader.read)
     async with open_agent(options) as host, trio.open_nursery() as nursery:
+        opened.append(host)
+        renderer.set_source_of(host.engine.registry.sources().get)
         await nursery.start(host.run_forwarder, renderer.emit)
         chat = ChatSession(host, renderer, reader)
         await nursery.start(chat.watch_interrupts)

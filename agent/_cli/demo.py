@@ -29,6 +29,8 @@ from .._host import AgentHost, open_agent
 from .._messages import TextContent, text_of
 from .chat import ChatSession, format_extensions
 from .render import HumanRenderer, text_of_blocks
+from .screen import Terminal, make_console
+from .term import is_terminal
 
 __all__ = ["DEMO_EXTENSIONS", "default_examples_dir", "missing_examples", "run_demo"]
 
@@ -228,7 +230,14 @@ async def run_demo(examples: Path, sandbox: str = "auto", out: TextIO | None = N
     directories are removed.
     """
     out = out or sys.stdout
-    renderer = HumanRenderer(out)
+    renderer = HumanRenderer(Terminal(make_console(out)), markdown=is_terminal(out))
+    try:
+        return await _run(renderer, examples, sandbox)
+    finally:
+        renderer.terminal.close()
+
+
+async def _run(renderer: HumanRenderer, examples: Path, sandbox: str) -> int:
     s = renderer.style
     rec = _Recorder(renderer)
     renderer.line(

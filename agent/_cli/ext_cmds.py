@@ -29,22 +29,22 @@ from supervisor import (
     ExtensionSpec,
     ManifestError,
     Source,
-    TreeDigest,
     TrustError,
     TrustState,
     TrustStore,
     TrustVerdict,
+    choice_file,
     corral_home,
     data_dir,
     describe_permissions,
     discover,
-    file_sha256,
     identity_of,
     load_manifest,
     log_file,
     quarantine_file,
 )
 
+from .helptext import epilog
 from .safe_text import StreamSanitizer, visible_lines
 from .trust import describe, shadowed_by, visible
 
@@ -114,16 +114,38 @@ def _verify(store: TrustStore, spec: ExtensionSpec) -> TrustVerdict:
         raise UserError(f"cannot check trust: {exc}") from None
 
 
+#: ``ext list`` cuts descriptions to this many characters (``--json`` has them whole).
+_DESCRIPTION_WIDTH = 40
+
+
 def _cell(value: object) -> str:
     return visible(str(value))
 
 
+def clip(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters, with an ellipsis when cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 @click.group("ext")
 def ext_group() -> None:
-    """Manage extensions (installed under $CORRAL_HOME/extensions)."""
+    """Manage extensions: list, install, trust, logs.
+
+    Installed extensions live in $CORRAL_HOME/extensions, project-local ones in
+    .corral/extensions. None of these commands starts an extension.
+    """
 
 
-@ext_group.command("list")
+@ext_group.command(
+    "list",
+    epilog=epilog(
+        examples=[
+            ("corral ext list", ""),
+            ("corral ext list --json", "one JSON object per extension"),
+        ],
+        exit_codes=((0, "listed"),),
+    ),
+)
 @click.option(
     "-e",
     "--ext",
@@ -141,7 +163,11 @@ def ext_group() -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per extension.")
 def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
-    """List extensions: name, version, source, state, trust, permissions, sandbox, problems."""
+    """List extensions: state, trust, description, permissions, sandbox, problems.
+
+    Every extension found: --ext paths, then project-local ones (.corral/extensions),
+    then installed ones, in that order. Nothing is started.
+    """
     home = _home()
     found = discover(list(ext_paths), project_dir=os.getcwd(), home=str(home))
     store = TrustStore(home)
@@ -158,6 +184,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
             {
                 "name": spec.name,
                 "version": spec.manifest.version,
+                "description": spec.manifest.description,
                 "source": spec.source,
                 "enabled": spec.manifest.enabled,
                 "state": state,
@@ -197,6 +224,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
             {
                 "name": err.extension,
                 "version": "",
+                "description": "",
                 "source": "",
                 "enabled": False,
                 "state": "invalid",
@@ -216,13 +244,16 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
     if not rows:
         click.echo(f"no extensions (install one with `corral ext install PATH`; home: {home})")
         return
-    cols = ["name", "version", "source", "state", "trust", "permissions_summary", "sandbox"]
-    cols.append("problem")
+    cols = ["name", "version", "source", "state", "trust", "description"]
+    cols += ["permissions_summary", "sandbox", "problem"]
     heads = {"permissions_summary": "PERMISSIONS"}
-    widths = {c: max(len(heads.get(c, c)), *(len(_cell(r[c])) for r in rows)) for c in cols[:-1]}
+    cells = [{c: _cell(r[c]) for c in cols} for r in rows]
+    for cell in cells:
+        cell["description"] = clip(cell["description"], _DESCRIPTION_WIDTH)
+    widths = {c: max(len(heads.get(c, c)), *(len(cell[c]) for cell in cells)) for c in cols[:-1]}
     click.echo("  ".join(heads.get(c, c.upper()).ljust(widths.get(c, 0)) for c in cols).rstrip())
-    for r in rows:
-        click.echo("  ".join(_cell(r[c]).ljust(widths.get(c, 0)) for c in cols).rstrip())
+    for cell in cells:
+        click.echo("  ".join(cell[c].ljust(widths.get(c, 0)) for c in cols).rstrip())
 
 
 #: Environment of ``git clone``: never ask for a password (fail instead).
@@ -261,7 +292,16 @@ def _clone(source: str, dest: Path, timeout: float) -> None:
         raise UserError(f"cannot clone {source} (git exit {proc.returncode}):\n{detail}")
 
 
-@ext_group.command("install")
+@ext_group.command(
+    "install",
+    epilog=epilog(
+        examples=[
+            ("corral ext install ./examples/extensions/weather", ""),
+            ("corral ext install https://example.org/ext.git", "a git URL"),
+        ],
+        exit_codes=((0, "installed and pinned"), (1, "not installed; nothing left behind")),
+    ),
+)
 @click.argument("source")
 @click.option("--force", is_flag=True, help="Replace an installed extension of the same name.")
 @click.option(
@@ -329,22 +369,50 @@ def _installed_names() -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
-def _forget(home: Path, identity: str) -> None:
-    """Delete an extension's state: data, logs, quarantine record, trust pin."""
-    shutil.rmtree(data_dir(home, identity), ignore_errors=True)
+def _forget(home: Path, identity: str, *, purge: bool) -> None:
+    """Delete an extension's state: logs, quarantine record, choice, pin; data if ``purge``."""
+    if purge:
+        shutil.rmtree(data_dir(home, identity), ignore_errors=True)
     log = log_file(home, identity)
     for path in (log, log.with_name(log.name + ".1"), quarantine_file(home, identity)):
         path.unlink(missing_ok=True)
+    choice_file(home, identity).unlink(missing_ok=True)
     try:
         TrustStore(home).unpin(identity)
     except TrustError as exc:
         raise UserError(f"removed, but its pin could not be dropped: {exc}") from None
 
 
-@ext_group.command("remove")
+def _confirm(question: str, yes: bool) -> None:
+    """Ask ``question`` on a terminal; without one, only ``-y`` goes ahead."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UserError("not asking without a terminal: add -y to go ahead")
+    if not click.confirm(question, default=False):
+        raise UserError("nothing removed")
+
+
+@ext_group.command(
+    "remove",
+    epilog=epilog(
+        examples=[
+            ("corral ext remove weather", "asks first"),
+            ("corral ext remove -y --purge weather", "data too, no question"),
+        ],
+        exit_codes=((0, "removed"), (1, "not installed, or not confirmed")),
+    ),
+)
 @click.argument("name")
-def ext_remove(name: str) -> None:
-    """Delete an installed extension with its data, logs, quarantine record and pin."""
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (needed without a terminal).")
+@click.option("--purge", is_flag=True, help="Delete its data directory too.")
+def ext_remove(name: str, yes: bool, purge: bool) -> None:
+    """Uninstall an extension; its data stays unless --purge.
+
+    Deletes the installed copy, its logs, quarantine record, enable/disable choice
+    and trust pin. Its data directory (under $CORRAL_HOME/data) is kept for a
+    reinstall, unless --purge. Asks first on a terminal.
+    """
     home = _home()
     dest = _installed_dir() / name
     if "/" in name or name.startswith(".") or not dest.is_dir():
@@ -354,78 +422,89 @@ def ext_remove(name: str) -> None:
         identity = load_manifest(dest, "global", home=str(home)).identity
     except ManifestError:
         identity = identity_of(name, str(dest))  # installed under its name
+    data = data_dir(home, identity)
+    keeps = " and its data" if purge and data.exists() else ""
+    _confirm(f"Remove {name} ({dest}){keeps}?", yes)
     shutil.rmtree(dest)
-    _forget(home, identity)
-    click.echo(f"removed {name} and its state")
+    _forget(home, identity, purge=purge)
+    if data.exists():
+        click.echo(_cell(f"removed {name}; its data stays in {data} (--purge deletes it)"))
+    else:
+        click.echo(f"removed {name}")
 
 
-def _repin(store: TrustStore, spec: ExtensionSpec, before: TreeDigest, new: bytes) -> bool:
-    """Pin ``spec`` again after corral itself rewrote its manifest to ``new``.
-
-    Only when nothing else changed: the directory must digest exactly as before,
-    but for the manifest, which must hold ``new``.
-    """
-    name = os.path.basename(spec.manifest_path)
-    digest = file_sha256(new)
-    expected = tuple(
-        e._replace(payload=digest, size=len(new)) if e.path == name else e for e in before.entries
-    )
-    try:
-        after = load_manifest(spec.dir, spec.source, home=str(_home()))
-        tree = store.digest(after)
-        if (
-            tree.entries != expected
-            or after.manifest_sha256 != digest
-            or after.manifest.permissions != spec.manifest.permissions
-        ):
-            return False
-        store.pin(after, tree)
-    except (ManifestError, TrustError):
-        return False
-    return True
-
-
-def _set_enabled(target: str, enabled: bool) -> ExtensionSpec:
+def _choose(target: str, enabled: bool) -> ExtensionSpec:
+    """Record the user's enable/disable choice under corral's home (never in the manifest)."""
     spec, _ = _resolve(target)
-    store = TrustStore(_home())
-    before = _verify(store, spec)
-    path = Path(spec.manifest_path)
+    if spec.source == "cli":
+        raise UserError(
+            f"{spec.dir} is neither installed nor project-local; an extension named with "
+            "--ext runs because you name it: leave it out instead"
+        )
+    path = choice_file(_home(), spec.identity)
     try:
-        raw = path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{path}: cannot rewrite: {exc}") from None
-    if file_sha256(raw) != spec.manifest_sha256 or not isinstance(data, dict):
-        raise UserError(f"{path}: changed while being read; try again")
-    data["enabled"] = enabled
-    new = (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
-    path.write_bytes(new)
-    trusted = before.state is TrustState.TRUSTED and before.tree is not None
-    if trusted and before.tree is not None and not _repin(store, spec, before.tree, new):
-        click.echo(f"warning: {spec.name} changed meanwhile; review it: corral ext trust", err=True)
+        manifest = load_manifest(spec.dir, spec.source).manifest.enabled  # without a choice
+    except ManifestError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        if manifest == enabled:
+            path.unlink(missing_ok=True)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("true\n" if enabled else "false\n")
+    except OSError as exc:
+        raise UserError(f"cannot record the choice in {path}: {exc.strerror}") from None
     return spec
 
 
-@ext_group.command("enable")
+@ext_group.command(
+    "enable",
+    epilog=epilog(
+        examples=[("corral ext enable weather", "")],
+        exit_codes=((0, "enabled"), (1, "no such extension")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 def ext_enable(target: str) -> None:
-    """Enable an extension and lift its crash-loop quarantine."""
-    spec = _set_enabled(target, True)
+    """Enable an extension and lift its crash-loop quarantine.
+
+    The choice is recorded under $CORRAL_HOME; the extension's files are not touched.
+    """
+    spec = _choose(target, True)
     q = quarantine_file(_home(), spec.identity)
     lifted = q.exists()
     q.unlink(missing_ok=True)
     click.echo(f"enabled {spec.name}" + (" (quarantine lifted)" if lifted else ""))
 
 
-@ext_group.command("disable")
+@ext_group.command(
+    "disable",
+    epilog=epilog(
+        examples=[("corral ext disable weather", "")],
+        exit_codes=((0, "disabled"), (1, "no such extension")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 def ext_disable(target: str) -> None:
-    """Disable an extension without removing it."""
-    spec = _set_enabled(target, False)
+    """Keep an extension from starting, without removing it.
+
+    The choice is recorded under $CORRAL_HOME (never in a project's repository);
+    `corral ext enable` undoes it.
+    """
+    spec = _choose(target, False)
     click.echo(f"disabled {spec.name}")
 
 
-@ext_group.command("trust")
+@ext_group.command(
+    "trust",
+    epilog=epilog(
+        examples=[
+            ("corral ext trust .corral/extensions/notes", "review, then answer y"),
+            ("corral ext trust -y notes", ""),
+        ],
+        exit_codes=((0, "trusted"), (1, "not trusted")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 @click.option("-y", "--yes", is_flag=True, help="Trust without asking, as shown.")
 def ext_trust(target: str, yes: bool) -> None:
@@ -457,7 +536,13 @@ def ext_trust(target: str, yes: bool) -> None:
     click.echo(f"trusted {spec.name}")
 
 
-@ext_group.command("untrust")
+@ext_group.command(
+    "untrust",
+    epilog=epilog(
+        examples=[("corral ext untrust notes", "")],
+        exit_codes=((0, "done"), (1, "no such extension")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 def ext_untrust(target: str) -> None:
     """Forget an extension's pin: it will not start until trusted again."""
@@ -489,7 +574,16 @@ class _LogPrinter:
         self._out.flush()
 
 
-@ext_group.command("logs")
+@ext_group.command(
+    "logs",
+    epilog=epilog(
+        examples=[
+            ("corral ext logs weather", ""),
+            ("corral ext logs -f weather", "follow; Ctrl-C stops"),
+        ],
+        exit_codes=((0, "printed"), (1, "no such extension or no log yet")),
+    ),
+)
 @click.argument("target", metavar="NAME|PATH")
 @click.option("-f", "--follow", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 def ext_logs(target: str, follow: bool) -> None:
@@ -520,10 +614,19 @@ def ext_logs(target: str, follow: bool) -> None:
 
 @click.group("sandbox")
 def sandbox_group() -> None:
-    """Inspect the sandbox backends."""
+    """Check which sandbox backend works here."""
 
 
-@sandbox_group.command("check")
+@sandbox_group.command(
+    "check",
+    epilog=epilog(
+        examples=[("corral sandbox check", ""), ("corral sandbox check --json", "")],
+        exit_codes=(
+            (0, "a sandbox backend works"),
+            (1, "none works: extensions would run unsandboxed"),
+        ),
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def sandbox_check(as_json: bool) -> None:
     """Probe the machine once and report which backend works, or why not."""

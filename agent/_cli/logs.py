@@ -1,24 +1,40 @@
 """structlog configuration, done once by the CLI entry point (never by library code).
 
-Console rendering on a TTY, JSON lines otherwise; logs go to stderr so stdout stays
-free for output (and for the RPC protocol). Log lines quote extensions (frame
-excerpts, names, stderr tails, refusal reasons), so on a TTY every value is made
-terminal-safe before the console renderer sees it; JSON lines are left exact
-(JSON escapes control characters itself).
+One problem is shown once. When stderr is a terminal, the person reading it gets
+the CLI's human lines only, and the structured log goes to
+``$CORRAL_HOME/logs/corral.log`` (JSON lines, opened on the first entry, rotated
+by size) unless ``-v`` (or ``CORRAL_LOG``) asks for it on stderr, where it is
+rendered for the console. When stderr is not a terminal, it carries structured
+(JSON) lines only, and the CLI sends its human notes there as structured events
+too (:func:`human_stderr` tells which). stdout stays free for output (and for
+the RPC protocol).
+
+Log lines quote extensions (frame excerpts, names, stderr tails, refusal
+reasons), so on a terminal every value is made terminal-safe before the console
+renderer sees it; JSON lines are left exact (JSON escapes control characters
+itself).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import typing
+from pathlib import Path
 
 import structlog
 from structlog.typing import EventDict, WrappedLogger
 
 from .safe_text import visible, visible_lines
 
-__all__ = ["configure_logging", "terminal_safe"]
+__all__ = ["LOG_NAME", "configure_logging", "human_stderr", "log_path", "terminal_safe"]
+
+#: The structured log of the CLI, under ``$CORRAL_HOME/logs``.
+LOG_NAME = "corral.log"
+#: Past this size the log is moved to ``corral.log.1`` when the next command starts.
+_ROTATE_BYTES = 4 * 1024 * 1024
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -50,6 +66,56 @@ def terminal_safe(logger: WrappedLogger, method: str, event_dict: EventDict) -> 
     return event_dict
 
 
+def log_path() -> Path:
+    """``$CORRAL_HOME/logs/corral.log``."""
+    from supervisor import corral_home  # not needed until the first log entry
+
+    return corral_home() / "logs" / LOG_NAME
+
+
+def human_stderr() -> bool:
+    """True when stderr is a terminal: the CLI's notes there are human lines."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@typing.final
+class _LazyLogFile:
+    """The log file, created and opened on the first write (``--help`` writes nothing)."""
+
+    def __init__(self) -> None:
+        self._file: typing.TextIO | None = None
+        self._failed = False
+
+    def __repr__(self) -> str:
+        return f"<_LazyLogFile open={self._file is not None}>"
+
+    def _open(self) -> typing.TextIO | None:
+        if self._file is None and not self._failed:
+            try:
+                path = log_path()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    if path.stat().st_size > _ROTATE_BYTES:
+                        path.replace(path.with_name(LOG_NAME + ".1"))
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._file = os.fdopen(fd, "a", encoding="utf-8", errors="backslashreplace")
+            except OSError:
+                self._failed = True  # an unwritable home must not break the command
+        return self._file
+
+    def write(self, text: str) -> int:
+        out = self._open()
+        return out.write(text) if out is not None else len(text)
+
+    def flush(self) -> None:
+        if self._file is not None:
+            with contextlib.suppress(OSError):
+                self._file.flush()
+
+
 def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
     """Configure structlog for the process.
 
@@ -58,17 +124,26 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
         level: a level name that replaces ``verbosity`` (``"error"``, ...).
 
     The ``CORRAL_LOG`` environment variable (``debug``/``info``/``warning``/``error``)
-    overrides both.
+    overrides both. On a terminal without ``-v`` or ``CORRAL_LOG``, entries go to
+    the log file (info and above, whatever ``level`` says), not to stderr.
     """
     threshold = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     if level is not None:
         threshold = _LEVELS[level]
-    threshold = _LEVELS.get(os.environ.get("CORRAL_LOG", "").lower(), threshold)
+    env_level = _LEVELS.get(os.environ.get("CORRAL_LOG", "").lower())
+    threshold = env_level if env_level is not None else threshold
     rendering: list[structlog.typing.Processor]
-    if sys.stderr.isatty():
+    factory: typing.Any
+    if human_stderr() and verbosity == 0 and env_level is None:
+        rendering = [structlog.processors.JSONRenderer()]
+        factory = structlog.WriteLoggerFactory(file=_LazyLogFile())  # type: ignore[arg-type]
+        threshold = logging.INFO
+    elif human_stderr():
         rendering = [terminal_safe, structlog.dev.ConsoleRenderer()]
+        factory = structlog.PrintLoggerFactory(sys.stderr)
     else:
         rendering = [structlog.processors.JSONRenderer()]
+        factory = structlog.PrintLoggerFactory(sys.stderr)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -78,7 +153,7 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
             *rendering,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(threshold),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=factory,
         # Not cached: loggers created at import must follow a later reconfiguration.
         cache_logger_on_first_use=False,
     )

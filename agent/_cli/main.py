@@ -2,35 +2,99 @@
 
 Commands: ``run``, ``chat``, ``demo`` (agent), ``rpc`` (NDJSON server; also
 ``corral --rpc``), ``ext …`` (manage extensions), ``sessions …`` (saved sessions),
-``sandbox check`` and ``audit`` (who blocked or rewrote what).
+``audit`` (who blocked or rewrote what), ``sandbox check`` and ``completion``.
+``corral -e PATH`` is ``corral chat -e PATH``.
+
+Start-up is kept fast: this module imports only click, and a command's module is
+imported when that command runs (``corral --help`` lists the commands from the
+table below without importing any of them).
 """
 
 from __future__ import annotations
 
+import importlib
 import typing
 
 import click
 
-from .agent_cmds import chat_cmd, demo_cmd, run_cmd
-from .audit_cmd import audit_cmd
-from .ext_cmds import ext_group, sandbox_group
-from .logs import configure_logging
-from .rpc_cmd import rewrite_rpc_flag, rpc_cmd
-from .sessions_cmd import sessions_group
+from .argv import rewrite_shortcuts
+from .helptext import epilog
+from .term import ColorMode, set_color_mode
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "main"]
+
+#: Command name -> (module in this package, attribute, one-line summary).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("agent_cmds", "run_cmd", "Run one prompt and print the answer."),
+    "chat": ("agent_cmds", "chat_cmd", "Chat with the agent in this terminal."),
+    "demo": ("agent_cmds", "demo_cmd", "An offline tour: tools, guard, crash, reload."),
+    "rpc": ("rpc_cmd", "rpc_cmd", "Serve one agent session as JSON lines."),
+    "ext": ("ext_cmds", "ext_group", "Manage extensions: list, install, trust, logs."),
+    "sessions": ("sessions_cmd", "sessions_group", "List, show and remove saved sessions."),
+    "audit": ("audit_cmd", "audit_cmd", "Show every block and rewrite by an extension."),
+    "sandbox": ("ext_cmds", "sandbox_group", "Check which sandbox backend works here."),
+    "completion": ("completion", "completion_cmd", "Print a shell completion script."),
+}
 
 
 @typing.final
 class _Main(click.Group):
-    """The group; ``corral [-v] --rpc ARGS`` is read as ``corral [-v] rpc ARGS``."""
+    """The group: lazy commands, and the ``--rpc`` / ``-e PATH`` shortcuts."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        return super().parse_args(ctx, rewrite_rpc_flag(args))
+        return super().parse_args(ctx, rewrite_shortcuts(args))
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)  # added with add_command
+        if found is not None or cmd_name not in COMMANDS:
+            return found
+        module, attr, summary = COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(f".{module}", __package__), attr)
+        assert isinstance(command, click.Command)
+        command.short_help = summary
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # The summaries from the table: listing must not import every command.
+        rows = [(name, summary) for name, (_, _, summary) in COMMANDS.items()]
+        for name in super().list_commands(ctx):
+            if name not in COMMANDS:
+                rows.append((name, self.commands[name].get_short_help_str(limit=60)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
-@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", count=True, help="More log output on stderr (-v info, -vv debug).")
+@click.group(
+    cls=_Main,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=epilog(
+        examples=[
+            ("corral demo", "the offline tour (no key, no network)"),
+            ('corral run "weather in Berlin?" -e examples/extensions/weather', "one prompt"),
+            ("corral -e examples/extensions/guard", "chat with an extension"),
+            ("corral ext list", "installed and project-local extensions"),
+            ("corral COMMAND --help", "more about one command"),
+        ],
+    ),
+)
+@click.option("-v", "--verbose", count=True, help="Log to stderr (-v info, -vv debug).")
+@click.option(
+    "--color",
+    type=click.Choice([m.value for m in ColorMode]),
+    default="auto",
+    show_default=True,
+    help="Colour human output (auto: on a terminal, unless NO_COLOR is set).",
+)
+@click.option(
+    "-e",
+    "--ext",
+    metavar="PATH",
+    expose_value=False,
+    help="Chat with the extension in PATH: same as `corral chat -e PATH`.",
+)
 @click.option(
     "--rpc",
     is_flag=True,
@@ -38,16 +102,14 @@ class _Main(click.Group):
     help="Same as `corral rpc`: serve one session as JSON lines on stdin/stdout.",
 )
 @click.version_option(package_name="corral")
-def main(verbose: int) -> None:
-    """corral: run untrusted agent extensions as supervised, sandboxed subprocesses."""
+@click.pass_context
+def main(ctx: click.Context, verbose: int, color: str) -> None:
+    """corral: run untrusted agent extensions as supervised, sandboxed subprocesses.
+
+    Without a key or a network, `corral demo` shows what it does. On a terminal, logs
+    go to $CORRAL_HOME/logs/corral.log (-v shows them on stderr instead).
+    """
+    from .logs import configure_logging  # structlog is not needed for --help
+
+    set_color_mode(ctx, ColorMode(color))
     configure_logging(verbose)
-
-
-main.add_command(run_cmd)
-main.add_command(chat_cmd)
-main.add_command(demo_cmd)
-main.add_command(rpc_cmd)
-main.add_command(ext_group)
-main.add_command(sandbox_group)
-main.add_command(audit_cmd)
-main.add_command(sessions_group)

@@ -1,26 +1,38 @@
 """Showing agent events to people (and, with ``--json``, to programs).
 
-:class:`HumanRenderer` prints assistant text as it streams, tool calls and their
-results in one line each, blocked turns and errors with their reason, and
-extension notes with the extension's name in brackets on every line. Whatever
-came from an extension, a model or a tool is made terminal-safe first
-(:mod:`~agent._cli.safe_text`). :class:`JsonRenderer` writes one event per line,
-exactly as ``corral rpc`` would (the data unchanged; JSON escapes it).
+:class:`HumanRenderer` draws on a :class:`~agent._cli.screen.Terminal`: assistant
+text as Markdown (on a terminal; raw text into a pipe or a file, so ``corral run …
+> answer.txt`` captures exactly the answer), a spinner while the model or a tool
+is awaited with the last lines of a running tool under it, each tool call and its
+result on one line with the extension that answered (``← [weather] Berlin: 16°C,
+fog``), blocked turns and errors with their reason, extension notes with the
+extension's name in brackets on every line, and token and cost totals.
+
+Whatever came from an extension, a model or a tool is made terminal-safe first
+(:mod:`~agent._cli.safe_text`). When the notes stream is not a terminal (stderr
+into a pipe or a file), the notes are not drawn at all: the problems among them
+are logged as structured events instead (one problem, one line).
+:class:`JsonRenderer` writes one event per line, exactly as ``corral rpc`` would
+(the data unchanged; JSON escapes it).
 """
 
 from __future__ import annotations
 
 import json
 import typing
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import msgspec
+import structlog
+from rich.text import Text
 
 from .._events import (
     AgentEvent,
     AssistantMessage,
     AssistantStart,
     CompactDone,
+    Done,
     ErrorEvent,
     ExtDisplay,
     ExtNotify,
@@ -31,13 +43,17 @@ from .._events import (
     ToolProgress,
     ToolResultEvent,
     TurnEnd,
+    TurnStart,
     Usage,
+    UsageTotals,
     UserMessage,
 )
 from .._messages import ImageContent, Message, TextContent, wire_message
+from .markdown import MarkdownStream
 from .safe_text import StreamSanitizer, visible, visible_lines
+from .screen import Activity, Terminal
 
-__all__ = ["HumanRenderer", "JsonRenderer", "Style", "clip"]
+__all__ = ["HumanRenderer", "JsonRenderer", "Style", "clip", "format_usage", "text_of_blocks"]
 
 _encoder = msgspec.json.Encoder()
 
@@ -79,33 +95,77 @@ class Style:
 
 
 _LEVEL_STYLE = {"info": "blue", "success": "green", "warn": "yellow", "error": "red"}
+_STATUS_STYLE = {
+    "started": "green",
+    "restarted": "green",
+    "crashed": "red",
+    "quarantined": "red",
+    "stopped": "dim",
+}
+
+log = structlog.get_logger()
+
+
+def format_usage(input_tokens: int, output_tokens: int, cost_usd: float) -> str:
+    """``1,234 in · 56 out · $0.0012`` (the cost only when the provider reports one)."""
+    text = f"{input_tokens:,} in · {output_tokens:,} out"
+    return text + (f" · ${cost_usd:.4f}" if cost_usd else "")
 
 
 @typing.final
 class HumanRenderer:
-    """Prints events for a person reading a terminal."""
+    """Draws events for a person reading a terminal.
+
+    Args:
+        terminal: where to draw.
+        markdown: render assistant text as Markdown (else write it raw, as it streams).
+        show_user: echo the user's prompt.
+        show_usage: after each prompt, print its token and cost totals.
+        source_of: tool name to the extension that runs it (None: built-in).
+        human_notes: draw the notes; False logs the problems among them instead.
+    """
 
     def __init__(
         self,
-        out: TextIO,
+        terminal: Terminal,
         *,
-        color: bool | None = None,
+        markdown: bool = False,
         show_user: bool = False,
         show_usage: bool = False,
+        source_of: Callable[[str], str | None] | None = None,
+        human_notes: bool = True,
     ) -> None:
-        self._out = out
-        enabled = color if color is not None else bool(getattr(out, "isatty", lambda: False)())
-        self.style = Style(enabled)
+        self.terminal = terminal
+        self.style = Style(terminal.notes.color_system is not None)
+        self._markdown = MarkdownStream(terminal, live_tail=terminal.notes is terminal.answer)
+        self._use_markdown = markdown
         self._show_user = show_user
         self._show_usage = show_usage
+        self._source_of = source_of
+        self._human = human_notes
+        self._text = StreamSanitizer()
         self._mid_line = False
         self._streamed = False
-        self._text = StreamSanitizer()
+        self._calls: dict[str, tuple[str, str | None]] = {}
+        self._activity: Activity | None = None
+        self._told: set[str] = set()
+        self._turn_usage = UsageTotals()
+        #: The session's totals, as the last ``usage`` event reported them.
+        self.totals = UsageTotals()
         self.last_stop: str | None = None
         self.last_error: str | None = None
 
     def __repr__(self) -> str:
-        return f"<HumanRenderer color={self.style.enabled}>"
+        return f"<HumanRenderer color={self.style.enabled} markdown={self._use_markdown}>"
+
+    @property
+    def human(self) -> bool:
+        """True when notes are drawn for a person (else the problems are logged)."""
+        return self._human
+
+    def set_source_of(self, source_of: Callable[[str], str | None]) -> None:
+        """Where to look up the extension behind a tool (known once the agent is open)."""
+        self._source_of = source_of
 
     async def emit(self, event: AgentEvent) -> None:
         """:data:`~agent._engine.Emit`-compatible wrapper around :meth:`show`.
@@ -115,10 +175,10 @@ class HumanRenderer:
         self.show(event)
 
     def line(self, text: str) -> None:
-        """Print one line, ending a streamed line first; ``text`` must be safe already."""
-        self._break()
-        self._out.write(text + "\n")
-        self._out.flush()
+        """Print one note line; ``text`` must be safe already (it may carry our styles)."""
+        self._end_answer_line()
+        if self._human:
+            self.terminal.print_note(Text.from_ansi(text) if "\x1b" in text else Text(text))
 
     def note(self, extension: str, text: str, *styles: str) -> None:
         """An extension's note, ``[name] text``, with the prefix on every line of it.
@@ -130,52 +190,101 @@ class HumanRenderer:
         for part in visible_lines(text):
             self.line(f"{prefix} {part}".rstrip())
 
-    def _break(self) -> None:
+    def _end_answer_line(self) -> None:
         if self._mid_line:
-            self._out.write("\n")
+            self.terminal.write_answer("\n")
             self._mid_line = False
 
+    # --- the live region ------------------------------------------------------------
+
+    def _wait(self, label: str) -> None:
+        if not (self._human and self.terminal.interactive):
+            return
+        if self._activity is None or self._activity.label != label:
+            self._activity = Activity(label)
+        self.terminal.show(self._activity)
+
+    def _stop_waiting(self) -> None:
+        self._activity = None
+        self.terminal.show(None)
+
+    def _running(self) -> str:
+        names = sorted({name for name, _ in self._calls.values()})
+        return "running " + ", ".join(visible(n) for n in names) + "…"
+
+    # --- events -------------------------------------------------------------------------
+
     def show(self, event: AgentEvent) -> None:
-        """Print ``event``."""
-        s = self.style
+        """Draw ``event``."""
         if isinstance(event, TextDelta):
-            if not self._streamed:
-                self._break()
-                self._out.write(s("●", "cyan") + " ")
-                self._streamed = True
-            shown = self._text.feed(event.delta)
-            self._out.write(shown)
-            if shown:
-                self._mid_line = not shown.endswith("\n")
-            self._out.flush()
+            self._delta(event.delta)
         elif isinstance(event, AssistantStart):
             self._streamed = False
             self._text = StreamSanitizer()
         elif isinstance(event, AssistantMessage):
-            held = self._text.flush()
+            self._finish_text()
+        elif isinstance(event, TurnStart):
+            self._wait("thinking…")
+        elif isinstance(event, Usage):
+            self._count(event)
+        elif isinstance(event, Done):
+            self._done()
+        elif isinstance(event, TurnEnd):
+            self._turn_end(event)
+        elif not self._human:
+            self._structured(event)
+        else:
+            self._note_event(event)
+
+    def _delta(self, delta: str) -> None:
+        shown = self._text.feed(delta)
+        if not shown:
+            return
+        if not self._streamed:
+            self._streamed = True
+            if self._use_markdown and self.terminal.notes is not self.terminal.answer:
+                self._wait("writing…")
+            elif self._use_markdown:
+                self._stop_waiting()
+        if self._use_markdown:
+            self._markdown.feed(shown)
+            return
+        self._stop_waiting()
+        self.terminal.write_answer(shown)
+        self._mid_line = not shown.endswith("\n")
+
+    def _finish_text(self) -> None:
+        held = self._text.flush()
+        if self._use_markdown:
             if held:
-                self._out.write(held)
-                self._mid_line = True
-            self._break()
-        elif isinstance(event, UserMessage):
+                self._markdown.feed(held)
+            self._markdown.finish()
+            if self._streamed:
+                self._stop_waiting()
+        elif held:
+            self.terminal.write_answer(held)
+            self._mid_line = True
+        self._end_answer_line()
+
+    def _note_event(self, event: AgentEvent) -> None:
+        s = self.style
+        if isinstance(event, UserMessage):
             if self._show_user:
                 text = "\n".join(visible_lines(text_of_blocks(event.content)))
                 self.line(s("you ›", "bold", "green") + " " + text)
         elif isinstance(event, ToolCallEvent):
+            source = self._source_of(event.name) if self._source_of else None
+            self._calls[event.id] = (event.name, source)
             self._tool_call(event)
+            self._wait(self._running())
         elif isinstance(event, ToolProgress):
-            self.line(s(f"    … {clip(event.text, 160)}", "dim"))
+            if self._activity is not None and self.terminal.interactive:
+                for part in visible_lines(event.text):
+                    self._activity.add_line(part)
+            elif not self.terminal.interactive:
+                self.line(s(f"    … {clip(event.text, 160)}", "dim"))
         elif isinstance(event, ToolResultEvent):
-            body = clip(" ".join(b.text for b in event.content if isinstance(b, TextContent)))
-            if event.is_error:
-                self.line(s("  ✗ ", "red") + s(body or "(error)", "red"))
-            else:
-                self.line(s("  ← ", "green") + (body or "(no output)"))
-        elif isinstance(event, TurnEnd):
-            self._turn_end(event)
-        elif isinstance(event, Usage):
-            if self._show_usage:
-                self.line(s(f"  [tokens in {event.input} out {event.output}]", "dim"))
+            self._result(event)
         elif isinstance(event, ErrorEvent):
             self.line(s(f"! {visible(event.message)}", "red"))
         elif isinstance(event, CompactDone):
@@ -206,11 +315,48 @@ class HumanRenderer:
         else:
             self.line(s(f"  → {name}", "yellow") + " " + s(_args(event.args), "dim"))
 
+    def _result(self, event: ToolResultEvent) -> None:
+        s = self.style
+        _, source = self._calls.pop(event.id, ("", None))
+        who = s(f"[{visible(source)}] ", "bold") if source and source != "builtin" else ""
+        body = clip(" ".join(b.text for b in event.content if isinstance(b, TextContent)))
+        if event.is_error:
+            self.line(s("  ✗ ", "red") + who + s(body or "(error)", "red"))
+        else:
+            self.line(s("  ← ", "green") + who + (body or "(no output)"))
+        if self._calls:
+            self._wait(self._running())
+        else:
+            self._stop_waiting()
+
+    def _count(self, event: Usage) -> None:
+        t = self._turn_usage
+        self._turn_usage = UsageTotals(
+            input=t.input + event.input,
+            output=t.output + event.output,
+            cost_usd=t.cost_usd + event.cost_usd,
+        )
+        self.totals = event.cumulative
+
+    def _done(self) -> None:
+        self._stop_waiting()
+        usage, self._turn_usage = self._turn_usage, UsageTotals()
+        if self._show_usage and self._human:
+            text = format_usage(usage.input, usage.output, usage.cost_usd)
+            total = format_usage(self.totals.input, self.totals.output, self.totals.cost_usd)
+            self.line(self.style(f"  tokens {text} (session: {total})", "dim"))
+
     def _turn_end(self, event: TurnEnd) -> None:
         s = self.style
         self.last_stop = event.stop
         self.last_error = event.error
+        if event.stop != "tool_use":
+            self._stop_waiting()
         error = visible(event.error) if event.error else None
+        if not self._human:
+            if event.stop in ("blocked", "error"):
+                log.error(f"turn_{event.stop}", error=event.error)
+            return
         if event.stop == "blocked":
             self.line(s(f"✖ turn blocked — {error or 'no reason given'}", "red", "bold"))
         elif event.stop == "error":
@@ -221,22 +367,33 @@ class HumanRenderer:
             self.line(s("(the answer hit the model's length limit)", "dim"))
 
     def _status(self, event: ExtStatus) -> None:
-        styles = {
-            "started": "green",
-            "restarted": "green",
-            "crashed": "red",
-            "quarantined": "red",
-            "stopped": "dim",
-        }
         text: str = event.status
         if event.pid is not None:
             text += f" (pid {event.pid})"
         if event.sandboxed is False:
             text += " — UNSANDBOXED"
         if event.detail:
-            # One line: a crash report quotes the extension's stderr.
-            text += f": {visible(event.detail)}"
-        self.note(event.extension, text, styles.get(event.status, "blue"))
+            # The reason an extension runs unsandboxed (with its fix) is the same for
+            # all of them: said once per session.
+            detail = visible(event.detail)
+            if event.sandboxed is False and detail in self._told:
+                text += " (why: see above)"
+            else:
+                text += f": {detail}"
+                if event.sandboxed is False:
+                    self._told.add(detail)
+        self.note(event.extension, text, _STATUS_STYLE.get(event.status, "blue"))
+
+    def _structured(self, event: AgentEvent) -> None:
+        """Notes for a stream that is not a terminal: the problems, as log events."""
+        if isinstance(event, ErrorEvent):
+            log.warning("agent_error", message=event.message)
+        elif isinstance(event, ExtNotify) and event.level in ("warn", "error"):
+            method = log.error if event.level == "error" else log.warning
+            method("ext_notify", extension=event.extension, message=event.message)
+        elif isinstance(event, ToolResultEvent) and event.is_error:
+            body = " ".join(b.text for b in event.content if isinstance(b, TextContent))
+            log.info("tool_error", id=event.id, error=body[:500])
 
 
 def text_of_blocks(blocks: list[Any]) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Sequence
 
 import click
 import structlog
@@ -24,30 +23,12 @@ from .._engine import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
+from .helptext import AGENT_ENV, epilog
 from .logs import configure_logging
 
-__all__ = ["rewrite_rpc_flag", "rpc_cmd", "run_rpc"]
+__all__ = ["rpc_cmd", "run_rpc"]
 
 log = structlog.get_logger()
-
-#: Options of the ``corral`` group that take no value (they may precede ``--rpc``).
-_GROUP_FLAGS = frozenset({"-v", "-vv", "-vvv", "--verbose"})
-
-
-def rewrite_rpc_flag(args: Sequence[str]) -> list[str]:
-    """Turn ``corral [group flags] --rpc [options]`` into ``corral [group flags] rpc [options]``.
-
-    Only a ``--rpc`` among the group's own leading flags counts; anything after the
-    first other argument (a command name, an option of a command) is left alone.
-    """
-    out = list(args)
-    for index, arg in enumerate(out):
-        if arg == "--rpc":
-            out[index] = "rpc"
-            return out
-        if arg not in _GROUP_FLAGS:
-            break
-    return out
 
 
 def _claim_stdio() -> tuple[int, int]:
@@ -130,7 +111,22 @@ async def _cancel_on_signal(
             return
 
 
-@click.command("rpc")
+@click.command(
+    "rpc",
+    epilog=epilog(
+        examples=[
+            ("""echo '{"id":"1","type":"prompt","message":"hi"}' | corral rpc""", ""),
+            ("CORRAL_RPC_TOKEN=s3cret corral rpc", "the first command must be hello"),
+        ],
+        env=(*AGENT_ENV, ("CORRAL_RPC_TOKEN", "shared secret (alias ZOTCORE_RPC_TOKEN)")),
+        exit_codes=(
+            (0, "stdin closed and the work done"),
+            (1, "unusable setup or stdout closed"),
+            (130, "SIGINT"),
+            (143, "SIGTERM"),
+        ),
+    ),
+)
 @agent_options
 @click.option(
     "--line-limit",
@@ -141,7 +137,11 @@ async def _cancel_on_signal(
 )
 @click.pass_context
 def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int) -> None:
-    """Serve one agent session as JSON lines on stdin/stdout (docs/rpc.md)."""
+    """Serve one agent session as JSON lines.
+
+    Commands on stdin, responses and events on stdout, logs on stderr; the protocol
+    is in docs/rpc.md.
+    """
     if not structlog.is_configured():
         configure_logging(0)  # run on its own (not under the corral group)
     token = _take_token()

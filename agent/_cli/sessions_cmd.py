@@ -30,6 +30,7 @@ from .._sessions import (
     remove_session,
     sessions_dir,
 )
+from .helptext import epilog
 from .safe_text import visible
 
 __all__ = ["sessions_group"]
@@ -50,10 +51,18 @@ def _home() -> Path:
 
 @click.group("sessions")
 def sessions_group() -> None:
-    """List, show and remove saved sessions (--session NAME, --continue)."""
+    """List, show and remove saved sessions.
+
+    Sessions are saved with --session NAME and resumed with it, or with --continue.
+    """
 
 
-@sessions_group.command("list")
+@sessions_group.command(
+    "list",
+    epilog=epilog(
+        examples=[("corral sessions list", ""), ("corral sessions list --json", "for programs")]
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per session.")
 def sessions_list(as_json: bool) -> None:
     """List saved sessions, most recently used first."""
@@ -109,7 +118,13 @@ def _block_lines(block: object) -> list[str]:
     return []
 
 
-@sessions_group.command("show")
+@sessions_group.command(
+    "show",
+    epilog=epilog(
+        examples=[("corral sessions show work", ""), ("corral sessions show work --json", "")],
+        exit_codes=((0, "shown"), (1, "no such session, or it cannot be read")),
+    ),
+)
 @click.argument("name")
 @click.option("--json", "as_json", is_flag=True, help="The header, then one message per line.")
 def sessions_show(name: str, as_json: bool) -> None:
@@ -133,7 +148,13 @@ def sessions_show(name: str, as_json: bool) -> None:
             click.echo("  " + visible(line))
 
 
-@sessions_group.command("rm")
+@sessions_group.command(
+    "rm",
+    epilog=epilog(
+        examples=[("corral sessions rm work old", "delete two sessions")],
+        exit_codes=((0, "deleted"), (1, "no such session, or one is open elsewhere")),
+    ),
+)
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
 def sessions_rm(names: tuple[str, ...]) -> None:
     """Delete saved sessions (refused for one open in another process)."""

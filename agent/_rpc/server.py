@@ -34,7 +34,7 @@ import trio
 
 from supervisor import SupervisorError
 
-from .._events import AgentEvent, AssistantMessage, ToolResultEvent, UserMessage
+from .._events import AgentEvent, AssistantMessage, ToolCallEvent, ToolResultEvent, UserMessage
 from .._exceptions import AgentError
 from .._messages import ImageContent, Message, wire_message
 from .._runtime import Runtime
@@ -247,6 +247,15 @@ def wire_event(event: AgentEvent) -> AgentEvent:
     return msgspec.structs.replace(event, content=shown.content)
 
 
+class AttributedToolResult(ToolResultEvent, frozen=True, tag="tool_result", omit_defaults=True):
+    """``tool_result`` with corral's additive ``extension``: the extension that ran the tool.
+
+    Absent for built-in tools, so a seed client sees exactly the seed's fields.
+    """
+
+    extension: str | None = None
+
+
 def encode_line(frame: AgentEvent | Response) -> bytes:
     """One output line for a response or an event."""
     if not isinstance(frame, Response):
@@ -340,6 +349,8 @@ class _Server:
         self._write_lock = trio.Lock()
         #: Lines handed to the writer and not yet written.
         self._pending = 0
+        #: Tool call id to the extension running it, until its result is sent.
+        self._sources: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"<RpcServer authed={self._authed} runtime={self._rt!r}>"
@@ -355,6 +366,17 @@ class _Server:
             raise
 
     async def _emit(self, event: AgentEvent) -> None:
+        if isinstance(event, ToolCallEvent):
+            # Looked up when the call starts: a reload while it runs cannot change it.
+            source = self._rt.tool_sources().get(event.name)
+            if source and source != "builtin":
+                self._sources[event.id] = source
+        elif isinstance(event, ToolResultEvent):
+            source = self._sources.pop(event.id, None)
+            if source is not None:
+                event = AttributedToolResult(
+                    id=event.id, is_error=event.is_error, content=event.content, extension=source
+                )
         await self._send(encode_line(event))
 
     async def _respond(

@@ -23,10 +23,17 @@ Whatever happens (normal exit, timeout, cancellation) the whole process group is
 killed with ``SIGKILL`` afterwards, so background jobs cannot outlive the call, and
 the shell is always reaped. Output keeps the first and the last half of the limit
 with a marker in between.
+
+While the command runs, its output lines are reported as progress
+(``tool_progress`` events), at most :data:`PROGRESS_BURST` lines every
+:data:`PROGRESS_INTERVAL` seconds: past that the oldest waiting lines are dropped
+and counted (``[… N more lines]``), so a flood of output cannot flood the events,
+and the latest lines are always the ones shown.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
@@ -57,7 +64,7 @@ from .._registry import Progress, ToolRunResult, error_result
 from .confine import Workspace
 from .files import decode_args
 
-__all__ = ["BashTool", "BoundedOutput"]
+__all__ = ["PROGRESS_BURST", "PROGRESS_INTERVAL", "BashTool", "BoundedOutput", "ProgressLines"]
 
 log = structlog.get_logger()
 
@@ -66,6 +73,11 @@ _ENV_ALLOW = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER", "SHELL", "TZ")
 _DRAIN_GRACE = 2.0
 #: Bound on the shielded reap after SIGKILL (it is immediate in practice).
 _REAP_GRACE = 5.0
+#: Progress lines sent at most every interval (seconds), and at most this many at a time.
+PROGRESS_INTERVAL = 0.1
+PROGRESS_BURST = 8
+#: A progress line is cut to this many characters; a longer unfinished line is sent as is.
+_PROGRESS_LINE_MAX = 1000
 
 
 @typing.final
@@ -101,6 +113,71 @@ class BoundedOutput:
         if dropped > 0:
             return f"{head}\n[... {dropped} bytes of output omitted ...]\n{tail}"
         return head + tail
+
+
+@typing.final
+class ProgressLines:
+    """Output split into lines for :data:`~agent._registry.Progress`, rate-limited.
+
+    :meth:`feed` takes chunks as they come (never blocks); :meth:`run_pump` sends the
+    waiting lines; :meth:`flush` sends what is left once the output ended.
+    """
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._partial = b""
+        self._waiting: collections.deque[str] = collections.deque(maxlen=PROGRESS_BURST)
+        self._dropped = 0
+        self._wake = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<ProgressLines waiting={len(self._waiting)} dropped={self._dropped}>"
+
+    def _add(self, raw: bytes) -> None:
+        if len(self._waiting) == self._waiting.maxlen:
+            self._dropped += 1
+        self._waiting.append(raw.decode("utf-8", "replace").rstrip("\r")[:_PROGRESS_LINE_MAX])
+
+    def feed(self, chunk: bytes) -> None:
+        """Add a chunk of output."""
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        if len(self._partial) > _PROGRESS_LINE_MAX:
+            lines.append(self._partial)
+            self._partial = b""
+        for line in lines:
+            self._add(line)
+        if lines:
+            self._wake.set()
+
+    async def _send(self) -> None:
+        lines, dropped = list(self._waiting), self._dropped
+        self._waiting.clear()
+        self._dropped = 0
+        if dropped:
+            await self._progress(f"[… {dropped} more lines]")
+        for line in lines:
+            await self._progress(line)
+
+    async def run_pump(self) -> None:
+        """Send waiting lines as they come, one batch per interval, until cancelled.
+
+        Cancellation: stops; lines still waiting are kept for :meth:`flush`.
+        """
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self._send()
+            await trio.sleep(PROGRESS_INTERVAL)  # the rate limit, not a poll
+
+    async def flush(self) -> None:
+        """Send what is left, including an unfinished last line.
+
+        Cancellation: what was not sent is dropped.
+        """
+        if self._partial:
+            self._add(self._partial)
+            self._partial = b""
+        await self._send()
 
 
 class BashArgs(msgspec.Struct, frozen=True, kw_only=True):
@@ -336,7 +413,7 @@ class BashTool:
             plan = self._plan(argv, env)
         except ToolError as exc:
             return error_result(str(exc))
-        return await self._execute(argv, env, plan, timeout)
+        return await self._execute(argv, env, plan, timeout, ProgressLines(progress))
 
     async def _spawn(self, argv: list[str], env: dict[str, str], plan: LaunchPlan | None) -> _Child:
         if plan is None:
@@ -365,7 +442,12 @@ class BashTool:
         return _PopenChild(popen)
 
     async def _execute(
-        self, argv: list[str], env: dict[str, str], plan: LaunchPlan | None, seconds: float
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        plan: LaunchPlan | None,
+        seconds: float,
+        lines: ProgressLines,
     ) -> ToolRunResult:
         try:
             child = await self._spawn(argv, env, plan)
@@ -381,12 +463,14 @@ class BashTool:
                 try:
                     while chunk := await child.stdout.receive_some(65536):
                         output.feed(chunk)
+                        lines.feed(bytes(chunk))
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
                     pass
                 drained.set()
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(drain)
+                nursery.start_soon(lines.run_pump)
                 with trio.move_on_after(seconds) as scope:
                     await child.wait()
                 timed_out = scope.cancelled_caught
@@ -395,6 +479,7 @@ class BashTool:
                 with trio.move_on_after(_DRAIN_GRACE):
                     await drained.wait()
                 nursery.cancel_scope.cancel()
+            await lines.flush()
         finally:
             with trio.CancelScope(shield=True):
                 _kill_group(child.pid)

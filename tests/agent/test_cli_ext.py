@@ -47,15 +47,17 @@ def test_install_list_disable_enable_remove(home: Path) -> None:
     assert row["source"] == "global"
     assert row["state"] == "enabled"
 
+    assert row["description"] == "current weather for any city (deterministic fake)"
+
+    before = (home / "extensions" / "weather" / "extension.json").read_bytes()
     assert corral("ext", "disable", "weather").exit_code == 0
-    manifest = json.loads((home / "extensions" / "weather" / "extension.json").read_text())
-    assert manifest["enabled"] is False
+    assert (home / "extensions" / "weather" / "extension.json").read_bytes() == before
     assert listed()["weather"]["state"] == "disabled"
 
     assert corral("ext", "enable", "weather").exit_code == 0
     assert listed()["weather"]["state"] == "enabled"
 
-    out = corral("ext", "remove", "weather")
+    out = corral("ext", "remove", "-y", "weather")
     assert out.exit_code == 0
     assert not (home / "extensions" / "weather").exists()
     assert "weather" not in listed()
@@ -135,7 +137,7 @@ def test_list_flags_unsandboxed_extensions(home: Path) -> None:
 
 def test_mistakes_are_one_line_and_non_zero(home: Path) -> None:
     for args, words in [
-        (["ext", "remove", "nope"], "not installed"),
+        (["ext", "remove", "-y", "nope"], "not installed"),
         (["ext", "enable", "nope"], "no extension named nope"),
         (["ext", "logs", "nope"], "no extension named nope"),
         (["ext", "install", "/definitely/not/here"], "no such directory"),
@@ -205,7 +207,7 @@ def test_install_pins_and_shows_the_permissions(home: Path, tmp_path: Path) -> N
     assert full["limits"]["memory_mb"] == 256  # the whole structure, defaults included
     assert full["limits"]["processes"] == 64
     head = corral("ext", "list").output.splitlines()[0].split()
-    assert head[:6] == ["NAME", "VERSION", "SOURCE", "STATE", "TRUST", "PERMISSIONS"]
+    assert head[:7] == ["NAME", "VERSION", "SOURCE", "STATE", "TRUST", "DESCRIPTION", "PERMISSIONS"]
 
 
 def test_trust_and_untrust_a_project_extension(home: Path) -> None:
@@ -246,15 +248,37 @@ def test_trust_mistakes_name_the_culprit(home: Path, tmp_path: Path) -> None:
     assert "Traceback" not in bad.output
 
 
-def test_enable_and_disable_keep_a_pin_but_never_launder_a_change(home: Path) -> None:
-    assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
+def test_disable_a_project_extension_records_the_choice_outside_the_repo(home: Path) -> None:
+    local = Path.cwd() / ".corral" / "extensions" / "clock"
+    shutil.copytree(EXAMPLES / "clock", local)
+    assert corral("ext", "trust", "-y", "clock").exit_code == 0
+    files = {p: p.read_bytes() for p in local.rglob("*") if p.is_file()}
     assert corral("ext", "disable", "clock").exit_code == 0
-    assert listed()["clock"]["trust"] == "trusted"  # corral's own edit is re-pinned
+    assert listed()["clock"]["state"] == "disabled"
+    assert listed()["clock"]["trust"] == "trusted"  # nothing in the repo changed
+    assert {p: p.read_bytes() for p in local.rglob("*") if p.is_file()} == files
+    choices = list((home / "state" / "enabled").iterdir())
+    assert [p.read_text() for p in choices] == ["false\n"]
     assert corral("ext", "enable", "clock").exit_code == 0
-    assert listed()["clock"]["trust"] == "trusted"
-    (home / "extensions" / "clock" / "planted.js").write_text("")
-    assert corral("ext", "disable", "clock").exit_code == 0
-    assert listed()["clock"]["trust"] == "changed"  # not pinned again with the plant
+    assert listed()["clock"]["state"] == "enabled"
+    assert not list((home / "state" / "enabled").iterdir())  # back to the manifest's say
+
+
+def test_enable_overrides_a_manifest_that_says_disabled(home: Path) -> None:
+    local = Path.cwd() / ".corral" / "extensions" / "clock"
+    shutil.copytree(EXAMPLES / "clock", local)
+    manifest = json.loads((local / "extension.json").read_text())
+    (local / "extension.json").write_text(json.dumps({**manifest, "enabled": False}))
+    assert listed()["clock"]["state"] == "disabled"
+    assert corral("ext", "enable", "clock").exit_code == 0
+    assert listed()["clock"]["state"] == "enabled"
+    assert json.loads((local / "extension.json").read_text())["enabled"] is False
+
+
+def test_disable_refuses_an_ext_path(home: Path, tmp_path: Path) -> None:
+    out = corral("ext", "disable", str(EXAMPLES / "clock"))
+    assert out.exit_code == 1
+    assert "neither installed nor project-local" in out.output
 
 
 def test_trusting_an_older_install_adopts_its_name_keyed_state(home: Path) -> None:
@@ -274,14 +298,28 @@ def test_trusting_an_older_install_adopts_its_name_keyed_state(home: Path) -> No
     assert not (home / "data" / "clock").exists()
 
 
-def test_remove_deletes_the_extension_state_and_pin(home: Path) -> None:
+def test_remove_keeps_the_data_unless_purged(home: Path) -> None:
     assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
     identity = identity_of("clock", str(home / "extensions" / "clock"))
     for path in (data_dir(home, identity) / "x", log_file(home, identity)):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("x")
     assert identity in (home / "state" / "trust.json").read_text()
-    assert corral("ext", "remove", "clock").exit_code == 0
-    assert not data_dir(home, identity).exists()
+    out = corral("ext", "remove", "-y", "clock")
+    assert out.exit_code == 0, out.output
+    assert "its data stays in" in out.output
+    assert (data_dir(home, identity) / "x").read_text() == "x"
     assert not log_file(home, identity).exists()
     assert identity not in (home / "state" / "trust.json").read_text()
+
+    assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
+    assert corral("ext", "remove", "-y", "--purge", "clock").exit_code == 0
+    assert not data_dir(home, identity).exists()
+
+
+def test_remove_asks_first_and_needs_yes_without_a_terminal(home: Path) -> None:
+    assert corral("ext", "install", str(EXAMPLES / "clock")).exit_code == 0
+    out = corral("ext", "remove", "clock")
+    assert out.exit_code == 1
+    assert "add -y" in out.output
+    assert (home / "extensions" / "clock").is_dir()

@@ -74,6 +74,7 @@ async def test_tool_call_into_an_extension_and_the_ext_commands(tmp_path: Path) 
                 "id": "c1",
                 "is_error": False,
                 "content": [{"type": "text", "text": "echo: hi"}],
+                "extension": "chaos",
             }
 
             listed = (await rpc.call("ext_list"))["data"]["extensions"]

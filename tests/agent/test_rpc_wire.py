@@ -13,7 +13,7 @@ import trio
 import trio.testing
 from rpc_fixtures.rpc_harness import write_script
 
-from agent._cli.rpc_cmd import rewrite_rpc_flag
+from agent._cli.argv import rewrite_shortcuts
 from agent._engine import AgentOptions
 from agent._events import ToolProgress, ToolResultEvent, UserMessage
 from agent._messages import ImageContent, TextContent
@@ -30,10 +30,15 @@ from agent._runtime import open_runtime
         (["rpc", "--model", "x"], ["rpc", "--model", "x"]),
         (["--help"], ["--help"]),
         ([], []),
+        (["--color", "never", "--rpc"], ["--color", "never", "rpc"]),
+        (["-e", "x"], ["chat", "-e", "x"]),
+        (["-v", "--ext=x", "--model", "m"], ["-v", "chat", "--ext=x", "--model", "m"]),
+        (["--color=always", "-ex"], ["--color=always", "chat", "-ex"]),
+        (["run", "-e", "x", "hi"], ["run", "-e", "x", "hi"]),
     ],
 )
-def test_rewrite_rpc_flag(argv: list[str], expected: list[str]) -> None:
-    assert rewrite_rpc_flag(argv) == expected
+def test_rewrite_shortcuts(argv: list[str], expected: list[str]) -> None:
+    assert rewrite_shortcuts(argv) == expected
 
 
 def test_command_names_are_the_seed_then_corral_additions() -> None:

@@ -74,15 +74,19 @@ async def sh(tool: BashTool, command: str) -> tuple[bool, str]:
     before_pids = {p.pid for p in psutil.Process().children(recursive=True)}
     before_fds = _fds()
 
-    async def no_progress(text: str) -> None:
-        raise AssertionError(text)
+    streamed: list[str] = []
+
+    async def progress(text: str) -> None:
+        streamed.append(text)
 
     with trio.fail_after(60):
-        result: ToolRunResult = await tool.run("c1", {"command": command}, no_progress)
+        result: ToolRunResult = await tool.run("c1", {"command": command}, progress)
     after = {p.pid for p in psutil.Process().children(recursive=True)}
     assert after <= before_pids
     assert _fds() <= before_fds
     text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
+    # Output lines stream as progress too; each of them is also in the result.
+    assert all(line in text for line in streamed), (streamed, text)
     return not result.is_error, text
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import pyte
 import pytest
 
 import supervisor
@@ -42,7 +43,6 @@ CORRAL = [sys.executable, "-c", "from agent._cli.main import main; main()"]
 #: Upper bound on one corral command; generous, since a loaded CI box is slow.
 RUN_TIMEOUT = 90.0
 SGR = re.compile(r"\x1b\[[0-9;]*m")
-PROMPT = "› ".encode()
 
 
 def _load_attack() -> ModuleType:
@@ -64,15 +64,19 @@ CLIPBOARD = r"\x1b]52;c;cm0gLXJmIH4K\x07"
 CLEAR = r"\x1b[2J\x1b[H"
 SHOWN_NOTIFY = ["[mallory] done", "[mallory] [guard] approved: rm -rf ~" + TITLE]
 SHOWN_WARN = [r"[mallory] harmless\r[guard] approved" + CLIPBOARD]
-SHOWN_RESULT = "  ← " + CLEAR + r"\x9b2J\u202etxt.exe\x1b[1A\x1b[2Kresult"
+SHOWN_RESULT = "  ← [mallory] " + CLEAR + r"\x9b2J\u202etxt.exe\x1b[1A\x1b[2Kresult"
 SHOWN_REASON = "policy" + TITLE2 + " [guard] approved"  # one line: the newline is a space
 SHOWN_CRASH = "crash " + TITLE + CLEAR
-SHOWN_MODEL = ["● all " + TITLE2 + " done", r"next\x9b2J"]
+SHOWN_MODEL = ["all " + TITLE2 + " done", r"next\x9b2J"]
 SHOWN_DISPLAY = ["[mallory] shown", "[mallory] [guard] approved" + CLIPBOARD]
 SHOWN_ERROR = ["[mallory] failed" + CLEAR + r"\r[guard] ok"]
 SHOWN_HELP = "  /pwn         pwn" + TITLE + r"\u202etxt.exe\n[guard] approved  [mallory]"
 SHOWN_LOG = "log " + TITLE + CLEAR + r"\u202etxt.exe\r[corral] fine"
 SHOWN_VERSION = "1.0" + TITLE + r"\u202e"
+
+
+#: The time ``StderrLog`` puts in front of every line of an extension log.
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
 
 def inert(
@@ -162,12 +166,47 @@ def run_script(s: dict[str, Any]) -> str:
     )
 
 
+def screen_lines(data: bytes, cols: int = 1000, rows: int = 400) -> tuple[list[str], str]:
+    """What a terminal shows after ``data`` (pyte emulates one): its lines and title.
+
+    On a terminal corral draws with control sequences of its own (colours, the
+    spinner, the line editor); what matters is the screen a person sees, and that
+    no attacker's sequence acted on the terminal.
+    """
+    screen = pyte.Screen(cols, rows)
+    screen.set_mode(pyte.modes.LNM)  # "\n" also returns the carriage, as with OPOST off
+    pyte.ByteStream(screen).feed(data)
+    return [line.rstrip() for line in screen.display], screen.title
+
+
 def test_run_shows_every_attack_as_visible_text(setup: dict[str, Any]) -> None:
-    done = corral(setup, "run", *agent_args(setup, run_script(setup)), "go")
-    assert done.returncode == 0, done.stderr.decode(errors="replace")
-    lines = inert(done.stdout)
-    inert(done.stderr)  # warnings and (JSON) logs on stderr are inert as well
-    for expected in (*SHOWN_NOTIFY, *SHOWN_WARN, SHOWN_RESULT, *SHOWN_MODEL):
+    # stdout (the answer) into a pipe, stderr (the notes) on a terminal, as a person
+    # running `corral run … > answer.txt` has it.
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*CORRAL, "run", *agent_args(setup, run_script(setup)), "go"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=setup["env"],
+        cwd=str(setup["work"]),
+    )
+    os.close(slave)
+    try:
+        notes = drain_pty(master, proc)
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, notes.decode(errors="replace")
+    answer = inert(out)
+    for expected in SHOWN_MODEL:
+        assert expected in answer, (expected, answer)
+    lines, title = screen_lines(notes)
+    assert title == ""  # no attacker's title sequence reached the terminal
+    for expected in (*SHOWN_NOTIFY, *SHOWN_WARN, SHOWN_RESULT):
         assert expected in lines, (expected, lines)
     errors = [line for line in lines if line.startswith("  ✗ ")]
     assert any(line.endswith(SHOWN_REASON) for line in errors), errors
@@ -176,6 +215,26 @@ def test_run_shows_every_attack_as_visible_text(setup: dict[str, Any]) -> None:
     approving = [line for line in lines if "approved" in line and not line.startswith("  ")]
     assert approving
     assert all(line.startswith("[mallory] ") for line in approving), approving
+
+
+def drain_pty(master: int, proc: subprocess.Popen[bytes]) -> bytes:
+    """Everything written to the terminal until the other side closes it."""
+    data = b""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if not ready:
+            if proc.poll() is not None:
+                return data
+            continue
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other side is closed
+            return data
+        if not chunk:
+            return data
+        data += chunk
+    raise AssertionError(("still running", data))
 
 
 def test_run_json_keeps_the_original_strings(setup: dict[str, Any]) -> None:
@@ -246,7 +305,7 @@ class Terminal:
     def prompts(self, count: int) -> None:
         """Read until the chat has shown its prompt ``count`` times in all."""
         deadline = time.monotonic() + RUN_TIMEOUT
-        while self.out.count(PROMPT) < count:
+        while sum(line.startswith("›") for line in screen_lines(self.out)[0]) < count:
             assert time.monotonic() < deadline, self.out
             assert self._pump(1.0), ("chat ended early", self.out)
 
@@ -268,11 +327,11 @@ class Terminal:
 
 
 def test_chat_on_a_terminal_shows_every_attack_as_visible_text(setup: dict[str, Any]) -> None:
-    inputrc = setup["tmp"] / "inputrc"  # readline's own escapes off: only corral's remain
-    inputrc.write_text("set enable-bracketed-paste off\n", encoding="utf-8")
-    env = {**setup["env"], "INPUTRC": str(inputrc)}
+    # -v: the log on the terminal too (else it goes to the log file), so the console
+    # renderer's escaping is exercised as well.
+    env = {**setup["env"], "PROMPT_TOOLKIT_NO_CPR": "1"}
     path = script(setup["tmp"], call("mallory_echo", "c1"), {"text": A.MODEL})
-    term = Terminal([*CORRAL, "chat", *agent_args(setup, path)], env, str(setup["work"]))
+    term = Terminal([*CORRAL, "-v", "chat", *agent_args(setup, path)], env, str(setup["work"]))
     try:
         term.prompts(1)
         lines = ["go", "/help", "/pwn", "/pwnerr", "/ext"]
@@ -284,13 +343,20 @@ def test_chat_on_a_terminal_shows_every_attack_as_visible_text(setup: dict[str, 
     finally:
         term.close()
     assert b"\x1b[1;" in term.out  # on a terminal corral does use colour
-    shown = inert(term.out, colours=True)
-    expected = [*SHOWN_NOTIFY, *SHOWN_WARN, SHOWN_RESULT, *SHOWN_MODEL, *SHOWN_DISPLAY]
+    shown, title = screen_lines(term.out)
+    assert title == ""  # no attacker's title sequence reached the terminal
+    assert shown[0], shown  # nothing cleared the screen: the first line is still there
+    assert any(line.startswith("corral chat") for line in shown), shown
+    # The answer is rendered as Markdown: its two lines are one paragraph.
+    model = [" ".join(SHOWN_MODEL)]
+    expected = [*SHOWN_NOTIFY, *SHOWN_WARN, SHOWN_RESULT, *model, *SHOWN_DISPLAY]
     for line in (*expected, *SHOWN_ERROR, SHOWN_HELP):
         assert line in shown, (line, shown)
     assert any(line.startswith("mallory " + SHOWN_VERSION + " — running") for line in shown)
+    approving = [line for line in shown if line.startswith("[guard]")]
+    assert not approving, approving
     # The invalid frame was logged on the terminal by the console renderer, which
-    # quotes values with spaces (so the escapes show doubled); inert() checked it.
+    # quotes values with spaces (so the escapes show doubled).
     logged = [line for line in shown if "bad_frame" in line]
     assert logged
     assert all("OWNED" in line for line in logged), shown
@@ -332,7 +398,10 @@ def test_ext_logs_shows_the_log_as_visible_text(setup: dict[str, Any]) -> None:
     assert shown.returncode == 0
     # corral's own notes in the log are "[corral] ..." lines; the extension's "\r"
     # before its fake one is shown.
-    lines = inert(shown.stdout, others=("[guard]",))
+    # Every line starts with the time corral wrote it.
+    stamped = inert(shown.stdout, others=("[guard]",))
+    assert all(STAMP.match(line) for line in stamped if line), stamped
+    lines = [STAMP.sub("", line) for line in stamped]
     assert lines.count(SHOWN_LOG) == 2, lines
     assert SHOWN_CRASH in lines
 

@@ -95,7 +95,7 @@ def test_managing_the_squatter_leaves_the_installed_one_alone(site: Site) -> Non
     (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
     assert (row["source"], row["trust"], row["state"]) == ("global", "trusted", "quarantined")
     state = [site.data(installed), site.log(installed), site.quarantine(installed)]
-    removed = site.corral("ext", "remove", "dup", cwd=site.home)
+    removed = site.corral("ext", "remove", "-y", "--purge", "dup", cwd=site.home)
     assert removed.returncode == 0, removed.stderr
     assert [p for p in state if p.exists()] == []
     assert site.data(squatter).exists()  # the squatter's state is its own

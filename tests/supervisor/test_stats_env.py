@@ -97,7 +97,9 @@ async def test_stderr_goes_to_the_log_file(kit: Kit) -> None:
     assert f"started pid {pid}" in log
     assert kit.log_path("envy").stat().st_mode & 0o077 == 0  # private to the user
     chatter = kit.log_text("chatter")
-    assert [line for line in chatter.splitlines() if line.startswith("chaos:")] == [
+    # Every line starts with the UTC time it was written ("…Z "), then the text.
+    unstamped = [line.split("Z ", 1)[1] for line in chatter.splitlines()]
+    assert [line for line in unstamped if line.startswith("chaos:")] == [
         "chaos: stderr line 1",
         "chaos: stderr line 2",
         "chaos: stderr line 3",
