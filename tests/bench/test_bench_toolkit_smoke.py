@@ -43,7 +43,8 @@ def test_quick_toolkit_bench_reports_every_case(tmp_path: Path) -> None:
         assert not row["note"].startswith("error:"), row
         assert isinstance(row["value"], int | float), row
         assert math.isfinite(row["value"]), row
-        assert row["value"] >= 0, row
+        # "added" rows are differences of two noisy medians: they may be negative.
+        assert row["value"] >= 0 or row["case"].startswith("decode.added"), row
         assert (row["target"] is None) == (row["ok"] is None), row
     cases = [row["case"] for row in rows]
     assert len(cases) == len(set(cases)), cases
