@@ -10,7 +10,6 @@ from ._api import (
     CommandInfo,
     CommandOutcome,
     Displayed,
-    EmitEvent,
     ExtensionCrashed,
     ExtensionInfo,
     ExtensionRestarted,
@@ -24,12 +23,12 @@ from ._api import (
     Notified,
     Quarantined,
     ReloadStats,
-    SupervisorClient,
     SupervisorEvent,
     ToolInfo,
     ToolOutcome,
     ToolsChanged,
 )
+from ._client import SupervisorClient
 from ._config import (
     HostInfo,
     RestartPolicy,
@@ -47,6 +46,7 @@ from ._exceptions import (
     DirectoryUnhashable,
     ExtensionGone,
     ExtensionStopping,
+    IllegalTransition,
     ManifestError,
     ProtocolViolation,
     SupervisorClosed,
@@ -58,6 +58,7 @@ from ._exceptions import (
     UnknownTool,
 )
 from ._frames import PROTOCOL_VERSION, ImageBlock, TextBlock
+from ._lifecycle import ExtensionState
 from ._manifest import (
     MANIFEST_NAME,
     Discovery,
@@ -67,6 +68,7 @@ from ._manifest import (
     discover,
     load_manifest,
 )
+from ._requests import EmitEvent
 from ._supervisor import open_supervisor
 from ._trust import (
     TrustPin,
@@ -95,10 +97,12 @@ __all__ = [
     "ExtensionRestarted",
     "ExtensionSpec",
     "ExtensionStarted",
+    "ExtensionState",
     "ExtensionStats",
     "ExtensionStopped",
     "ExtensionStopping",
     "HostInfo",
+    "IllegalTransition",
     "ImageBlock",
     "InterceptKind",
     "InterceptOutcome",

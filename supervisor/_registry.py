@@ -9,7 +9,7 @@ clash is logged once.
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import structlog
@@ -25,10 +25,17 @@ log = structlog.get_logger("corral.supervisor")
 class Owner(Protocol):
     """What the registry needs of an extension."""
 
-    name: str
-    index: int
-    tools: dict[str, f.RegisterTool]
-    commands: dict[str, f.RegisterCommand]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def tools(self) -> Mapping[str, f.RegisterTool]: ...
+
+    @property
+    def commands(self) -> Mapping[str, f.RegisterCommand]: ...
 
     @property
     def listed(self) -> bool:

@@ -30,26 +30,19 @@ from sandbox import (
 
 from . import _frames as f
 from ._api import (
-    CallTool,
-    EmitEvent,
-    EnableExtension,
+    CommandInfo,
     ExtensionInfo,
     ExtensionRestarted,
     ExtensionStarted,
     ExtensionStopped,
-    Intercept,
     InterceptOutcome,
-    InvokeCommand,
-    ListExtensions,
-    Reload,
     ReloadStats,
-    Reply,
-    Request,
-    SetHostInfo,
-    SupervisorClient,
     SupervisorEvent,
+    ToolInfo,
     ToolsChanged,
 )
+from ._calls import Reply
+from ._client import SupervisorClient
 from ._config import HostInfo, SupervisorConfig, quarantine_file
 from ._exceptions import (
     SupervisorClosed,
@@ -58,12 +51,24 @@ from ._exceptions import (
     UnknownExtension,
     UnknownTool,
 )
-from ._extension import Extension, ExtensionState
+from ._extension import Extension
 from ._gate import ReloadGate
 from ._intercept import run_chain
+from ._lifecycle import ExtensionState
 from ._manifest import Discovery, ExtensionSpec, discover
 from ._reap import find_leftovers, kill_and_wait
 from ._registry import Registry
+from ._requests import (
+    CallTool,
+    EmitEvent,
+    EnableExtension,
+    Intercept,
+    InvokeCommand,
+    ListExtensions,
+    Reload,
+    Request,
+    SetHostInfo,
+)
 from ._spawn import sdk_bytecode
 from ._trust import TrustStore
 
@@ -127,16 +132,25 @@ class _Supervisor:
         self._closed = False
         #: While starting, registries are rebuilt once at the end, not per extension.
         self._starting = False
-        self.client = SupervisorClient(
-            self.submit,
-            self._subscribe,
-            self._registry.tool_infos,
-            self._registry.command_infos,
-        )
+        self.client = SupervisorClient(self)
+
+    def __repr__(self) -> str:
+        return f"<Supervisor extensions={len(self._exts)} closed={self._closed}>"
+
+    # --- what extensions need (ExtensionHost) -------------------------------------
+
+    def host_info(self) -> HostInfo:
+        """What ``hello_ack`` reports now."""
+        return self._host
+
+    def trust_problem(self, spec: ExtensionSpec) -> str | None:
+        """Why ``spec`` may not start now (None: it may); blocking."""
+        return self._trust.problem(spec)
 
     # --- events -------------------------------------------------------------------
 
-    def _subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
+    def subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
+        """A new event channel; it first learns what is already running."""
         send, recv = trio.open_memory_channel[SupervisorEvent](buffer)
         self._subscribers.append(send)
         # A new subscriber first learns what is already running.
@@ -159,7 +173,8 @@ class _Supervisor:
             note="; ".join(plan.notes) if plan else "",
         )
 
-    def _publish(self, event: SupervisorEvent) -> None:
+    def publish(self, event: SupervisorEvent) -> None:
+        """Send ``event`` to every subscriber; a full one loses it (counted, logged)."""
         for chan in list(self._subscribers):
             try:
                 chan.send_nowait(event)
@@ -170,7 +185,7 @@ class _Supervisor:
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 self._subscribers.remove(chan)
 
-    def _on_change(self, ext: Extension) -> None:
+    def extension_changed(self, ext: Extension) -> None:
         """An extension became ready, changed registrations, or left the registry."""
         if ext.serving and ext.pid is not None and self._announced.get(ext.name) != ext.pid:
             first = ext.name not in self._announced
@@ -179,9 +194,9 @@ class _Supervisor:
             if first:
                 if plan is not None and not plan.sandboxed:
                     log.warning("extension_unsandboxed", extension=ext.name, why=plan.notes)
-                self._publish(self._started_event(ext))
+                self.publish(self._started_event(ext))
             else:
-                self._publish(
+                self.publish(
                     ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts)
                 )
         if not self._starting:
@@ -221,17 +236,7 @@ class _Supervisor:
             )
         await trio.to_thread.run_sync(sdk_bytecode)
         self._exts = [
-            Extension(
-                spec,
-                i,
-                self.config,
-                self._sandbox,
-                host_info=lambda: self._host,
-                publish=self._publish,
-                on_change=self._on_change,
-                quarantine_file=self._quarantine_file(spec),
-                trust=self._trust.problem,
-            )
+            Extension(spec, i, self.config, self._sandbox, self)
             for i, spec in enumerate(self._discovery.specs)
         ]
         before = {(e.name, e.spec.dir): e for e in previous or []}
@@ -241,26 +246,27 @@ class _Supervisor:
                 ext.adopt(old)
         self._starting = True
         try:
-            for ext in self._exts:
-                ext.prepare()
-                self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
-            for ext in self._exts:
-                await ext.settled.wait()
+            # All in parallel; each start returns once that extension is ready or
+            # has failed (each wait is bounded by the handshake deadline and the cap).
+            async with trio.open_nursery() as starting:
+                for ext in self._exts:
+                    starting.start_soon(self._start, ext)
         finally:
             self._starting = False
         self._on_change_all()
 
+    async def _start(self, ext: Extension) -> None:
+        """Start ``ext``'s owner task in the supervisor's nursery; returns once it settled."""
+        assert self._nursery is not None
+        await self._nursery.start(ext.run, name=f"extension:{ext.name}")
+
     async def _stop_all(self, exts: list[Extension]) -> int:
         """Stop extensions in parallel, then sweep their leftovers in one pass."""
         running = sum(1 for e in exts if e.serving)
-        for ext in exts:
-            ext.defer_sweep = True
-            ext.stop()
-        for ext in exts:
-            await ext.finished.wait()
-        tokens = [t for e in exts for t in e.tokens]
-        for ext in exts:
-            ext.tokens.clear()
+        tokens: list[str] = []
+        async with trio.open_nursery() as stopping:
+            for ext in exts:
+                stopping.start_soon(functools.partial(ext.stop, sweep_into=tokens))
         if tokens:
             found = await trio.to_thread.run_sync(find_leftovers, tokens)
             if found:
@@ -270,7 +276,7 @@ class _Supervisor:
                 if waited.cancelled_caught:
                     log.warning("leftovers_still_running", pids=[c.pid for c in found])
         for ext in exts:
-            self._publish(ExtensionStopped(extension=ext.name, returncode=None))
+            self.publish(ExtensionStopped(extension=ext.name))
         return running
 
     async def aclose(self) -> None:
@@ -282,74 +288,70 @@ class _Supervisor:
         for chan in self._subscribers:
             chan.close()
 
-    # --- requests ------------------------------------------------------------------------
+    # --- requests (Backend) --------------------------------------------------------------
 
-    def submit(self, req: Request) -> None:
-        """Route one request (never blocks; see :mod:`supervisor._api`)."""
-        reply = getattr(req, "reply", None)
+    def tool_infos(self) -> list[ToolInfo]:
+        """Extension tools registered now, in load order."""
+        return self._registry.tool_infos()
+
+    def command_infos(self) -> list[CommandInfo]:
+        """Extension commands registered now, in load order."""
+        return self._registry.command_infos()
+
+    def submit(self, req: Request) -> Reply[Any]:
+        """Route one request now (never blocks); the reply is answered exactly once."""
+        reply: Reply[Any] = Reply()
         if self._closed:
-            if isinstance(reply, Reply):
-                reply.fail(SupervisorClosed())
-            return
+            reply.fail(SupervisorClosed())
+            return reply
         try:
-            self._dispatch(req)
+            self._route(req, reply)
         except Exception:  # a bug here must not take every extension down
             log.exception("dispatch_failed", request=type(req).__name__)
-            if isinstance(reply, Reply):
-                reply.fail(SupervisorError("internal error; see the log"))
+            reply.fail(SupervisorError("internal error; see the log"))
+        return reply
 
-    def _dispatch(self, req: Request) -> None:
-        assert self._nursery is not None
-        if isinstance(req, CallTool):
-            owner = self._registry.tool_owner(req.name)
-            if owner is None:
-                req.reply.fail(UnknownTool(req.name))
-                return
-            name, args = req.name, req.args
-            owner.call(
-                "tool",
-                f"tool {name}",
-                lambda rid: f.ToolCall(id=rid, name=name, args=args),
-                req.reply,
-            )
-        elif isinstance(req, InvokeCommand):
-            cowner = self._registry.command_owner(req.name)
-            if cowner is None:
-                req.reply.fail(UnknownCommand(req.name))
-                return
-            cname, cargs = req.name, req.args.strip()
-            cowner.call(
-                "command",
-                f"command /{cname}",
-                lambda rid: f.CommandInvoked(id=rid, name=cname, args=cargs),
-                req.reply,
-            )
-        elif isinstance(req, Intercept):
-            if self._gate.is_open and not self._subscribers_of(req):
-                req.reply.set(InterceptOutcome(args=req.tool_args))
-            else:
-                self._start_answering(functools.partial(self._chain, req), req.reply)
-        elif isinstance(req, EmitEvent):
-            frame = f.Event(
-                event=req.event,
-                step=req.step,
-                tool_id=req.tool_id,
-                tool_name=req.tool_name,
-                tool_args=req.tool_args,
-                stop=req.stop,
-                text=req.text,
-            )
-            for ext in self._exts:
-                ext.send_event(frame)
-        elif isinstance(req, Reload):
-            self._start_answering(self._reload, req.reply)
-        elif isinstance(req, ListExtensions):
-            self._start_answering(self._list, req.reply)
-        elif isinstance(req, EnableExtension):
-            self._start_answering(functools.partial(self._enable, req.name), req.reply)
-        else:
-            assert isinstance(req, SetHostInfo)
-            self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
+    def _route(self, req: Request, reply: Reply[Any]) -> None:
+        match req:
+            case CallTool():
+                owner = self._registry.tool_owner(req.name)
+                if owner is None:
+                    reply.fail(UnknownTool(req.name))
+                else:
+                    owner.call_tool(req, reply)
+            case InvokeCommand():
+                cowner = self._registry.command_owner(req.name)
+                if cowner is None:
+                    reply.fail(UnknownCommand(req.name))
+                else:
+                    cowner.invoke_command(req, reply)
+            case Intercept():
+                if self._gate.is_open and not self._subscribers_of(req):
+                    reply.set(InterceptOutcome(args=req.tool_args))
+                else:
+                    self._start_answering(functools.partial(self._chain, req), reply)
+            case EmitEvent():
+                frame = f.Event(
+                    event=req.event,
+                    step=req.step,
+                    tool_id=req.tool_id,
+                    tool_name=req.tool_name,
+                    tool_args=req.tool_args,
+                    stop=req.stop,
+                    text=req.text,
+                )
+                for ext in self._exts:
+                    ext.send_event(frame)
+                reply.set(None)
+            case Reload():
+                self._start_answering(self._reload, reply)
+            case ListExtensions():
+                self._start_answering(self._list, reply)
+            case EnableExtension():
+                self._start_answering(functools.partial(self._enable, req.name), reply)
+            case SetHostInfo():
+                self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
+                reply.set(None)
 
     def _start_answering(
         self, work: Callable[[Reply[T]], Awaitable[None]], reply: Reply[T]
@@ -411,7 +413,7 @@ class _Supervisor:
     def _on_change_all(self) -> None:
         """Rebuild the registry; announce ``tools_changed`` when the agent's view changed."""
         if self._registry.rebuild(self._exts):
-            self._publish(
+            self.publish(
                 ToolsChanged(
                     extension="*",
                     tools=self._registry.tool_infos(),
@@ -425,12 +427,9 @@ class _Supervisor:
             reply.fail(UnknownExtension(name))
             return
         self._quarantine_file(ext.spec).unlink(missing_ok=True)
-        if ext.finished.is_set() and ext.state is not ExtensionState.DISABLED:
-            assert self._nursery is not None
-            ext.reset_crashes()
-            ext.prepare()
-            self._nursery.start_soon(ext.supervise, name=f"extension:{name}")
-            await ext.settled.wait()
+        if not ext.active and ext.state is not ExtensionState.DISABLED:
+            ext.reset()
+            await self._start(ext)
         reply.set((await self._infos([ext]))[0])
 
     async def _list(self, reply: Reply[list[ExtensionInfo]]) -> None:
@@ -441,7 +440,7 @@ class _Supervisor:
                 version="",
                 source="",
                 path=p.path,
-                state="invalid",
+                state=ExtensionState.INVALID,
                 enabled=False,
                 problem=f"{p.field}: {p.message}" if p.field else p.message,
             )
@@ -453,7 +452,7 @@ class _Supervisor:
                 version=s.manifest.version,
                 source=s.source,
                 path=s.dir,
-                state="duplicate",
+                state=ExtensionState.DUPLICATE,
                 enabled=s.manifest.enabled,
                 problem=f"shadowed by {w.dir} ({w.source})",
             )
@@ -473,7 +472,7 @@ class _Supervisor:
                     version=e.spec.manifest.version,
                     source=e.spec.source,
                     path=e.spec.dir,
-                    state=e.state.value,
+                    state=e.state,
                     enabled=e.spec.manifest.enabled,
                     pid=e.pid if e.serving else None,
                     sandboxed=bool(plan and plan.sandboxed),
