@@ -59,6 +59,7 @@ from ._exceptions import (
 )
 from ._frames import PROTOCOL_VERSION, ImageBlock, TextBlock
 from ._lifecycle import ExtensionState
+from ._lines import LineReader, LineWriter, Oversize
 from ._manifest import (
     MANIFEST_NAME,
     Discovery,
@@ -78,10 +79,12 @@ from ._trust import (
     describe_permissions,
     trust_command,
 )
+from ._version import VERSION
 
 __all__ = [
     "MANIFEST_NAME",
     "PROTOCOL_VERSION",
+    "VERSION",
     "CallFailed",
     "CallTimeout",
     "CommandInfo",
@@ -108,9 +111,12 @@ __all__ = [
     "InterceptOutcome",
     "Intervention",
     "InterventionKind",
+    "LineReader",
+    "LineWriter",
     "Manifest",
     "ManifestError",
     "Notified",
+    "Oversize",
     "ProtocolViolation",
     "Quarantined",
     "ReloadStats",

@@ -23,7 +23,6 @@ conversation, not another lifecycle.
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import typing
@@ -37,7 +36,8 @@ from sandbox import LaunchPlan, Sandbox
 from ._calls import PendingCalls
 from ._config import SupervisorConfig
 from ._exceptions import ExtensionGone, ExtensionStopping
-from ._io import LineReader, StderrLog
+from ._io import StderrLog
+from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
 from ._reap import Claimed, descendants, find_leftovers, kill_and_wait, signal_all, signal_group
 from ._restart import describe_exit
@@ -45,6 +45,12 @@ from ._restart import describe_exit
 __all__ = ["Conversation", "Incarnation"]
 
 log = structlog.get_logger("corral.supervisor")
+
+_UNSENT = {
+    Unsent.BROKEN: "the extension is not reading its stdin (pipe closed)",
+    Unsent.FULL: "the extension is not reading its stdin (write backlog full)",
+    Unsent.CLOSED: "the extension is not running",
+}
 
 #: After the process exits, how long the reader may take to reach EOF on stdout (a
 #: grandchild can hold the pipe open forever).
@@ -97,13 +103,7 @@ class Incarnation:
         self._calls = calls
         self._stderr = stderr
         self.started_at = time.monotonic()
-        self._out, self._frames = trio.open_memory_channel[bytes](config.write_backlog)
-        #: The stdin pipe's fd while the writer task owns it (-1 otherwise).
-        self._stdin_fd = proc.stdin.fileno()
-        self._writing = False
-        #: Frames sitting in the writer's channel.
-        self._queued = 0
-        self._writer_scope: trio.CancelScope | None = None
+        self._writer = LineWriter(self._stdin, config.write_backlog)
         #: Cancelled by :meth:`stop`: ends the wait for the exit, and the ladder runs.
         self._wait_scope = trio.CancelScope()
         self._stopping = False
@@ -143,31 +143,13 @@ class Incarnation:
         signal_group(self._proc.pid, signal.SIGKILL)
 
     def send(self, data: bytes) -> str | None:
-        """Queue a frame; returns an error text when it cannot be queued.
+        """Queue a frame for stdin (never blocks); returns an error text when it cannot.
 
-        Fast path: when the writer task is idle with nothing queued, the frame is
-        written straight to the non-blocking pipe, saving a task switch per call.
-        Whatever the pipe does not take at once goes to the writer task, which
-        owns blocking writes, ordering and closing.
+        A frame that finds the writer idle goes straight to the pipe (see
+        :class:`~supervisor._lines.LineWriter`).
         """
-        if self._stdin_fd >= 0 and not self._writing and not self._queued:
-            try:
-                n = os.write(self._stdin_fd, data)
-            except BlockingIOError:
-                n = 0
-            except OSError:
-                return "the extension is not reading its stdin (pipe closed)"
-            if n == len(data):
-                return None
-            data = data[n:]
-        try:
-            self._out.send_nowait(data)
-        except trio.WouldBlock:
-            return "the extension is not reading its stdin (write backlog full)"
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            return "the extension is not running"
-        self._queued += 1
-        return None
+        unsent = self._writer.write_nowait(data)
+        return None if unsent is None else _UNSENT[unsent]
 
     # --- the owner's part --------------------------------------------------------------
 
@@ -185,7 +167,7 @@ class Incarnation:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._stderr.drain, self._stderr_pipe)
-                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._writer.run)
                 nursery.start_soon(self._read_loop, conversation, reader_done)
                 nursery.start_soon(self._calls.run_timer)
                 try:
@@ -226,7 +208,7 @@ class Incarnation:
                 await proc.wait()
         if waited.cancelled_caught:
             log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
-        self._out.close()
+        self._writer.close()
         await proc.aclose()
         self._sandbox.cleanup(self._plan)
         self._fail_calls()
@@ -249,10 +231,9 @@ class Incarnation:
             # be lost. (bwrap's PID namespace takes everything down by itself.)
             self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         with trio.move_on_after(cfg.shutdown_grace):
-            if self._writer_scope is not None:
-                self._writer_scope.cancel()
             # A write cut short by the cancel leaves half a line: end it first.
-            broken = b"\n" if self._writing or self._queued else b""
+            broken = b"\n" if self._writer.busy else b""
+            self._writer.cancel()
             try:
                 await self._stdin.send_all(broken + conversation.goodbye)
                 await self._stdin.aclose()
@@ -313,27 +294,3 @@ class Incarnation:
             with trio.move_on_after(_EOF_AFTER_EXIT):
                 await self._proc.wait()
         self._fail_calls()
-
-    async def _write_loop(self) -> None:
-        frames = self._frames
-        with trio.CancelScope() as scope:
-            self._writer_scope = scope
-            try:
-                async for data in frames:
-                    # Coalesce what is already queued into one write.
-                    chunks = [data]
-                    while len(chunks) < 64:
-                        try:
-                            chunks.append(frames.receive_nowait())
-                        except trio.WouldBlock:
-                            break
-                    self._queued -= len(chunks)
-                    self._writing = True
-                    await self._stdin.send_all(b"".join(chunks) if len(chunks) > 1 else data)
-                    self._writing = False
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                # The extension closed its stdin or exited: the exit path reports it.
-                pass
-            finally:
-                self._stdin_fd = -1
-        self._writer_scope = None

@@ -33,7 +33,7 @@ from . import _frames as f
 from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutcome
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
-from ._io import LineReader, Oversize
+from ._lines import LineReader, Oversize
 from ._version import VERSION
 
 __all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
