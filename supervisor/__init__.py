@@ -69,6 +69,8 @@ from ._manifest import (
     discover,
     load_manifest,
 )
+from ._process import ChildProcess, open_child
+from ._reap import signal_group
 from ._requests import EmitEvent
 from ._supervisor import open_supervisor
 from ._trust import (
@@ -87,6 +89,7 @@ __all__ = [
     "VERSION",
     "CallFailed",
     "CallTimeout",
+    "ChildProcess",
     "CommandInfo",
     "CommandOutcome",
     "DigestLimits",
@@ -150,7 +153,9 @@ __all__ = [
     "identity_of",
     "load_manifest",
     "log_file",
+    "open_child",
     "open_supervisor",
     "quarantine_file",
+    "signal_group",
     "trust_command",
 ]

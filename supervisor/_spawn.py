@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from sandbox import LaunchPlan, LaunchRequest, Pin
+from sandbox import LaunchPlan, LaunchRequest, Pin, host_environment
 
 from ._config import SupervisorConfig
 from ._config import data_dir as data_dir_of
@@ -32,14 +32,6 @@ SDK_DIR = str(Path(__file__).with_name("_sdk"))
 #: which lets the supervisor find daemons that left the extension's process group.
 INSTANCE_VAR = "CORRAL_EXT_INSTANCE"
 
-_ENV_ALLOW = ("PATH", "HOME", "TERM", "TMPDIR", "USER")
-#: The locale variables of POSIX and glibc, and no other ``LC_*`` name: the host's
-#: environment may carry anything under that prefix.
-_LOCALE = (
-    "LANG", "LANGUAGE", "LC_ALL", "LC_ADDRESS", "LC_COLLATE", "LC_CTYPE",
-    "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_MESSAGES", "LC_MONETARY", "LC_NAME",
-    "LC_NUMERIC", "LC_PAPER", "LC_TELEPHONE", "LC_TIME",
-)  # fmt: skip
 _PY_LANGS = frozenset({"python", "python3", "py"})
 _JS_LANGS = frozenset({"javascript", "js", "node", "nodejs"})
 _JS_EXTS = (".js", ".mjs", ".cjs")
@@ -93,9 +85,7 @@ def sdk_bytecode() -> bool:
 
 
 def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:
-    host = os.environ
-    env = {k: host[k] for k in (*_ENV_ALLOW, *_LOCALE) if k in host}
-    env.update({k: host[k] for k in spec.manifest.permissions.env if k in host})
+    env = host_environment(spec.manifest.permissions.env)
     env["CORRAL_EXT_NAME"] = spec.name
     env["CORRAL_EXT_DIR"] = spec.dir
     env["CORRAL_PROTOCOL_VERSION"] = str(PROTOCOL_VERSION)
