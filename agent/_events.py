@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ._messages import Block, ImageContent, TextContent
+from ._messages import Block, ImageContent, Message, TextContent, wire_message
 
 __all__ = [
     "AgentEvent",
@@ -33,6 +33,7 @@ __all__ = [
     "Usage",
     "UsageTotals",
     "UserMessage",
+    "wire_event",
 ]
 
 StopReason = Literal["end_turn", "tool_use", "length", "error", "aborted", "blocked"]
@@ -196,3 +197,13 @@ AgentEvent = (
     | ExtDisplay
     | ExtStatus
 )
+
+
+def wire_event(event: AgentEvent) -> AgentEvent:
+    """``event`` as the wire shows it (RPC, ``--json``): images as byte counts, not base64."""
+    if not isinstance(event, UserMessage | AssistantMessage | ToolResultEvent) or not any(
+        isinstance(b, ImageContent) and b.data is not None for b in event.content
+    ):
+        return event
+    shown = wire_message(Message(role="user", content=list(event.content), time=""))
+    return msgspec.structs.replace(event, content=shown.content)

@@ -49,6 +49,7 @@ from ._loop import AgentLoop
 from ._providers.base import Provider
 from ._providers.factory import make_provider
 from ._registry import Tool, ToolRegistry
+from ._tools import BUILTIN_TOOLS
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
 from ._tools.files import EditTool, ReadTool, WriteTool
@@ -57,10 +58,6 @@ from ._transcript import SessionHeader, SessionStore, Transcript
 __all__ = ["BUILTIN_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
 
 log = structlog.get_logger()
-
-#: Names of the built-in tools, in the order the model sees them.
-BUILTIN_TOOLS = ("read", "write", "edit", "bash")
-_SANDBOX_MODES = ("auto", "required", "off")
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -203,7 +200,8 @@ def _builtin_tools(
         raise AgentError(
             f"unknown built-in tool(s) {', '.join(unknown)}; valid: {', '.join(BUILTIN_TOOLS)}"
         )
-    bash = BashTool(workspace, sandbox=sandbox, require_sandbox=options.sandbox == "required")
+    required = options.sandbox == SandboxMode.REQUIRED
+    bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
     made: dict[str, Tool] = {
         "read": ReadTool(workspace),
         "write": WriteTool(workspace),
@@ -216,10 +214,10 @@ def _builtin_tools(
 
 
 def _select_sandbox(mode: str) -> Sandbox | None:
-    if mode == "off":
+    if mode == SandboxMode.OFF:
         return None
     try:
-        return select_sandbox("required" if mode == "required" else "auto")
+        return select_sandbox(mode)
     except SandboxUnavailable as exc:
         log.warning("bash_unsandboxed", problem=str(exc))
         return None
@@ -236,8 +234,8 @@ def _default_model(provider: Provider, requested: str | None) -> str:
 
 
 def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | None]:
-    if options.sandbox not in _SANDBOX_MODES:
-        raise AgentError(f"--sandbox {options.sandbox!r}: use one of {', '.join(_SANDBOX_MODES)}")
+    if options.sandbox not in set(SandboxMode):
+        raise AgentError(f"--sandbox {options.sandbox!r}: use one of {', '.join(SandboxMode)}")
     if options.max_steps < 1:
         raise AgentError(f"--max-steps {options.max_steps}: must be at least 1")
     cwd = os.path.realpath(os.path.expanduser(options.cwd))
@@ -294,8 +292,8 @@ async def open_agent(
             log.info("session_opened", session=options.session, messages=len(messages))
         sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
         builtins, bash = _builtin_tools(options, Workspace(cwd, corral_home=str(home)), sandbox)
-        mode = typing.cast(SandboxMode, options.sandbox)
-        config = SupervisorConfig(home=str(home), sandbox=mode)
+        mode = SandboxMode(options.sandbox)
+        config = SupervisorConfig(home=str(home), sandbox=mode, reserved_tools=BUILTIN_TOOLS)
         host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
         async with open_supervisor(
             config,

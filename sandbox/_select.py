@@ -62,7 +62,7 @@ def _expected_backend(report: SandboxReport) -> str:
     return "sandbox-exec" if report.platform == "darwin" else "bwrap"
 
 
-def select_sandbox(mode: SandboxMode, *, cgroups: bool = True) -> Sandbox:
+def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
     """The backend to run extensions with.
 
     Args:
@@ -83,9 +83,12 @@ def select_sandbox(mode: SandboxMode, *, cgroups: bool = True) -> Sandbox:
             message names the cause and the fix.
         ValueError: ``mode`` is not one of the three.
     """
-    if mode not in ("auto", "required", "off"):
-        raise ValueError(f"--sandbox must be auto, required or off, not {mode!r}")
-    if mode == "off":
+    try:
+        mode = SandboxMode(mode)
+    except ValueError:
+        *most, last = SandboxMode
+        raise ValueError(f"--sandbox must be {', '.join(most)} or {last}, not {mode!r}") from None
+    if mode is SandboxMode.OFF:
         with _lock:
             key = f"off:{cgroups}"
             if key not in _backends:
@@ -107,7 +110,7 @@ def select_sandbox(mode: SandboxMode, *, cgroups: bool = True) -> Sandbox:
     status = report.status(expected)
     why = status.why if status and status.why else f"no sandbox backend for {report.platform}"
     fix = status.fix if status and status.fix else "run on Linux with bubblewrap, or on macOS"
-    if mode == "required":
+    if mode is SandboxMode.REQUIRED:
         raise SandboxUnavailable(expected, why, fix)
     with _lock:
         key = f"fallback:{cgroups}"

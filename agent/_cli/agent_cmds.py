@@ -19,6 +19,7 @@ from typing import Any, TextIO, TypeVar
 import click
 import trio
 
+from sandbox import SandboxMode
 from supervisor import SupervisorError
 
 from .._engine import AgentOptions
@@ -111,7 +112,7 @@ _OPTIONS = [
     ),
     click.option(
         "--sandbox",
-        type=click.Choice(["auto", "required", "off"]),
+        type=click.Choice([m.value for m in SandboxMode]),
         default="auto",
         show_default=True,
         help="Sandbox extensions and bash: best available, required, or off.",
@@ -300,7 +301,7 @@ def chat_cmd(options: AgentOptions) -> None:
 )
 @click.option(
     "--sandbox",
-    type=click.Choice(["auto", "required", "off"]),
+    type=click.Choice([m.value for m in SandboxMode]),
     default="auto",
     show_default=True,
     help="Sandbox the extensions: best available, required, or off.",

@@ -22,7 +22,7 @@ from typing import Any
 import click
 import msgspec
 
-from sandbox import SandboxUnavailable, check_sandbox, format_report, select_sandbox
+from sandbox import SandboxMode, SandboxUnavailable, check_sandbox, format_report, select_sandbox
 from supervisor import (
     MANIFEST_NAME,
     Discovery,
@@ -135,7 +135,7 @@ def ext_group() -> None:
 @click.option(
     "--sandbox",
     "mode",
-    type=click.Choice(["auto", "required", "off"]),
+    type=click.Choice([m.value for m in SandboxMode]),
     default="auto",
     show_default=True,
 )
@@ -146,7 +146,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
     found = discover(list(ext_paths), project_dir=os.getcwd(), home=str(home))
     store = TrustStore(home)
     try:
-        backend = select_sandbox(mode).backend  # type: ignore[arg-type]
+        backend = select_sandbox(mode).backend
         sandbox_note = backend if backend != "none" else "UNSANDBOXED"
     except SandboxUnavailable as exc:
         sandbox_note = f"REFUSED ({exc})"

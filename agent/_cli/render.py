@@ -32,8 +32,9 @@ from .._events import (
     TurnEnd,
     Usage,
     UserMessage,
+    wire_event,
 )
-from .._messages import ImageContent, Message, TextContent, wire_message
+from .._messages import TextContent
 from .safe_text import StreamSanitizer, visible, visible_lines
 
 __all__ = ["HumanRenderer", "JsonRenderer", "Style", "clip"]
@@ -267,20 +268,5 @@ class JsonRenderer:
         if isinstance(event, TurnEnd):
             self.last_stop = event.stop
             self.last_error = event.error
-        self._out.write(_encoder.encode(_wire(event)).decode("utf-8") + "\n")
+        self._out.write(_encoder.encode(wire_event(event)).decode("utf-8") + "\n")
         self._out.flush()
-
-
-def _wire(event: AgentEvent) -> AgentEvent:
-    """``event`` with image data replaced by byte counts, as on the RPC wire."""
-    if not isinstance(event, UserMessage | AssistantMessage | ToolResultEvent):
-        return event
-    if not any(isinstance(b, ImageContent) and b.data is not None for b in event.content):
-        return event
-    blocks = wire_message(Message(role="tool", content=list(event.content), time="")).content
-    if isinstance(event, ToolResultEvent):
-        images = [b for b in blocks if isinstance(b, TextContent | ImageContent)]
-        return ToolResultEvent(id=event.id, is_error=event.is_error, content=images)
-    if isinstance(event, UserMessage):
-        return UserMessage(content=blocks, time=event.time)
-    return AssistantMessage(content=blocks, time=event.time)

@@ -34,9 +34,9 @@ import trio
 
 from supervisor import VERSION, LineReader, LineWriter, Oversize, SupervisorError
 
-from .._events import AgentEvent, AssistantMessage, ToolResultEvent, UserMessage
+from .._events import AgentEvent, wire_event
 from .._exceptions import AgentError
-from .._messages import ImageContent, Message, wire_message
+from .._messages import ImageContent, wire_message
 from .._runtime import Runtime
 
 __all__ = [
@@ -228,16 +228,6 @@ def _images(images: list[ImageIn]) -> list[ImageContent]:
             raise ValueError(f"images[{number - 1}]: data is not valid base64 ({exc})") from None
         out.append(ImageContent(mime_type=image.mime_type, data=image.data, bytes=size))
     return out
-
-
-def wire_event(event: AgentEvent) -> AgentEvent:
-    """``event`` as the wire shows it: images as byte counts instead of base64."""
-    if not isinstance(event, UserMessage | AssistantMessage | ToolResultEvent) or not any(
-        isinstance(b, ImageContent) and b.data is not None for b in event.content
-    ):
-        return event
-    shown = wire_message(Message(role="user", content=list(event.content), time=""))
-    return msgspec.structs.replace(event, content=shown.content)
 
 
 def encode_line(frame: AgentEvent | Response) -> bytes:

@@ -314,8 +314,11 @@ async def test_reserved_names_and_first_loaded_wins(kit: Kit) -> None:
     # "first" says hello later than "second", but it is loaded first: it owns the names.
     first = kit.chaos("first", "--hello-delay", "0.3")
     second = kit.chaos("second")
+    builtins = ("read", "write", "edit", "bash")
     with capture_logs() as logs, trio.fail_after(CYCLE):
-        async with kit.open(greedy, first, second) as client:
+        async with kit.open(
+            greedy, first, second, config=kit.config(reserved_tools=builtins)
+        ) as client:
             tools = {t.name: t.extension for t in client.tools()}
             commands = {c.name: c.extension for c in client.commands()}
             out = await client.call_tool("chaos_echo", {"text": "who"})
