@@ -7,13 +7,13 @@ supervisor behind it. ``corral rpc`` serves the same session over NDJSON.
 
 from __future__ import annotations
 
-from ._engine import AgentOptions, Emit, Engine
 from ._events import (
     AgentEvent,
     AssistantMessage,
     AssistantStart,
     CompactDone,
     Done,
+    Emit,
     ErrorEvent,
     ExtDisplay,
     ExtNotify,
@@ -28,9 +28,18 @@ from ._events import (
     UsageTotals,
     UserMessage,
 )
-from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
-from ._host import BUILTIN_TOOLS, AgentHost, open_agent
-from ._loop import AgentBusy, AgentLoop, LoopState
+from ._exceptions import (
+    AgentBusy,
+    AgentError,
+    ProviderError,
+    RuntimeClosed,
+    ScriptError,
+    SessionError,
+    ToolError,
+    UnknownProvider,
+)
+from ._host import BUILTIN_TOOLS, AgentHost, AgentOptions, open_agent
+from ._loop import AgentLoop, LoopState
 from ._messages import (
     ImageContent,
     InterventionRecord,
@@ -40,11 +49,11 @@ from ._messages import (
     ToolResultContent,
 )
 from ._providers.base import ModelInfo, ModelRequest, Provider, ProviderEvent, ToolSpec
-from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
+from ._providers.factory import PROVIDERS, make_provider
 from ._providers.offline import OfflineProvider
 from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
 from ._rpc.server import serve_rpc
-from ._runtime import EventStream, Job, JobState, Runtime, RuntimeClosed, RuntimeState, open_runtime
+from ._runtime import EventStream, Job, JobState, Runtime, RuntimeState, open_runtime
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -60,7 +69,6 @@ __all__ = [
     "CompactDone",
     "Done",
     "Emit",
-    "Engine",
     "ErrorEvent",
     "EventStream",
     "ExtDisplay",

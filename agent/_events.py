@@ -7,6 +7,7 @@ yields these same Structs; ``corral rpc`` writes them as JSON lines.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import msgspec
@@ -19,6 +20,7 @@ __all__ = [
     "AssistantStart",
     "CompactDone",
     "Done",
+    "Emit",
     "ErrorEvent",
     "ExtDisplay",
     "ExtNotify",
@@ -197,6 +199,10 @@ AgentEvent = (
     | ExtDisplay
     | ExtStatus
 )
+
+
+#: Where the loop sends its events; awaiting it applies back-pressure.
+Emit = Callable[[AgentEvent], Awaitable[None]]
 
 
 def wire_event(event: AgentEvent) -> AgentEvent:

@@ -4,14 +4,29 @@
 
     AgentError
     ├── ProviderError       a model call failed (HTTP status, broken stream, bad key)
+    ├── UnknownProvider     --provider names no provider, or one that cannot be set up
     ├── ScriptError         a scripted-provider script is malformed (names file and line)
     ├── ToolError           a built-in tool refused its arguments (path escapes cwd, ...)
-    └── SessionError        a saved session cannot be read or written
+    ├── SessionError        a saved session cannot be read or written
+    ├── AgentBusy           a prompt or compaction is already running on the loop
+    └── RuntimeClosed       a job was submitted to a runtime that is closing or closed
+
+Errors of the supervisor (:class:`supervisor.SupervisorError`) reach the agent's
+callers as they are: "the extension broke" is the supervisor's to say.
 """
 
 from __future__ import annotations
 
-__all__ = ["AgentError", "ProviderError", "ScriptError", "SessionError", "ToolError"]
+__all__ = [
+    "AgentBusy",
+    "AgentError",
+    "ProviderError",
+    "RuntimeClosed",
+    "ScriptError",
+    "SessionError",
+    "ToolError",
+    "UnknownProvider",
+]
 
 
 class AgentError(Exception):
@@ -36,6 +51,10 @@ class ProviderError(AgentError):
         self.retryable = retryable
 
 
+class UnknownProvider(AgentError):
+    """``--provider`` names no provider corral has, or one that cannot be set up."""
+
+
 class ScriptError(AgentError):
     """A script for the scripted provider is malformed."""
 
@@ -51,3 +70,11 @@ class ToolError(AgentError):
 
 class SessionError(AgentError):
     """A saved session cannot be read or written."""
+
+
+class AgentBusy(AgentError):
+    """A prompt or compaction is already running on this loop."""
+
+
+class RuntimeClosed(AgentError):
+    """A job was submitted to a runtime that is closing or closed."""

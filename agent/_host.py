@@ -1,9 +1,11 @@
 """Open one agent session: provider, supervisor, tools, transcript and loop together.
 
 :func:`open_agent` is what the CLI, the RPC server and the in-process runtime build
-on. It yields an :class:`AgentHost`: the loop (an :class:`~agent._engine.Engine`),
-the :class:`~supervisor.SupervisorClient` behind it, and the few host-level
-operations that involve both (reload, commands, forwarding extension events).
+on. It takes :class:`AgentOptions` and yields an :class:`AgentHost`: the loop
+(:class:`~agent._loop.AgentLoop`), the :class:`~supervisor.SupervisorClient` behind
+it, and the few host-level operations that involve both (reload, commands,
+forwarding extension events). The RPC server and the in-process runtime add
+queueing, abort and ``done`` on top.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import structlog
 import trio
 
@@ -42,8 +45,7 @@ from supervisor import (
 )
 
 from ._audit import AuditLog, audit_path
-from ._engine import AgentOptions, Emit
-from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
+from ._events import AgentEvent, Emit, ExtDisplay, ExtNotify, ExtStatus
 from ._exceptions import AgentError
 from ._loop import AgentLoop
 from ._providers.base import Provider
@@ -55,9 +57,35 @@ from ._tools.confine import Workspace
 from ._tools.files import EditTool, ReadTool, WriteTool
 from ._transcript import SessionHeader, SessionStore, Transcript
 
-__all__ = ["BUILTIN_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
+__all__ = ["BUILTIN_TOOLS", "AgentHost", "AgentOptions", "agent_event_for", "open_agent"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
+
+
+class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything needed to open an agent session."""
+
+    provider: str = "offline"
+    model: str | None = None
+    cwd: str = "."
+    #: ``--ext`` paths, loaded before project-local and global extensions.
+    ext_paths: list[str] = []
+    #: Load installed (project-local and global) extensions too.
+    discover: bool = True
+    sandbox: str = "auto"
+    #: corral's home; None means ``$CORRAL_HOME`` or the platform default.
+    home: str | None = None
+    #: Session name to save to / resume from, or None for no persistence.
+    session: str | None = None
+    max_steps: int = 16
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    #: JSONL script for the ``scripted`` provider.
+    script: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    #: Built-in tools to offer; None means all of them.
+    tools: list[str] | None = None
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -106,7 +134,7 @@ class AgentHost:
     """One open agent session.
 
     Attributes:
-        engine: the agent loop (an :class:`~agent._engine.Engine`).
+        engine: the agent loop.
         supervisor: the supervisor's client.
         options: what the session was opened with.
         home: corral's home for this session.

@@ -44,11 +44,11 @@ import trio
 from supervisor import EmitEvent, InterceptKind, InterceptOutcome, SupervisorError
 
 from ._audit import AuditLog
-from ._engine import Emit
 from ._events import (
     AssistantMessage,
     AssistantStart,
     CompactDone,
+    Emit,
     ErrorEvent,
     ExtDisplay,
     StopReason,
@@ -62,7 +62,7 @@ from ._events import (
     UsageTotals,
     UserMessage,
 )
-from ._exceptions import AgentError, ProviderError
+from ._exceptions import AgentBusy, ProviderError
 from ._messages import (
     Block,
     ImageContent,
@@ -92,17 +92,13 @@ from ._transcript import (
     summary_message,
 )
 
-__all__ = ["AgentBusy", "AgentLoop", "Hooks", "LoopState", "default_system_prompt"]
+__all__ = ["AgentLoop", "Hooks", "LoopState", "default_system_prompt"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 _ALLOW = InterceptOutcome()
 #: Bound on shielded clean-up work after a cancellation (an emit, a transcript write).
 _CLEANUP_GRACE = 5.0
-
-
-class AgentBusy(AgentError):
-    """A prompt or compaction is already running on this loop."""
 
 
 class LoopState(enum.Enum):
@@ -204,7 +200,7 @@ def _call_event(call: ProviderToolCall, outcome: InterceptOutcome) -> ToolCallEv
 
 @typing.final
 class AgentLoop:
-    """One agent session's loop; implements :class:`~agent._engine.Engine`."""
+    """One agent session's loop: a transcript, a model, tools, and the supervisor behind them."""
 
     def __init__(
         self,

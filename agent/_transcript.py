@@ -57,7 +57,7 @@ __all__ = [
     "summary_message",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: System prompt of a compaction request; providers may recognise it.
 COMPACT_SYSTEM = (

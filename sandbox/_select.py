@@ -26,7 +26,7 @@ from ._seatbelt import SeatbeltSandbox
 
 __all__ = ["check_sandbox", "select_sandbox"]
 
-_log = structlog.get_logger("sandbox")
+log = structlog.get_logger(__name__)
 
 _lock = threading.Lock()
 _probe: Probe | None = None
@@ -115,6 +115,6 @@ def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
     with _lock:
         key = f"fallback:{cgroups}"
         if key not in _backends:
-            _log.warning("sandbox_unavailable", backend=expected, cause=why, fix=fix)
+            log.warning("sandbox_unavailable", backend=expected, cause=why, fix=fix)
             _backends[key] = NoneSandbox(f"{expected} unavailable: {why} (fix: {fix})", manager)
         return _backends[key]

@@ -30,7 +30,7 @@ from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation, Supervis
 
 __all__ = ["CallKind", "PendingCalls", "Reply"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 

@@ -50,7 +50,7 @@ from ._spawn import launch_request
 
 __all__ = ["Extension", "ExtensionHost"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 S = ExtensionState
 #: States a stop request moves to STOPPING (a process is there to stop).

@@ -44,7 +44,7 @@ from ._restart import describe_exit
 
 __all__ = ["Conversation", "Incarnation"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 _UNSENT = {
     Unsent.BROKEN: "the extension is not reading its stdin (pipe closed)",

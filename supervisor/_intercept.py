@@ -36,7 +36,7 @@ from ._requests import Intercept
 
 __all__ = ["Subscriber", "may_intervene", "run_chain"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 
 class Subscriber(Protocol):

@@ -31,7 +31,7 @@ from ._exceptions import IllegalTransition
 
 __all__ = ["LISTED", "SERVING", "TRANSITIONS", "ExtensionState", "Lifecycle"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 
 class ExtensionState(enum.StrEnum):

@@ -38,7 +38,7 @@ from ._version import VERSION
 
 __all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 #: The events an extension may intercept (``subscribe.intercept``).
 INTERCEPTABLE = frozenset({"tool_call", "turn_start", "assistant_message"})

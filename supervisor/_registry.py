@@ -19,7 +19,7 @@ from ._api import CommandInfo, ToolInfo
 
 __all__ = ["Owner", "Registry"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 
 class Owner(Protocol):

@@ -74,7 +74,7 @@ from ._trust import TrustStore
 
 __all__ = ["open_supervisor"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 T = typing.TypeVar("T")
 

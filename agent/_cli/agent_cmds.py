@@ -22,10 +22,9 @@ import trio
 from sandbox import SandboxMode
 from supervisor import SupervisorError
 
-from .._engine import AgentOptions
 from .._events import Done
 from .._exceptions import AgentError
-from .._host import AgentHost, open_agent
+from .._host import AgentHost, AgentOptions, open_agent
 from .._providers.factory import PROVIDERS
 from .chat import run_chat
 from .demo import default_examples_dir, run_demo

@@ -26,16 +26,16 @@ import trio
 
 from supervisor import CommandOutcome, ExtensionInfo, SupervisorError
 
-from .._engine import AgentOptions, Emit
+from .._events import Emit
 from .._exceptions import AgentError
-from .._host import AgentHost, open_agent
+from .._host import AgentHost, AgentOptions, open_agent
 from .render import HumanRenderer
 from .safe_text import visible
 from .trust import ask_trust
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Built-in slash commands and what they do.
 BUILTIN_COMMANDS: dict[str, str] = {

@@ -108,7 +108,7 @@ class HumanRenderer:
         return f"<HumanRenderer color={self.style.enabled}>"
 
     async def emit(self, event: AgentEvent) -> None:
-        """:data:`~agent._engine.Emit`-compatible wrapper around :meth:`show`.
+        """:data:`~agent.Emit`-compatible wrapper around :meth:`show`.
 
         Cancellation: not a checkpoint.
         """

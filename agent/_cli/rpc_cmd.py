@@ -20,7 +20,7 @@ import click
 import structlog
 import trio
 
-from .._engine import AgentOptions
+from .._host import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
@@ -28,7 +28,7 @@ from .logs import configure_logging
 
 __all__ = ["rewrite_rpc_flag", "rpc_cmd", "run_rpc"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Options of the ``corral`` group that take no value (they may precede ``--rpc``).
 _GROUP_FLAGS = frozenset({"-v", "-vv", "-vvv", "--verbose"})

@@ -39,7 +39,7 @@ from .http import decode_data, excerpt, known_models, new_client, open_sse, usag
 
 __all__ = ["API_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "AnthropicProvider"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-5"

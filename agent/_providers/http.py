@@ -40,7 +40,7 @@ __all__ = [
     "usage_event",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: 10 s to connect; 120 s for any single read, write or pool wait. A read timeout
 #: is a gap between two bytes of the stream, not a bound on the whole reply.

@@ -50,7 +50,7 @@ __all__ = [
     "serve_rpc",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Major version of the wire schema (the ``hello`` response's ``protocol_version``).
 PROTOCOL_VERSION = 1

@@ -56,7 +56,7 @@ from .files import decode_args
 
 __all__ = ["BashTool", "BoundedOutput"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Host variables the shell sees besides the allowlist of everything corral starts.
 _ENV_EXTRA = ("SHELL", "TZ")

@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import trio
 
-from agent._engine import AgentOptions
+from agent import AgentOptions
 from agent._events import (
     AgentEvent,
     AssistantMessage,

@@ -14,6 +14,7 @@ import trio
 import trio.testing
 from agent_helpers import Collector
 
+from agent import AgentBusy
 from agent._events import (
     CompactDone,
     ErrorEvent,
@@ -22,7 +23,7 @@ from agent._events import (
     TurnEnd,
     Usage,
 )
-from agent._loop import AgentBusy, AgentLoop, LoopState
+from agent._loop import AgentLoop, LoopState
 from agent._messages import Message, TextContent, ToolCallContent, ToolResultContent
 from agent._providers.base import ToolSpec
 from agent._providers.offline import OfflineProvider

@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 from agent_helpers import script
 
-from agent._engine import AgentOptions
+from agent import PROVIDERS, AgentOptions, UnknownProvider, make_provider
 from agent._exceptions import AgentError, ScriptError
-from agent._providers.factory import PROVIDERS, UnknownProvider, make_provider
 from agent._providers.offline import OfflineProvider
 from agent._providers.scripted import ScriptedProvider
 

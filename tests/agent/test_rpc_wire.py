@@ -12,8 +12,8 @@ import trio
 import trio.testing
 from rpc_fixtures.rpc_harness import write_script
 
+from agent import AgentOptions
 from agent._cli.rpc_cmd import rewrite_rpc_flag
-from agent._engine import AgentOptions
 from agent._events import ToolProgress, ToolResultEvent, UserMessage
 from agent._messages import ImageContent, TextContent
 from agent._rpc.server import COMMANDS, Response, encode_line, serve_rpc

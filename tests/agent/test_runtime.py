@@ -9,7 +9,7 @@ import pytest
 import trio
 from rpc_fixtures.rpc_harness import chaos_ext, write_script
 
-from agent._engine import AgentOptions
+from agent import AgentBusy, AgentOptions, JobState, RuntimeClosed, open_runtime
 from agent._events import (
     AgentEvent,
     AssistantMessage,
@@ -28,10 +28,8 @@ from agent._events import (
     Usage,
     UserMessage,
 )
-from agent._loop import AgentBusy
 from agent._messages import ImageContent, TextContent
 from agent._registry import ToolRunResult
-from agent._runtime import JobState, RuntimeClosed, open_runtime
 from agent._tools.bash import BashTool
 
 TIMEOUT = 20
