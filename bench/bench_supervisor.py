@@ -47,8 +47,7 @@ import structlog
 import trio
 from _common import ROOT, Row, Rows, main, median, stopwatch
 
-from supervisor import SupervisorClient, SupervisorConfig, open_supervisor
-from supervisor._spawn import SDK_DIR
+from supervisor import SDK_DIR, SupervisorClient, SupervisorConfig, open_supervisor
 
 CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
 MCP_SERVER = Path(__file__).resolve().parent / "mcp_echo_server.py"

@@ -72,6 +72,7 @@ from ._manifest import (
 from ._process import ChildProcess, open_child
 from ._reap import signal_group
 from ._requests import EmitEvent
+from ._spawn import SDK_DIR
 from ._supervisor import open_supervisor
 from ._trust import (
     TrustPin,
@@ -86,6 +87,7 @@ from ._version import VERSION
 __all__ = [
     "MANIFEST_NAME",
     "PROTOCOL_VERSION",
+    "SDK_DIR",
     "VERSION",
     "CallFailed",
     "CallTimeout",

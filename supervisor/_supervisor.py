@@ -69,7 +69,6 @@ from ._requests import (
     Request,
     SetHostInfo,
 )
-from ._spawn import sdk_bytecode
 from ._trust import TrustStore
 
 __all__ = ["open_supervisor"]
@@ -234,7 +233,6 @@ class _Supervisor:
                 ignored=shadowed.manifest_path,
                 winner=winner.manifest_path,
             )
-        await trio.to_thread.run_sync(sdk_bytecode)
         self._exts = [
             Extension(spec, i, self.config, self._sandbox, self)
             for i, spec in enumerate(self._discovery.specs)

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import compileall
 from collections.abc import Iterator
 
 import pytest
 import structlog
+
+from supervisor import SDK_DIR
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sdk_bytecode() -> None:
+    """Compile the extension SDK once, as ``pip install`` (or ``./dev``) does: a
+    checkout has no bytecode, and corral never writes any at run time."""
+    compileall.compile_dir(SDK_DIR, quiet=1)
 
 
 @pytest.fixture(autouse=True)

@@ -102,7 +102,6 @@ class HumanRenderer:
         self._streamed = False
         self._text = StreamSanitizer()
         self.last_stop: str | None = None
-        self.last_error: str | None = None
 
     def __repr__(self) -> str:
         return f"<HumanRenderer color={self.style.enabled}>"
@@ -205,7 +204,6 @@ class HumanRenderer:
     def _turn_end(self, event: TurnEnd) -> None:
         s = self.style
         self.last_stop = event.stop
-        self.last_error = event.error
         error = visible(event.error) if event.error else None
         if event.stop == "blocked":
             self.line(s(f"✖ turn blocked — {error or 'no reason given'}", "red", "bold"))
@@ -251,7 +249,6 @@ class JsonRenderer:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self.last_stop: str | None = None
-        self.last_error: str | None = None
 
     def __repr__(self) -> str:
         return "<JsonRenderer>"
@@ -267,6 +264,5 @@ class JsonRenderer:
         """Write ``event`` as one line and flush."""
         if isinstance(event, TurnEnd):
             self.last_stop = event.stop
-            self.last_error = event.error
         self._out.write(_encoder.encode(wire_event(event)).decode("utf-8") + "\n")
         self._out.flush()
