@@ -10,6 +10,10 @@ import structlog
 
 from supervisor import SDK_DIR
 
+#: Fixtures that live in the helpers package: ``launch`` (an extension as a bare
+#: subprocess, for the SDK's and the examples' tests).
+pytest_plugins = ["helpers.extproc"]
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _sdk_bytecode() -> None:

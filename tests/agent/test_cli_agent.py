@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from agent_helpers import EXAMPLES, REPO, probe, script
 from click.testing import CliRunner, Result
+from helpers.agentkit import probe, script
+from helpers.paths import EXAMPLES, REPO
 
 from agent._cli.main import main
 
@@ -178,6 +179,7 @@ def test_chat_reload_ext_and_eof(home: Path, work: Path) -> None:
     assert "bye" in result.stdout
 
 
+@pytest.mark.slow
 def test_demo(home: Path) -> None:
     result = CliRunner().invoke(main, ["demo"], catch_exceptions=False)
     out = result.stdout
@@ -243,6 +245,7 @@ def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
     return out, err
 
 
+@pytest.mark.slow
 def test_chat_ctrl_c_cancels_the_turn_then_exits(home: Path, work: Path, slow_script: str) -> None:
     proc = spawn_corral(
         ["chat", "--no-extensions", "--sandbox", "off", "--script", slow_script], home, work
@@ -263,6 +266,7 @@ def test_chat_ctrl_c_cancels_the_turn_then_exits(home: Path, work: Path, slow_sc
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_run_ctrl_c_aborts_with_130(home: Path, work: Path, slow_script: str) -> None:
     proc = spawn_corral(
         ["run", "--no-extensions", "--sandbox", "off", "--script", slow_script, "go"], home, work

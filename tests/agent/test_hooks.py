@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import EXAMPLES, Collector, chaos, options, probe, script
+from helpers.agentkit import Collector, chaos, options, probe, script
+from helpers.paths import EXAMPLES
 
-from agent._events import ExtDisplay, ExtStatus, TurnEnd
-from agent._host import open_agent
-from agent._messages import TextContent, ToolCallContent, text_of
+from agent import ExtDisplay, ExtStatus, TextContent, ToolCallContent, TurnEnd, open_agent
+from agent._messages import text_of
 from supervisor import identity_of, log_file
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -129,6 +129,7 @@ async def test_suppressed_assistant_message(
     assert text_of(messages[-1]) == "chatter"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "blocked"),
     [("block", True), ("allow", False), ("crash", False), ("badargs", False), ("garbage", False)],

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from rpc_fixtures.rpc_harness import EXAMPLES, REPO, open_rpc, write_script
+from helpers.paths import EXAMPLES, REPO
+from helpers.rpc_harness import open_rpc, write_script
 
 TIMEOUT = 60
 SLOW_STOP = REPO / "tests" / "agent" / "fixtures" / "slow_stop_ext.py"
@@ -37,6 +38,7 @@ def slow_stop_ext(tmp_path: Path) -> str:
     return str(where)
 
 
+@pytest.mark.slow
 async def test_a_tool_call_during_a_reload_still_meets_the_guard(tmp_path: Path) -> None:
     victim = tmp_path / "work" / "victim"
     victim.mkdir(parents=True)

@@ -10,14 +10,20 @@ import msgspec
 import pytest
 import trio
 import trio.testing
-from rpc_fixtures.rpc_harness import write_script
+from helpers.rpc_harness import write_script
 
-from agent import AgentOptions
+from agent import (
+    AgentOptions,
+    ImageContent,
+    TextContent,
+    ToolProgress,
+    ToolResultEvent,
+    UserMessage,
+    open_runtime,
+    serve_rpc,
+)
 from agent._cli.rpc_cmd import rewrite_rpc_flag
-from agent._events import ToolProgress, ToolResultEvent, UserMessage
-from agent._messages import ImageContent, TextContent
-from agent._rpc.server import COMMANDS, Response, encode_line, serve_rpc
-from agent._runtime import open_runtime
+from agent._rpc.server import COMMANDS, Response, encode_line
 
 
 @pytest.mark.parametrize(

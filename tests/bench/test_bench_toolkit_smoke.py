@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import REPO as ROOT
 
 EXPECTED_CASES = {
     *(f"decode.{k}" for k in ("strict_text", "repair_aware_text", "added_text")),
@@ -30,6 +29,7 @@ EXPECTED_CASES = {
 }
 
 
+@pytest.mark.slow
 def test_quick_toolkit_bench_reports_every_case(tmp_path: Path) -> None:
     if shutil.which("node") is None:
         pytest.skip("node is not installed")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import structlog
 import trio
-from supkit import CYCLE, Kit
+from helpers.supkit import CYCLE, Kit
 
 from supervisor import ExtensionState, IllegalTransition
 from supervisor._lifecycle import LISTED, SERVING, TRANSITIONS, Lifecycle
