@@ -2,21 +2,16 @@
 
 Every change of an extension's state goes through :meth:`Lifecycle.move`, which
 checks it against :data:`TRANSITIONS` and raises :class:`IllegalTransition` for a
-move the table does not have. The table is the picture::
+move the table does not have. The usual paths::
 
-                        ┌──────────── enable ──────────────┐
-                        v                                  │
-    STOPPED ──spawn──> STARTING ──hello──> REGISTERING ──ready──> RUNNING
-     │  ^  │              │                    │                   │
-     │  │  │              └──────────┬─────────┴───────────────────┤
-     │  │  │                         │ exit we did not ask for     │ stop
-     │  │  │                         v                             v
-     │  │  └── stop ─────────── BACKOFF ──respawn──> STARTING    STOPPING ──> STOPPED
-     │  │                          │
-     │  └──────── exit, no restart ┘  (or FAILED, QUARANTINED, UNTRUSTED)
-     └── DISABLED, FAILED, QUARANTINED, UNTRUSTED (before a spawn)
+    STOPPED ─spawn─> STARTING ─hello─> REGISTERING ─ready─> RUNNING
+                       │                   │                   │
+                       └─── an exit we did not ask for ─────────┴──> BACKOFF ─respawn─> STARTING
+    STARTING / REGISTERING / RUNNING ─stop─> STOPPING ─reaped─> STOPPED
+    refused, crashed too often, untrusted: FAILED / QUARANTINED / UNTRUSTED ─enable─> STOPPED
 
-Pure: no I/O, no trio; the owner task (:mod:`supervisor._extension`) drives it.
+The whole table is in ``docs/architecture.md``. Pure: no I/O, no trio; the owner
+task (:mod:`supervisor._extension`) drives it.
 """
 
 from __future__ import annotations
