@@ -172,10 +172,11 @@ class ExtDisplay(_E, frozen=True, tag="ext_display"):
 
 
 class ExtStatus(_E, frozen=True, tag="ext_status", omit_defaults=True):
-    """An extension started, crashed, restarted, was quarantined or stopped."""
+    """An extension started, crashed, restarted, was quarantined, stopped, or was kept
+    by a reload (its new version did not start; the running one goes on)."""
 
     extension: str
-    status: Literal["started", "crashed", "restarted", "quarantined", "stopped"]
+    status: Literal["started", "crashed", "restarted", "quarantined", "stopped", "kept"]
     detail: str = ""
     pid: int | None = None
     sandboxed: bool | None = None

@@ -28,6 +28,7 @@ from supervisor import (
     EmitEvent,
     ExtensionCrashed,
     ExtensionInfo,
+    ExtensionKept,
     ExtensionRestarted,
     ExtensionStarted,
     ExtensionStopped,
@@ -126,6 +127,9 @@ def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
         return ExtStatus(extension=event.extension, status="quarantined", detail=detail)
     if isinstance(event, ExtensionStopped):
         return ExtStatus(extension=event.extension, status="stopped")
+    if isinstance(event, ExtensionKept):
+        detail = f"the new version did not start ({event.reason}); the running one goes on"
+        return ExtStatus(extension=event.extension, status="kept", detail=detail, pid=event.pid)
     return None
 
 
@@ -180,7 +184,9 @@ class AgentHost:
                     await emit(converted)
 
     async def reload(self) -> ReloadStats:
-        """``/reload-ext``: stop every extension, re-read manifests, respawn; rebuild tools.
+        """``/reload-ext``: re-read manifests, start the new versions beside the running
+        ones and swap them in (a new version that does not start leaves the running one
+        in place); rebuild tools.
 
         Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
         """

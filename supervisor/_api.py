@@ -23,6 +23,7 @@ __all__ = [
     "Displayed",
     "ExtensionCrashed",
     "ExtensionInfo",
+    "ExtensionKept",
     "ExtensionRestarted",
     "ExtensionStarted",
     "ExtensionStats",
@@ -145,13 +146,24 @@ class InterceptOutcome(msgspec.Struct, frozen=True, kw_only=True):
         ]
 
 
-class ReloadStats(msgspec.Struct, frozen=True, kw_only=True):
-    """What a reload did; ``ready`` counts only extensions that became ready."""
+class ReloadStats(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a reload did (``kept_old`` is left out of the JSON when empty).
+
+    Attributes:
+        stopped: extensions of the previous generation that were serving and were
+            stopped (replaced, disabled or gone).
+        loaded: enabled manifests found.
+        ready: new versions that became ready (and were swapped in).
+        errors: manifests that did not load, and new versions that did not start.
+        kept_old: extensions whose new version did not start (or whose manifest no
+            longer loads): their previous version keeps running.
+    """
 
     stopped: int
     loaded: int
     ready: int
     errors: list[str]
+    kept_old: list[str] = []
 
 
 class ExtensionStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -248,6 +260,13 @@ class ExtensionStopped(_Ev, frozen=True, tag="stopped"):
     """An extension was stopped by the host."""
 
 
+class ExtensionKept(_Ev, frozen=True, tag="kept"):
+    """A reload kept the running version: the new one did not start (``reason``)."""
+
+    pid: int | None
+    reason: str
+
+
 class ToolsChanged(_Ev, frozen=True, tag="tools_changed"):
     """The set of extension tools or commands changed. ``extension`` is ``"*"``."""
 
@@ -263,5 +282,6 @@ SupervisorEvent = (
     | ExtensionCrashed
     | Quarantined
     | ExtensionStopped
+    | ExtensionKept
     | ToolsChanged
 )

@@ -184,9 +184,12 @@ class SupervisorClient:
         await self._send(event)
 
     async def reload(self) -> ReloadStats:
-        """Stop every extension, re-read manifests, respawn, and wait for ready.
+        """Re-read manifests, start the new versions beside the running ones, swap.
 
-        Calls in flight fail cleanly with :class:`ExtensionGone` or complete.
+        The registry and the interception chain switch in one step once every new
+        version is ready or has given up; a new version that did not start leaves
+        the running one in place (:attr:`ReloadStats.kept_old`). Calls in flight on a
+        replaced extension complete or fail cleanly with :class:`ExtensionStopping`.
 
         Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
         """

@@ -92,13 +92,11 @@ class Extension:
     def __init__(
         self,
         spec: ExtensionSpec,
-        index: int,
         config: SupervisorConfig,
         sandbox: Sandbox,
         host: ExtensionHost,
     ) -> None:
         self._spec = spec
-        self._index = index
         self._config = config
         self._sandbox = sandbox
         self._host = host
@@ -150,11 +148,6 @@ class Extension:
     def spec(self) -> ExtensionSpec:
         """The manifest as discovery loaded it."""
         return self._spec
-
-    @property
-    def index(self) -> int:
-        """Load order (the registry's tie-breaker)."""
-        return self._index
 
     @property
     def state(self) -> ExtensionState:

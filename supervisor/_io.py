@@ -65,9 +65,13 @@ class StderrLog:
 
     def _rotate(self) -> None:
         assert self._fd is not None
+        mine = os.fstat(self._fd).st_ino
         os.close(self._fd)
         with contextlib.suppress(OSError):
-            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            # Two writers share the log while a reload overlaps two generations of one
+            # extension: when the other one rotated first, only reopen.
+            if os.stat(self.path).st_ino == mine:
+                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
         self._fd = None
         self.open()
 

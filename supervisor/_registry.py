@@ -29,9 +29,6 @@ class Owner(Protocol):
     def name(self) -> str: ...
 
     @property
-    def index(self) -> int: ...
-
-    @property
     def tools(self) -> Mapping[str, f.RegisterTool]: ...
 
     @property
@@ -58,11 +55,12 @@ class Registry(typing.Generic[OwnerT]):
         self._logged: set[tuple[str, str, str]] = set()
 
     def rebuild(self, owners: Iterable[OwnerT]) -> bool:
-        """Recompute both maps; returns True when what the agent sees changed."""
+        """Recompute both maps from ``owners`` in load order; returns True when what
+        the agent sees changed."""
         before = (self.tool_infos(), self.command_infos())
         tools: dict[str, tuple[OwnerT, f.RegisterTool]] = {}
         commands: dict[str, tuple[OwnerT, f.RegisterCommand]] = {}
-        for owner in sorted(owners, key=lambda o: o.index):
+        for owner in owners:
             if not owner.listed:
                 continue
             for name, tool in owner.tools.items():

@@ -14,7 +14,7 @@ request             what                                       answer
 ``InvokeCommand``   run an extension slash command             ``CommandOutcome``
 ``Intercept``       consult the intercept chain for one event  ``InterceptOutcome``
 ``EmitEvent``       a lifecycle event for subscribed ones      none (one-way)
-``Reload``          stop all, re-read manifests, respawn       ``ReloadStats``
+``Reload``          start the new versions, swap them in      ``ReloadStats``
 ``ListExtensions``  status and stats of every extension        ``list[ExtensionInfo]``
 ``EnableExtension`` lift a quarantine, start again             ``ExtensionInfo``
 ``SetHostInfo``     what later ``hello_ack`` frames report     none (one-way)
@@ -96,7 +96,7 @@ class EmitEvent(_Req, frozen=True, tag="emit_event"):
 
 
 class Reload(_Req, frozen=True, tag="reload"):
-    """Stop every extension, re-read manifests, respawn."""
+    """Re-read manifests; start the new versions beside the running ones; swap."""
 
 
 class ListExtensions(_Req, frozen=True, tag="list_extensions"):

@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import psutil
 import structlog
 import trio
 
@@ -32,6 +31,7 @@ from . import _frames as f
 from ._api import (
     CommandInfo,
     ExtensionInfo,
+    ExtensionKept,
     ExtensionRestarted,
     ExtensionStarted,
     ExtensionStopped,
@@ -69,6 +69,8 @@ from ._requests import (
     Request,
     SetHostInfo,
 )
+from ._status import ProcessFigures, discovery_infos, extension_infos
+from ._swap import Swap, plan_swap
 from ._trust import TrustStore
 
 __all__ = ["open_supervisor"]
@@ -110,9 +112,11 @@ class _Supervisor:
         self._sandbox = sandbox
         self._ext_paths = list(ext_paths)
         self._project_dir = project_dir
-        self._discover = discover
+        self._discover_installed = discover
         self._host = host
         self._exts: list[Extension] = []
+        #: The generation a reload is starting, until the swap.
+        self._incoming: list[Extension] = []
         self._trust = TrustStore(config.home)
         self._discovery = Discovery(specs=[], problems=[], duplicates=[])
         self._registry: Registry[Extension] = Registry(
@@ -126,7 +130,7 @@ class _Supervisor:
         self._reload_lock = trio.Lock()
         #: Intercept chains and reloads exclude each other (see ``_gate``).
         self._gate = ReloadGate()
-        self._psutil: dict[int, psutil.Process] = {}
+        self._figures = ProcessFigures()
         self._nursery: trio.Nursery | None = None
         self._closed = False
         #: While starting, registries are rebuilt once at the end, not per extension.
@@ -185,7 +189,13 @@ class _Supervisor:
                 self._subscribers.remove(chan)
 
     def extension_changed(self, ext: Extension) -> None:
-        """An extension became ready, changed registrations, or left the registry."""
+        """An extension became ready, changed registrations, or left the registry.
+
+        The generation a reload is starting is not in the set yet: it is announced
+        at the swap, all at once (see :meth:`_reload`).
+        """
+        if ext in self._incoming:
+            return
         if ext.serving and ext.pid is not None and self._announced.get(ext.name) != ext.pid:
             first = ext.name not in self._announced
             self._announced[ext.name] = ext.pid
@@ -206,19 +216,19 @@ class _Supervisor:
     def _quarantine_file(self, spec: ExtensionSpec) -> Path:
         return quarantine_file(self.config.home, spec.identity)
 
-    async def _start_all(self, previous: list[Extension] | None = None) -> None:
-        assert self._nursery is not None
-        self._discovery = discover(
+    def _discover(self) -> Discovery:
+        """Read every manifest (blocking, quick); log what is wrong with them."""
+        found = discover(
             self._ext_paths,
             project_dir=self._project_dir,
             home=self.config.home,
-            include_installed=self._discover,
+            include_installed=self._discover_installed,
         )
-        for problem in self._discovery.problems:
+        for problem in found.problems:
             log.error(
                 "manifest_invalid", path=problem.path, field=problem.field, problem=problem.message
             )
-        for spec in self._discovery.specs:
+        for spec in found.specs:
             if spec.unknown_fields:
                 log.warning(
                     "manifest_unknown_fields",
@@ -226,32 +236,41 @@ class _Supervisor:
                     path=spec.manifest_path,
                     fields=spec.unknown_fields,
                 )
-        for shadowed, winner in self._discovery.duplicates:
+        for shadowed, winner in found.duplicates:
             log.warning(
                 "extension_duplicate",
                 extension=shadowed.name,
                 ignored=shadowed.manifest_path,
                 winner=winner.manifest_path,
             )
-        self._exts = [
-            Extension(spec, i, self.config, self._sandbox, self)
-            for i, spec in enumerate(self._discovery.specs)
-        ]
-        before = {(e.name, e.spec.dir): e for e in previous or []}
-        for ext in self._exts:
-            old = before.get((ext.name, ext.spec.dir))
+        return found
+
+    def _generation(self, specs: list[ExtensionSpec], previous: list[Extension]) -> list[Extension]:
+        """New extensions for ``specs``, each continuing its previous run (by identity)."""
+        exts = [Extension(spec, self.config, self._sandbox, self) for spec in specs]
+        before = {e.spec.identity: e for e in previous}
+        for ext in exts:
+            old = before.get(ext.spec.identity)
             if old is not None:
                 ext.adopt(old)
+        return exts
+
+    async def _start_all(self) -> None:
+        self._discovery = self._discover()
+        self._exts = self._generation(self._discovery.specs, [])
         self._starting = True
         try:
-            # All in parallel; each start returns once that extension is ready or
-            # has failed (each wait is bounded by the handshake deadline and the cap).
-            async with trio.open_nursery() as starting:
-                for ext in self._exts:
-                    starting.start_soon(self._start, ext)
+            await self._start_each(self._exts)
         finally:
             self._starting = False
         self._on_change_all()
+
+    async def _start_each(self, exts: list[Extension]) -> None:
+        """Start all in parallel; returns once each is ready or has given up (each wait
+        is bounded by the handshake deadline and the ready cap)."""
+        async with trio.open_nursery() as starting:
+            for ext in exts:
+                starting.start_soon(self._start, ext)
 
     async def _start(self, ext: Extension) -> None:
         """Start ``ext``'s owner task in the supervisor's nursery; returns once it settled."""
@@ -259,7 +278,10 @@ class _Supervisor:
         await self._nursery.start(ext.run, name=f"extension:{ext.name}")
 
     async def _stop_all(self, exts: list[Extension]) -> int:
-        """Stop extensions in parallel, then sweep their leftovers in one pass."""
+        """Stop extensions in parallel, then sweep their leftovers in one pass.
+
+        Returns how many were serving.
+        """
         running = sum(1 for e in exts if e.serving)
         tokens: list[str] = []
         async with trio.open_nursery() as stopping:
@@ -273,8 +295,6 @@ class _Supervisor:
                     await kill_and_wait(found)
                 if waited.cancelled_caught:
                     log.warning("leftovers_still_running", pids=[c.pid for c in found])
-        for ext in exts:
-            self.publish(ExtensionStopped(extension=ext.name))
         return running
 
     async def aclose(self) -> None:
@@ -282,7 +302,9 @@ class _Supervisor:
         self._closed = True
         cfg = self.config
         with trio.move_on_after(cfg.shutdown_grace + cfg.term_grace + 5):
-            await self._stop_all(self._exts)
+            await self._stop_all([*self._exts, *self._incoming])
+        for ext in self._exts:
+            self.publish(ExtensionStopped(extension=ext.name))
         for chan in self._subscribers:
             chan.close()
 
@@ -385,28 +407,59 @@ class _Supervisor:
             reply.set(await run_chain(req, subs, self._intercept_warned))
 
     async def _reload(self, reply: Reply[ReloadStats]) -> None:
-        async with self._reload_lock, self._gate.reload():
+        """Start the new generation beside the running one, swap, stop what it replaced.
+
+        Every new extension is started (same sandbox, trust, pins and handshake as
+        any start) while the old ones keep serving; once each is ready or has given
+        up, :func:`~supervisor._swap.plan_swap` decides what goes in. The registry,
+        the interception chain and the listing switch in one step, under the reload
+        gate (chains in flight finish first, later ones see only the new set), and
+        then the replaced extensions are stopped. An extension whose new version did
+        not start keeps its old one running (``kept_old``, an ``ExtensionKept`` event).
+        """
+        async with self._reload_lock:
             log.info("reload_started")
             old = self._exts
-            stopped = await self._stop_all(old)
-            for ext in old:
+            for ext in old:  # a reload lifts quarantines
                 self._quarantine_file(ext.spec).unlink(missing_ok=True)
-            self._announced.clear()
-            await self._start_all(previous=old)
-            errors = [str(p) for p in self._discovery.problems]
-            errors += [
-                f"{e.name}: {e.problem}"
-                for e in self._exts
-                if e.problem and e.state is not ExtensionState.RUNNING
-            ]
-            stats = ReloadStats(
-                stopped=stopped,
-                loaded=sum(1 for e in self._exts if e.spec.manifest.enabled),
-                ready=sum(1 for e in self._exts if e.state is ExtensionState.RUNNING),
-                errors=errors,
+            discovery = self._discover()
+            self._incoming = self._generation(discovery.specs, old)
+            try:
+                await self._start_each(self._incoming)
+            finally:
+                incoming, self._incoming = self._incoming, []
+            swap = plan_swap(old, incoming, (p.path for p in discovery.problems))
+            async with self._gate.reload():
+                # One step, no checkpoint: every call and chain sees one generation.
+                self._discovery = discovery
+                self._exts = swap.exts
+                self._announce(swap)
+                self._on_change_all()
+            stopped = await self._stop_all(swap.retired)
+            await self._stop_all(swap.discarded)
+            stats = _reload_stats(discovery, swap, stopped)
+            log.info(
+                "reload_done",
+                stopped=stats.stopped,
+                loaded=stats.loaded,
+                ready=stats.ready,
+                kept_old=stats.kept_old,
             )
-            log.info("reload_done", stopped=stats.stopped, loaded=stats.loaded, ready=stats.ready)
             reply.set(stats)
+
+    def _announce(self, swap: Swap[Extension]) -> None:
+        """Events of a swap: the retired stopped, the new started, the kept kept."""
+        for ext in swap.retired:
+            self._announced.pop(ext.name, None)
+            self.publish(ExtensionStopped(extension=ext.name))
+        new = {e.name: e for e in swap.discarded}
+        for ext in swap.exts:
+            if ext in swap.kept:
+                why = new[ext.name].problem if ext.name in new else "its manifest did not load"
+                self.publish(ExtensionKept(extension=ext.name, pid=ext.pid, reason=why))
+            elif ext.serving and ext.pid is not None:
+                self._announced[ext.name] = ext.pid
+                self.publish(self._started_event(ext))
 
     def _on_change_all(self) -> None:
         """Rebuild the registry; announce ``tools_changed`` when the agent's view changed."""
@@ -431,92 +484,30 @@ class _Supervisor:
         reply.set((await self._infos([ext]))[0])
 
     async def _list(self, reply: Reply[list[ExtensionInfo]]) -> None:
-        infos = await self._infos(self._exts)
-        infos += [
-            ExtensionInfo(
-                name=p.extension,
-                version="",
-                source="",
-                path=p.path,
-                state=ExtensionState.INVALID,
-                enabled=False,
-                problem=f"{p.field}: {p.message}" if p.field else p.message,
-            )
-            for p in self._discovery.problems
-        ]
-        infos += [
-            ExtensionInfo(
-                name=s.name,
-                version=s.manifest.version,
-                source=s.source,
-                path=s.dir,
-                state=ExtensionState.DUPLICATE,
-                enabled=s.manifest.enabled,
-                problem=f"shadowed by {w.dir} ({w.source})",
-            )
-            for s, w in self._discovery.duplicates
-        ]
-        reply.set(infos)
+        reply.set(await self._infos(self._exts) + discovery_infos(self._discovery))
 
     async def _infos(self, exts: list[Extension]) -> list[ExtensionInfo]:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
-        figures = await trio.to_thread.run_sync(self._figures, pids)
-        out = []
-        for e in exts:
-            plan = e.plan
-            out.append(
-                ExtensionInfo(
-                    name=e.name,
-                    version=e.spec.manifest.version,
-                    source=e.spec.source,
-                    path=e.spec.dir,
-                    state=e.state,
-                    enabled=e.spec.manifest.enabled,
-                    pid=e.pid if e.serving else None,
-                    sandboxed=bool(plan and plan.sandboxed),
-                    backend=plan.backend if plan else self._sandbox.backend,
-                    tools=sorted(e.tools),
-                    commands=sorted(e.commands),
-                    problem=e.problem,
-                    stats=e.stats(figures.get(e.pid) if e.pid is not None else None),
-                )
-            )
-        return out
+        figures = await trio.to_thread.run_sync(self._figures.measure, pids)
+        return extension_infos(exts, figures, self._sandbox.backend)
 
-    def _figures(self, pids: list[int]) -> dict[int, dict[str, Any]]:
-        """psutil figures per extension, summed over its process tree (blocking).
 
-        The tree matters: under bwrap the pid we spawned is bwrap itself, and the
-        extension runs below it. Runs in a worker thread.
-        """
-        out: dict[int, dict[str, Any]] = {}
-        seen: set[int] = set()
-        for pid in pids:
-            try:
-                root = self._psutil.get(pid)
-                if root is None:
-                    root = self._psutil[pid] = psutil.Process(pid)
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                self._psutil.pop(pid, None)
-                continue
-            rss = fds = 0
-            cpu = 0.0
-            for found in tree:
-                # Reuse Process objects: cpu_percent() measures since the last call.
-                proc = self._psutil.setdefault(found.pid, found)
-                try:
-                    with proc.oneshot():
-                        rss += proc.memory_info().rss
-                        fds += proc.num_fds() if hasattr(proc, "num_fds") else 0
-                        cpu += proc.cpu_percent(None)
-                except psutil.Error:
-                    self._psutil.pop(found.pid, None)
-            out[pid] = {"rss": rss, "cpu": round(cpu, 1), "fds": fds}
-            seen.update(p.pid for p in tree)
-        for gone in set(self._psutil) - seen:
-            del self._psutil[gone]
-        return out
+def _reload_stats(discovery: Discovery, swap: Swap[Extension], stopped: int) -> ReloadStats:
+    kept = {e.name for e in swap.kept}
+    errors = [str(p) for p in discovery.problems]
+    errors += [f"{e.name}: {e.problem}" for e in swap.discarded]
+    errors += [
+        f"{e.name}: {e.problem}"
+        for e in swap.exts
+        if e.name not in kept and e.problem and e.state is not ExtensionState.RUNNING
+    ]
+    return ReloadStats(
+        stopped=stopped,
+        loaded=len([s for s in discovery.specs if s.manifest.enabled]),
+        ready=sum(1 for e in swap.exts if e.name not in kept and e.state is ExtensionState.RUNNING),
+        errors=errors,
+        kept_old=sorted(kept),
+    )
 
 
 @asynccontextmanager

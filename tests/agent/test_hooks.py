@@ -208,6 +208,41 @@ async def test_extension_crash_mid_tool_call_and_the_session_goes_on(
     assert crashed[0].extension == "chaos"
 
 
+async def test_a_reload_during_a_running_turn(
+    tmp_path: Path, home: Path, work: Path, ext_dir: Path
+) -> None:
+    """The turn goes on: its slow call completes or fails cleanly (its extension is
+    being replaced), the next turn's call reaches the new version, nothing hangs."""
+    call = {"tool_calls": [{"name": "chaos_echo", "args": {"text": "slow"}}]}
+    path = script(tmp_path, call, {"text": "first done"}, call, {"text": "second done"})
+    opts = options(
+        home,
+        work,
+        ext_paths=[chaos(ext_dir, "--tool-delay", "1")],
+        script=path,
+        provider="scripted",
+    )
+    with trio.fail_after(60):
+        async with open_agent(opts) as host, trio.open_nursery() as nursery:
+            statuses = Collector()
+            await nursery.start(host.run_forwarder, statuses)
+            first = Collector()
+            nursery.start_soon(host.engine.prompt, "call it", [], first)
+            await first.wait_for(lambda e: type(e).__name__ == "ToolCallEvent")
+            stats = await host.reload()
+            await first.wait_for(lambda e: isinstance(e, TurnEnd) and e.stop == "end_turn")
+            second = Collector()
+            await host.engine.prompt("again", [], second)
+            nursery.cancel_scope.cancel()
+    assert (stats.stopped, stats.ready, stats.kept_old) == (1, 1, [])
+    assert first.stops() == ["tool_use", "end_turn"]
+    (slow,) = first.result_texts()
+    assert slow == "echo: slow" or "being stopped" in slow
+    assert second.result_texts() == ["echo: slow"]
+    assert second.stops() == ["tool_use", "end_turn"]
+    assert [e.status for e in statuses.of(ExtStatus)][-2:] == ["stopped", "started"]
+
+
 async def test_hello_ack_carries_provider_model_and_cwd(
     tmp_path: Path, home: Path, work: Path, ext_dir: Path
 ) -> None:
