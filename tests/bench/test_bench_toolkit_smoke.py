@@ -43,7 +43,9 @@ def test_quick_toolkit_bench_reports_every_case(tmp_path: Path) -> None:
         assert not row["note"].startswith("error:"), row
         assert isinstance(row["value"], int | float), row
         assert math.isfinite(row["value"]), row
-        assert row["value"] >= 0, row
+        # A difference of two timings ("added") may come out below zero in a quick,
+        # noisy run; every other figure is a rate, a time or a ratio.
+        assert row["value"] >= 0 or row["case"].startswith("decode.added_"), row
         assert (row["target"] is None) == (row["ok"] is None), row
     cases = [row["case"] for row in rows]
     assert len(cases) == len(set(cases)), cases
