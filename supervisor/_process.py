@@ -105,21 +105,6 @@ class ChildProcess:
             self._close_pidfd()
 
 
-def _start_plain(
-    plan: LaunchPlan, *, stdin: int, stdout: int, stderr: int
-) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        plan.argv,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        env=plan.env,
-        cwd=plan.cwd,
-        start_new_session=True,
-        close_fds=True,
-    )
-
-
 async def open_child(
     plan: LaunchPlan, *, stdin: bool = True, merge_stderr: bool = False, prepare: bool = True
 ) -> ChildProcess:
@@ -134,8 +119,8 @@ async def open_child(
         stdin: pipe stdin (False: ``/dev/null``).
         merge_stderr: send stderr into the stdout pipe (``stderr`` is then None).
         prepare: run the plan's preparation in the child (limits, cgroup, death
-            with the host; :func:`sandbox.spawn`); False starts ``plan.argv`` as a
-            plain process in a new session (the unsandboxed ``bash`` tool).
+            with the host); False starts ``plan.argv`` as a plain process in a new
+            session (the unsandboxed ``bash`` tool). See :func:`sandbox.spawn`.
 
     Raises:
         OSError: the executable could not be started (not found, not executable).
@@ -161,10 +146,10 @@ async def open_child(
             r, child_err = os.pipe()
             ours.append(r)
             theirs.append(child_err)
-        start = spawn if prepare else _start_plain
-        popen = await trio.to_thread.run_sync(
-            functools.partial(start, plan, stdin=child_in, stdout=child_out, stderr=child_err)
+        start = functools.partial(
+            spawn, plan, stdin=child_in, stdout=child_out, stderr=child_err, prepare=prepare
         )
+        popen = await trio.to_thread.run_sync(start)
     except BaseException:
         for fd in ours + theirs:
             os.close(fd)

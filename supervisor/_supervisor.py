@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import structlog
 import trio
 
@@ -351,15 +352,7 @@ class _Supervisor:
                 else:
                     self._start_answering(functools.partial(self._chain, req), reply)
             case EmitEvent():
-                frame = f.Event(
-                    event=req.event,
-                    step=req.step,
-                    tool_id=req.tool_id,
-                    tool_name=req.tool_name,
-                    tool_args=req.tool_args,
-                    stop=req.stop,
-                    text=req.text,
-                )
+                frame = f.Event(**msgspec.structs.asdict(req))  # the same fields
                 for ext in self._exts:
                     ext.send_event(frame)
                 reply.set(None)

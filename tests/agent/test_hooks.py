@@ -16,7 +16,15 @@ import trio
 from helpers.agentkit import Collector, chaos, options, probe, script
 from helpers.paths import EXAMPLES
 
-from agent import ExtDisplay, ExtStatus, TextContent, ToolCallContent, TurnEnd, open_agent
+from agent import (
+    AgentOptions,
+    ExtDisplay,
+    ExtStatus,
+    TextContent,
+    ToolCallContent,
+    TurnEnd,
+    open_agent,
+)
 from agent._messages import text_of
 from supervisor import identity_of, log_file
 
@@ -176,18 +184,25 @@ async def test_rewritten_args_from_the_probe(
     assert events.calls()[0].args == {"original": 1}
 
 
+def _scripted_chaos(
+    tmp_path: Path, home: Path, work: Path, ext_dir: Path, flags: list[str], turns: list[Any]
+) -> AgentOptions:
+    """A scripted session with one chaos extension run with ``flags``."""
+    return options(
+        home,
+        work,
+        ext_paths=[chaos(ext_dir, *flags)],
+        script=script(tmp_path, *turns),
+        provider="scripted",
+    )
+
+
 async def test_extension_crash_mid_tool_call_and_the_session_goes_on(
     tmp_path: Path, home: Path, work: Path, ext_dir: Path
 ) -> None:
     call = {"tool_calls": [{"name": "chaos_echo", "args": {"text": "boom"}}]}
-    path = script(tmp_path, call, {"text": "sorry"}, {"text": "still here"})
-    opts = options(
-        home,
-        work,
-        ext_paths=[chaos(ext_dir, "--crash-after", "1")],
-        script=path,
-        provider="scripted",
-    )
+    turns = [call, {"text": "sorry"}, {"text": "still here"}]
+    opts = _scripted_chaos(tmp_path, home, work, ext_dir, ["--crash-after", "1"], turns)
     with trio.fail_after(60):
         async with open_agent(opts) as host, trio.open_nursery() as nursery:
             statuses = Collector()
@@ -214,14 +229,8 @@ async def test_a_reload_during_a_running_turn(
     """The turn goes on: its slow call completes or fails cleanly (its extension is
     being replaced), the next turn's call reaches the new version, nothing hangs."""
     call = {"tool_calls": [{"name": "chaos_echo", "args": {"text": "slow"}}]}
-    path = script(tmp_path, call, {"text": "first done"}, call, {"text": "second done"})
-    opts = options(
-        home,
-        work,
-        ext_paths=[chaos(ext_dir, "--tool-delay", "1")],
-        script=path,
-        provider="scripted",
-    )
+    turns = [call, {"text": "first done"}, call, {"text": "second done"}]
+    opts = _scripted_chaos(tmp_path, home, work, ext_dir, ["--tool-delay", "1"], turns)
     with trio.fail_after(60):
         async with open_agent(opts) as host, trio.open_nursery() as nursery:
             statuses = Collector()
