@@ -6,9 +6,12 @@ up, :func:`plan_swap` decides, per extension identity:
 
 * the new version is running, or was disabled, or nothing of the old one runs:
   the new one goes in, the old one (if any) is retired (stopped after the swap);
-* the new version did not start (bad handshake, crash before ready, untrusted,
-  its grants changed) while the old one runs: the old one is kept, the new one
-  discarded;
+* the new version was quarantined because its granted paths are no longer what
+  was validated (see :mod:`sandbox._pin`): it goes in too, quarantined, and the
+  old one is retired; a grant swapped under an extension is never left running;
+* the new version did not start otherwise (bad handshake, crash or silence
+  before ready, its directory no longer matches its trust pin) while the old one
+  runs: the old one is kept, the new one discarded;
 * the manifest no longer loads (discovery reported it) while the old one runs:
   the old one is kept (after the others: its place in the load order is gone);
 * the extension is gone from discovery: the old one is retired.
@@ -44,6 +47,11 @@ class Member(Protocol):
 
 M = TypeVar("M", bound=Member)
 
+#: States of a new version that replace the old one whatever it does.
+_REPLACING = frozenset(
+    {ExtensionState.RUNNING, ExtensionState.DISABLED, ExtensionState.QUARANTINED}
+)
+
 
 @typing.final
 class Swap(Generic[M]):
@@ -71,7 +79,7 @@ class Swap(Generic[M]):
 def _replaces(new: Member, old: Member | None) -> bool:
     if old is None or not old.listed:
         return True
-    return new.state in (ExtensionState.RUNNING, ExtensionState.DISABLED)
+    return new.state in _REPLACING
 
 
 def plan_swap(old: Sequence[M], new: Sequence[M], unloadable: Iterable[str]) -> Swap[M]:

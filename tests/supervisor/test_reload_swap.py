@@ -193,6 +193,7 @@ def test_plan_swap_keeps_only_running_old_versions_of_new_ones_that_failed() -> 
         _Member("gone", S.RUNNING),  # directory removed: retired
         _Member("dead", S.FAILED, listed=False),  # nothing to keep
         _Member("off", S.RUNNING),  # disabled now: retired
+        _Member("moved", S.RUNNING),  # its grants changed: quarantined, retired
     ]
     new = [
         _Member("up", S.RUNNING),
@@ -200,6 +201,7 @@ def test_plan_swap_keeps_only_running_old_versions_of_new_ones_that_failed() -> 
         _Member("dead", S.FAILED, listed=False),
         _Member("fresh", S.UNTRUSTED, listed=False),
         _Member("off", S.DISABLED, listed=False),
+        _Member("moved", S.QUARANTINED, listed=False),
     ]
     swap = plan_swap(old, new, ["/exts/broken/extension.json"])
     names = [(m.name, m.state) for m in swap.exts]
@@ -209,11 +211,12 @@ def test_plan_swap_keeps_only_running_old_versions_of_new_ones_that_failed() -> 
         ("dead", S.FAILED),
         ("fresh", S.UNTRUSTED),
         ("off", S.DISABLED),
+        ("moved", S.QUARANTINED),
         ("broken", S.RUNNING),
     ]
     assert [m.name for m in swap.kept] == ["flaky", "broken"]
     assert swap.kept[0] is old[1]
     assert [m.name for m in swap.discarded] == ["flaky"]
     assert swap.discarded[0] is new[1]
-    assert sorted(m.name for m in swap.retired) == ["dead", "gone", "off", "up"]
+    assert sorted(m.name for m in swap.retired) == ["dead", "gone", "moved", "off", "up"]
     assert all(m in old for m in swap.retired)
