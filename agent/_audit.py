@@ -39,7 +39,7 @@ from ._messages import InterventionRecord, now_iso
 
 __all__ = ["AuditLog", "AuditRecord", "audit_path", "read_audit", "select_records"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 _encoder = msgspec.json.Encoder()
 _FILE_NAME = "audit.jsonl"

@@ -1,9 +1,11 @@
 """Open one agent session: provider, supervisor, tools, transcript and loop together.
 
 :func:`open_agent` is what the CLI, the RPC server and the in-process runtime build
-on. It yields an :class:`AgentHost`: the loop (an :class:`~agent._engine.Engine`),
-the :class:`~supervisor.SupervisorClient` behind it, and the few host-level
-operations that involve both (reload, commands, forwarding extension events).
+on. It takes :class:`AgentOptions` and yields an :class:`AgentHost`: the loop
+(:class:`~agent._loop.AgentLoop`), the :class:`~supervisor.SupervisorClient` behind
+it, and the few host-level operations that involve both (reload, commands,
+forwarding extension events). The RPC server and the in-process runtime add
+queueing, abort and ``done`` on top.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import structlog
 import trio
 
@@ -25,8 +28,10 @@ from supervisor import (
     EmitEvent,
     ExtensionCrashed,
     ExtensionInfo,
+    ExtensionKept,
     ExtensionRestarted,
     ExtensionStarted,
+    ExtensionState,
     ExtensionStopped,
     HostInfo,
     Notified,
@@ -42,14 +47,14 @@ from supervisor import (
 )
 
 from ._audit import AuditLog, audit_path
-from ._engine import AgentOptions, Emit
-from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
+from ._events import AgentEvent, Emit, ExtDisplay, ExtNotify, ExtStatus
 from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
-from ._providers.base import Provider
+from ._providers.base import Provider, ProviderSettings
 from ._providers.factory import make_provider
 from ._registry import Tool, ToolRegistry
 from ._sessions import SessionHeader, SessionStore, latest_session
+from ._tools import BUILTIN_TOOLS
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
 from ._tools.files import EditTool, ReadTool, WriteTool
@@ -57,15 +62,56 @@ from ._tools.selection import select_tools
 from ._tools.web import WEB_TOOLS, WebConfig, web_tools
 from ._transcript import Transcript
 
-__all__ = ["BUILTIN_TOOLS", "OPTIONAL_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "OPTIONAL_TOOLS",
+    "AgentHost",
+    "AgentOptions",
+    "agent_event_for",
+    "open_agent",
+]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
-#: Names of the built-in tools, in the order the model sees them.
-BUILTIN_TOOLS = ("read", "write", "edit", "bash")
 #: Built-in tools that are off unless asked for (``--tools +web``), in the same order.
 OPTIONAL_TOOLS = WEB_TOOLS
-_SANDBOX_MODES = ("auto", "required", "off")
+
+
+class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything needed to open an agent session."""
+
+    provider: str = "offline"
+    model: str | None = None
+    cwd: str = "."
+    #: ``--ext`` paths, loaded before project-local and global extensions.
+    ext_paths: list[str] = []
+    #: Load installed (project-local and global) extensions too.
+    discover: bool = True
+    sandbox: str = "auto"
+    #: corral's home; None means ``$CORRAL_HOME`` or the platform default.
+    home: str | None = None
+    #: Session name to save to / resume from, or None for no persistence.
+    session: str | None = None
+    #: Resume the most recently written session of ``cwd`` (``--continue``).
+    continue_session: bool = False
+    max_steps: int = 16
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    #: JSONL script for the ``scripted`` provider.
+    script: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    #: Timeouts, ``max_tokens`` and retries of the model calls.
+    provider_settings: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    #: Start once the other extensions are ready, leaving one that has not said
+    #: ``hello`` after this many seconds to join (or fail) on its own; None waits
+    #: for every extension (see ``SupervisorConfig.late_after``).
+    late_after: float | None = None
+    #: Built-in tools to offer: exact names, or ``+name``/``-name`` changes to the
+    #: defaults (``["+web"]`` adds ``web_fetch`` and ``web_search``); None: the defaults.
+    tools: list[str] | None = None
+    #: Settings of the web tools; None reads them from ``CORRAL_*`` variables.
+    web: WebConfig | None = None
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -106,6 +152,9 @@ def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
         return ExtStatus(extension=event.extension, status="quarantined", detail=detail)
     if isinstance(event, ExtensionStopped):
         return ExtStatus(extension=event.extension, status="stopped")
+    if isinstance(event, ExtensionKept):
+        detail = f"the new version did not start ({event.reason}); the running one goes on"
+        return ExtStatus(extension=event.extension, status="kept", detail=detail, pid=event.pid)
     return None
 
 
@@ -114,7 +163,7 @@ class AgentHost:
     """One open agent session.
 
     Attributes:
-        engine: the agent loop (an :class:`~agent._engine.Engine`).
+        engine: the agent loop.
         supervisor: the supervisor's client.
         options: what the session was opened with.
         home: corral's home for this session.
@@ -160,7 +209,9 @@ class AgentHost:
                     await emit(converted)
 
     async def reload(self) -> ReloadStats:
-        """``/reload-ext``: stop every extension, re-read manifests, respawn; rebuild tools.
+        """``/reload-ext``: re-read manifests, start the new versions beside the running
+        ones and swap them in (a new version that does not start leaves the running one
+        in place); rebuild tools.
 
         Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
         """
@@ -203,7 +254,7 @@ def _builtin_tools(
     options: AgentOptions, workspace: Workspace, sandbox: Sandbox | None
 ) -> tuple[list[Tool], BashTool | None]:
     wanted = select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, {"web": WEB_TOOLS})
-    required = options.sandbox == "required"
+    required = options.sandbox == SandboxMode.REQUIRED
     bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
     made: dict[str, Tool] = {
         "read": ReadTool(workspace),
@@ -218,10 +269,10 @@ def _builtin_tools(
 
 
 def _select_sandbox(mode: str) -> Sandbox | None:
-    if mode == "off":
+    if mode == SandboxMode.OFF:
         return None
     try:
-        return select_sandbox("required" if mode == "required" else "auto")
+        return select_sandbox(mode)
     except SandboxUnavailable as exc:
         log.warning("bash_unsandboxed", problem=str(exc))
         return None
@@ -240,8 +291,8 @@ def _default_model(provider: Provider, requested: str | None) -> str:
 
 
 def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | None]:
-    if options.sandbox not in _SANDBOX_MODES:
-        raise AgentError(f"--sandbox {options.sandbox!r}: use one of {', '.join(_SANDBOX_MODES)}")
+    if options.sandbox not in set(SandboxMode):
+        raise AgentError(f"--sandbox {options.sandbox!r}: use one of {', '.join(SandboxMode)}")
     if options.max_steps < 1:
         raise AgentError(f"--max-steps {options.max_steps}: must be at least 1")
     cwd = os.path.realpath(os.path.expanduser(options.cwd))
@@ -320,8 +371,12 @@ async def open_agent(
         try:
             sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
             builtins, bash = _builtin_tools(options, Workspace(cwd, corral_home=str(home)), sandbox)
-            mode = typing.cast(SandboxMode, options.sandbox)
-            config = SupervisorConfig(home=str(home), sandbox=mode, late_after=options.late_after)
+            config = SupervisorConfig(
+                home=str(home),
+                sandbox=SandboxMode(options.sandbox),
+                late_after=options.late_after,
+                reserved_tools=BUILTIN_TOOLS + OPTIONAL_TOOLS,
+            )
             host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
             session = transcript.store.name if transcript.store is not None else ""
             async with open_supervisor(
@@ -349,7 +404,7 @@ async def open_agent(
                 )
                 infos = await client.list_extensions()
                 # A late extension may still subscribe: do not stream text unchecked.
-                if not any(i.pid is not None or i.state == "starting" for i in infos):
+                if not any(i.pid is not None or i.state == ExtensionState.STARTING for i in infos):
                     loop.assume_no_interceptors()
                 try:
                     await client.emit(EmitEvent(event="session_start"))
