@@ -119,7 +119,13 @@ class SupervisorClient:
 
         Cancellation: the call is abandoned; a late ``tool_result`` is dropped.
         """
-        outcome: ToolOutcome = await self._ask(CallTool(name=name, args=args, call_id=call_id))
+        # _ask, inlined: this is the hot path of every extension tool call.
+        reply = self._submit(CallTool(name=name, args=args, call_id=call_id))
+        try:
+            outcome: ToolOutcome = await reply.wait()
+        except trio.Cancelled:
+            reply.abandon()
+            raise
         return outcome
 
     async def invoke_command(self, name: str, args: str = "") -> CommandOutcome:

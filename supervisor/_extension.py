@@ -35,7 +35,7 @@ from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_
 
 from . import _frames as f
 from ._api import ExtensionCrashed, ExtensionStats, Quarantined, SupervisorEvent
-from ._calls import CallKind, PendingCalls, Reply
+from ._calls import CallKind, PendingCalls, Reply, callers_waiting
 from ._config import HostInfo, SupervisorConfig, log_file, quarantine_file
 from ._exceptions import ExtensionGone, ExtensionStopping
 from ._incarnation import Incarnation
@@ -132,6 +132,8 @@ class Extension:
         self._stop_requested = False
         self._sweep_into: list[str] | None = None
         self._inc: Incarnation | None = None
+        #: The protocol of the current incarnation (a lone call may spin with it).
+        self._talk: ExtensionProtocol | None = None
         self._backoff: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
@@ -381,10 +383,11 @@ class Extension:
         if self._stop_requested:
             self._stop_incarnation()
         talk = ExtensionProtocol(self, inc, calls=self._calls, config=self._config, host=self._host)
+        self._talk = talk
         try:
             returncode = await inc.serve(talk)
         finally:
-            self._inc = None
+            self._inc = self._talk = None
         return _Exit(returncode, talk.refused, talk.early_exit)
 
     def _refuse_start(self, reason: str) -> None:
@@ -558,13 +561,23 @@ class Extension:
         return True
 
     def _send_call(self, rid: str, frame: f.HostFrame, reply: Reply[Any]) -> None:
-        inc = self._inc
-        error = "the extension is not running" if inc is None else inc.send(f.encode_frame(frame))
+        inc, calls = self._inc, self._calls
+        # With other calls in flight, more frames follow in this scheduler pass (their
+        # callers were woken together): one write for all of them. A lone call is
+        # written at once and may spin for its answer.
+        alone = not calls and not callers_waiting()
+        if inc is None:
+            error: str | None = "the extension is not running"
+        else:
+            error = inc.send(f.encode_frame(frame), coalesce=not alone)
         if error is not None:
-            self._calls.counts["errors"] += 1
+            calls.counts["errors"] += 1
             reply.fail(ExtensionGone(self.name, reply.what, error))
             return
-        self._calls.add(rid, reply)
+        calls.add(rid, reply)
+        talk = self._talk
+        if alone and talk is not None and talk.routing and self._config.reply_spin > 0:
+            reply.spin = talk.spin
 
     def send_event(self, frame: f.Event) -> None:
         """Queue a one-way lifecycle event if the extension subscribed to it."""

@@ -111,6 +111,8 @@ class Incarnation:
         self._sweep_into: list[str] | None = None
         #: Processes to kill (and wait for) once the extension exits.
         self._doomed: list[Claimed] = []
+        #: The stderr pipe reached its end (everything the extension said is logged).
+        self._stderr_done = trio.Event()
 
     def __repr__(self) -> str:
         return f"<Incarnation {self._name!r} pid={self.pid} returncode={self.returncode}>"
@@ -142,13 +144,14 @@ class Incarnation:
         """SIGKILL the process group now (a refused handshake); :meth:`serve` reaps."""
         signal_group(self._proc.pid, signal.SIGKILL)
 
-    def send(self, data: bytes) -> str | None:
+    def send(self, data: bytes, *, coalesce: bool = False) -> str | None:
         """Queue a frame for stdin (never blocks); returns an error text when it cannot.
 
-        A frame that finds the writer idle goes straight to the pipe (see
+        A frame that finds the writer idle goes straight to the pipe, unless
+        ``coalesce`` asks to batch it with the others of this scheduler pass (see
         :class:`~supervisor._lines.LineWriter`).
         """
-        unsent = self._writer.write_nowait(data)
+        unsent = self._writer.write_nowait(data, coalesce=coalesce)
         return None if unsent is None else _UNSENT[unsent]
 
     # --- the owner's part --------------------------------------------------------------
@@ -166,7 +169,7 @@ class Incarnation:
         reader_done = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._stderr.drain, self._stderr_pipe)
+                nursery.start_soon(self._drain_stderr)
                 nursery.start_soon(self._writer.run)
                 nursery.start_soon(self._read_loop, conversation, reader_done)
                 nursery.start_soon(self._calls.run_timer)
@@ -289,8 +292,15 @@ class Incarnation:
         finally:
             done.set()
         # EOF: the extension is going away; nothing pending can be answered now. Its
-        # exit usually comes with the EOF: wait for it (briefly) so errors carry it.
-        if self._proc.returncode is None:
-            with trio.move_on_after(_EOF_AFTER_EXIT):
-                await self._proc.wait()
+        # exit usually comes with the EOF, and its last words (why it crashed) are
+        # in the stderr pipe: wait for both (briefly) so that errors carry them.
+        with trio.move_on_after(_EOF_AFTER_EXIT):
+            await self._proc.wait()
+            await self._stderr_done.wait()
         self._fail_calls()
+
+    async def _drain_stderr(self) -> None:
+        try:
+            await self._stderr.drain(self._stderr_pipe)
+        finally:
+            self._stderr_done.set()

@@ -22,6 +22,7 @@ the small :class:`Owner` interface, so the lifecycle stays the owner's.
 from __future__ import annotations
 
 import re
+import time
 import typing
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ from . import _frames as f
 from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutcome
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
-from ._lines import LineReader, Oversize
+from ._lines import MORE, LineReader, Oversize
 from ._version import VERSION
 
 __all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
@@ -132,6 +133,8 @@ class ExtensionProtocol:
         #: The extension's stdout ended before it sent ``hello``.
         self.early_exit = False
         self._ready = False
+        #: The reader while frames are routed (see :meth:`spin`).
+        self._routing: LineReader | None = None
 
     def __repr__(self) -> str:
         return f"<ExtensionProtocol {self._name!r} ready={self._ready} refused={self.refused!r}>"
@@ -141,10 +144,52 @@ class ExtensionProtocol:
 
         Cancellation: stops reading where it is.
         """
-        if await self._handshake(reader):
-            await self._registration(reader)
-            while (item := await reader.next()) is not None:
-                self._handle(item)
+        if not await self._handshake(reader):
+            return
+        await self._registration(reader)
+        self._routing = reader
+        handle = self._handle
+        try:
+            while True:
+                item = reader.next_nowait()
+                if item is MORE:
+                    await reader.fill()
+                elif item is None:
+                    return
+                else:
+                    handle(item)
+        finally:
+            self._routing = None
+
+    @property
+    def routing(self) -> bool:
+        """Past registration: every frame is routed (and :meth:`spin` may read)."""
+        return self._routing is not None
+
+    def spin(self, reply: Reply[Any]) -> None:
+        """Read and handle frames without waiting until ``reply`` is answered, for up to
+        ``reply_spin`` seconds (see :meth:`Reply.wait <supervisor._calls.Reply.wait>`).
+
+        It runs in the caller's task while the reader task waits for the pipe to
+        become readable: both take lines from the one reader, and neither awaits in
+        the middle of a line, so each frame is handled exactly once, in order.
+        """
+        reader = self._routing
+        if reader is None:
+            return
+        handle = self._handle
+        clock = time.perf_counter
+        deadline = clock() + self._config.reply_spin
+        while True:
+            if reader.read_nowait():
+                while (item := reader.next_nowait()) is not MORE:
+                    if item is None:
+                        return  # the reader task sees the end too
+                    handle(item)
+                if reply.done:
+                    return
+            if clock() >= deadline:
+                return
 
     # --- start-up ------------------------------------------------------------------
 
