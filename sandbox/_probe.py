@@ -2,7 +2,7 @@
 
 The probe plans and runs a real extension launch, the host's own Python printing
 a marker, through exactly the code path extensions use (:class:`BwrapSandbox`,
-:func:`sandbox.spawn`, :func:`preexec_for`). If that fails it peels off one layer
+:func:`sandbox.spawn`). If that fails it peels off one layer
 at a time (the cgroup, the seccomp filter) to see whether a degraded sandbox
 still works, and otherwise asks :mod:`sandbox._diagnose` why.
 """

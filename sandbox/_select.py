@@ -20,7 +20,7 @@ from ._bwrap import BwrapSandbox
 from ._exceptions import SandboxUnavailable
 from ._none import NoneSandbox
 from ._plan import Sandbox, SandboxMode
-from ._probe import Probe, probe_cgroups, probe_machine
+from ._probe import Probe, probe_machine
 from ._report import SandboxReport
 from ._seatbelt import SeatbeltSandbox
 
@@ -70,10 +70,11 @@ def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
             ``"auto"``: the best backend that works here, else ``none`` with the cause
             and fix in every plan's notes. ``"required"``: the best backend that works,
             else :class:`SandboxUnavailable`.
-        cgroups: put each extension in a cgroup of its own when the machine allows
-            it. Joining a cgroup costs one RCU grace period in the kernel (about
-            10 ms per spawn on cgroup v1, or v2 without ``favordynmods``); without
-            it, limits are per process (memory) or per user namespace (processes).
+        cgroups: put each sandboxed extension in a cgroup of its own when the
+            machine allows it. Joining a cgroup costs one RCU grace period in the
+            kernel (10-20 ms per spawn on cgroup v1, or v2 without
+            ``favordynmods``); without it, limits are per process (memory) or per
+            user namespace (processes). The ``none`` backend never uses one.
 
     Returns:
         A backend, shared by every caller in this process.
@@ -90,11 +91,7 @@ def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
         raise ValueError(f"--sandbox must be {', '.join(most)} or {last}, not {mode!r}") from None
     if mode is SandboxMode.OFF:
         with _lock:
-            key = f"off:{cgroups}"
-            if key not in _backends:
-                manager = probe_cgroups()[0] if cgroups else None
-                _backends[key] = NoneSandbox("--sandbox off", manager)
-            return _backends[key]
+            return _backends.setdefault("off", NoneSandbox("--sandbox off"))
     probe = _probed()
     report = probe.report
     manager = probe.cgroups if cgroups else None
@@ -113,8 +110,7 @@ def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
     if mode is SandboxMode.REQUIRED:
         raise SandboxUnavailable(expected, why, fix)
     with _lock:
-        key = f"fallback:{cgroups}"
-        if key not in _backends:
+        if "fallback" not in _backends:
             log.warning("sandbox_unavailable", backend=expected, cause=why, fix=fix)
-            _backends[key] = NoneSandbox(f"{expected} unavailable: {why} (fix: {fix})", manager)
-        return _backends[key]
+            _backends["fallback"] = NoneSandbox(f"{expected} unavailable: {why} (fix: {fix})")
+        return _backends["fallback"]

@@ -216,8 +216,14 @@ class _NoInput:
 
 
 def _leftovers() -> list[psutil.Process]:
+    # The sandbox's guardian is the one child that lives as long as this process.
+    from sandbox import start_guardian
+
+    keep = start_guardian()
     try:
-        return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+        return [
+            p for p in psutil.Process().children(recursive=True) if p.pid != keep and p.is_running()
+        ]
     except psutil.Error:
         return []
 

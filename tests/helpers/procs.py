@@ -7,11 +7,20 @@ import typing
 
 import psutil
 
+from sandbox import start_guardian
+
+
+def descendants() -> list[psutil.Process]:
+    """Descendants of this test process, zombies included, but not its guardian: the
+    guardian lives as long as the test process (its own descendants are listed)."""
+    keep = start_guardian()
+    return [p for p in psutil.Process().children(recursive=True) if p.pid != keep]
+
 
 def children() -> list[psutil.Process]:
-    """Live (not zombie) descendants of this test process."""
+    """Live (not zombie) descendants of this test process (see :func:`descendants`)."""
     found = []
-    for proc in psutil.Process().children(recursive=True):
+    for proc in descendants():
         try:
             if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)

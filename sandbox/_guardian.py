@@ -1,0 +1,253 @@
+"""The host's side of the guardian: one small process that spawns and outlives nothing.
+
+Every child corral starts (extensions, tool hosts, the agent's shell, the
+browser) is forked by the *guardian* (``_guardian_main.py``), a single-threaded
+Python process the host starts once (on first use, or early with
+:func:`start_guardian`) and talks to over a ``SOCK_SEQPACKET`` socket pair. Why:
+
+* **No fork of the host.** A ``preexec_fn`` forces ``fork()`` of the whole
+  multi-threaded host (5-10 ms in a 40-60 MiB process, per spawn, blocking it);
+  the guardian is a 10 MiB single-threaded process whose fork costs the host
+  nothing but a message (``vfork`` starts the guardian itself). Limits, session,
+  cgroup membership and the parent-death signal are set in the guardian's child,
+  where any Python is safe.
+* **No thread lesson to remember.** ``PR_SET_PDEATHSIG`` fires when the *thread*
+  that forked the child exits; the guardian has one thread, which lives as long
+  as it does, so any host thread may spawn (no spawner thread, no thread hop).
+* **Nothing outlives the host.** The guardian is a child subreaper: whatever the
+  children leave behind (a double-forked ``setsid`` daemon with a cleared
+  environment included) stays its descendant. When the host dies, by SIGKILL too,
+  its end of the socket closes, and the guardian kills every descendant and every
+  cgroup it placed a child in, reaps them and exits; in every sandbox backend,
+  with or without cgroups, as root or not.
+
+A request carries the child's descriptors (``SCM_RIGHTS``); the reply is its pid
+and a *status pipe* (:class:`ChildStatus`) that says whether the program started
+and, later, its wait status. The guardian never blocks on a child, so a request
+takes a fraction of a millisecond: callers make it synchronously, from any thread.
+"""
+
+from __future__ import annotations
+
+import array
+import errno
+import marshal
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import typing
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ChildStatus", "Guardian", "guardian", "start_guardian"]
+
+_PROGRAM = str(Path(__file__).with_name("_guardian_main.py"))
+
+
+@typing.final
+class ChildStatus:
+    """The status pipe of one child: whether it started, then its wait status.
+
+    Non-blocking: :meth:`read` takes what the guardian wrote so far.
+    """
+
+    def __init__(self, fd: int, argv0: str) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._argv0 = argv0
+        self._buf = b""
+        #: True once the program runs, False if it could not start, None until known.
+        self.started: bool | None = None
+        #: Why it did not start.
+        self.error: OSError | None = None
+        #: Its exit status once reaped (negative: killed by that signal), else None.
+        self.returncode: int | None = None
+        #: The guardian closed the pipe (after the exit status, or because it died).
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<ChildStatus started={self.started} returncode={self.returncode}>"
+
+    def fileno(self) -> int:
+        """The pipe's descriptor (-1 once closed), to wait for it to become readable."""
+        return self._fd
+
+    def read(self) -> None:
+        """Take every record written so far (never blocks)."""
+        while self._fd >= 0:
+            try:
+                data = os.read(self._fd, 4096)
+            except BlockingIOError:
+                return
+            if not data:
+                self._end()
+                return
+            self._buf += data
+            while len(self._buf) >= 2:
+                (size,) = struct.unpack("!H", self._buf[:2])
+                if len(self._buf) < 2 + size:
+                    break
+                self._record(*marshal.loads(self._buf[2 : 2 + size]))
+                self._buf = self._buf[2 + size :]
+
+    def _record(self, tag: bytes, value: int, step: str) -> None:
+        if tag == b"x":
+            self.started = True
+        elif tag == b"e":
+            self.started = False
+            what = self._argv0 if step == "exec" else f"{self._argv0} ({step})"
+            self.error = OSError(value, os.strerror(value), what)
+        elif tag == b"s":
+            if self.started is None:
+                self.started = True
+            self.returncode = os.waitstatus_to_exitcode(value)
+
+    def _end(self) -> None:
+        self.close()
+        if self.returncode is None:
+            # The guardian died before the child: its children die with it
+            # (PR_SET_PDEATHSIG), so this one is gone or going.
+            self.returncode = -9
+            if self.started is None:
+                self.started = False
+                self.error = OSError(errno.ECHILD, "the guardian process went away", "")
+
+    def close(self) -> None:
+        """Close the pipe (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.closed = True
+
+
+@typing.final
+class Guardian:
+    """The connection to this process's guardian; thread-safe (see the module docstring)."""
+
+    def __init__(self, python: str | None = None) -> None:
+        self._python = python or sys.executable
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = 0
+
+    def __repr__(self) -> str:
+        pid = self._proc.pid if self._proc is not None else None
+        return f"<Guardian pid={pid}>"
+
+    @property
+    def pid(self) -> int | None:
+        """The guardian's pid, once started."""
+        return self._proc.pid if self._proc is not None and self._owner == os.getpid() else None
+
+    def start(self) -> None:
+        """Start the guardian now if it is not running (it starts on first use anyway)."""
+        with self._lock:
+            self._ensure()
+
+    def _ensure(self) -> socket.socket:
+        if self._sock is not None and self._owner == os.getpid():
+            return self._sock
+        # Never started, or this is a forked copy of the host: its own guardian.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                [self._python, "-I", "-S", _PROGRAM, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                # Its own session: the terminal's signals (Ctrl-C) are the host's.
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock, self._owner = ours, os.getpid()
+        return ours
+
+    def _discard(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def spawn(self, order: dict[str, Any], fds: list[int], argv0: str) -> tuple[int, ChildStatus]:
+        """Have the guardian start one child; returns its pid and its status pipe.
+
+        Blocking for a fraction of a millisecond (the first call also waits for
+        the guardian to start). ``fds`` are sent, not consumed: the caller closes
+        its copies.
+
+        Raises:
+            OSError: the guardian could not fork (the program's own start is
+                reported on the status pipe).
+        """
+        data = marshal.dumps(order)
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        with self._lock:
+            for attempt in (1, 2):
+                sock = self._ensure()
+                try:
+                    sock.sendmsg([data], rights)
+                    msg, ancdata, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(4 * 4))
+                except OSError:
+                    msg, ancdata = b"", []
+                got = _fds(ancdata)
+                if msg:
+                    break
+                # The guardian went away (killed from outside): start another, once.
+                for fd in got:
+                    os.close(fd)
+                self._discard()
+                if attempt == 2:
+                    raise OSError(errno.ECHILD, "the guardian process does not answer")
+        reply = marshal.loads(msg)
+        if "errno" in reply:
+            for fd in got:
+                os.close(fd)
+            err = reply["errno"]
+            raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
+        return reply["pid"], ChildStatus(got[0], argv0)
+
+
+def _fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    out: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            out += array.array("i", data[:usable]).tolist()
+    return out
+
+
+_guardian = Guardian()
+
+
+def guardian() -> Guardian:
+    """This process's guardian (started on first use)."""
+    return _guardian
+
+
+def start_guardian() -> int | None:
+    """Start this process's guardian now, so that the first spawn does not wait for it.
+
+    A command that will start extensions calls this first thing: the guardian's
+    start-up (a fresh interpreter, ~20 ms) then overlaps the host's own.
+
+    Returns:
+        The guardian's pid; None if it could not be started (the first spawn then
+        says why).
+    """
+    try:
+        _guardian.start()
+    except OSError:
+        return None
+    return _guardian.pid
