@@ -23,7 +23,7 @@ from ._exceptions import (
     SandboxError,
     SandboxUnavailable,
 )
-from ._guardian import start_guardian
+from ._guardian import start_guardian, sweep_orphans
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
@@ -64,5 +64,6 @@ __all__ = [
     "select_sandbox",
     "spawn",
     "start_guardian",
+    "sweep_orphans",
     "validate_permissions",
 ]

@@ -42,9 +42,11 @@ import typing
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ChildStatus", "Guardian", "guardian", "start_guardian"]
+__all__ = ["ChildStatus", "Guardian", "guardian", "start_guardian", "sweep_orphans"]
 
 _PROGRAM = str(Path(__file__).with_name("_guardian_main.py"))
+#: Descriptors one reply may carry (the pidfds of a sweep).
+_MAX_FDS = 250
 
 
 @typing.final
@@ -191,6 +193,28 @@ class Guardian:
             OSError: the guardian could not fork (the program's own start is
                 reported on the status pipe).
         """
+        reply, got = self._ask(order, fds)
+        if "errno" in reply:
+            for fd in got:
+                os.close(fd)
+            err = reply["errno"]
+            raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
+        return reply["pid"], ChildStatus(got[0], argv0)
+
+    def sweep(self) -> list[tuple[int, int]]:
+        """Kill every orphan the guardian adopted: what exited children left behind.
+
+        Returns ``(pid, pidfd)`` of each process killed (the caller waits for the
+        pidfds to become readable and closes them). Nothing when the guardian has
+        not started. Blocking for the guardian's one pass over ``/proc``.
+        """
+        if self._sock is None or self._owner != os.getpid():
+            return []
+        reply, got = self._ask({"op": "sweep"}, [])
+        return list(zip(reply.get("pids", []), got, strict=False))
+
+    def _ask(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        """One request and its reply (with the descriptors it carries)."""
         data = marshal.dumps(order)
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
         with self._lock:
@@ -198,7 +222,7 @@ class Guardian:
                 sock = self._ensure()
                 try:
                     sock.sendmsg([data], rights)
-                    msg, ancdata, _, _ = sock.recvmsg(4096, socket.CMSG_SPACE(4 * 4))
+                    msg, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS * 4))
                 except OSError:
                     msg, ancdata = b"", []
                 got = _fds(ancdata)
@@ -210,13 +234,8 @@ class Guardian:
                 self._discard()
                 if attempt == 2:
                     raise OSError(errno.ECHILD, "the guardian process does not answer")
-        reply = marshal.loads(msg)
-        if "errno" in reply:
-            for fd in got:
-                os.close(fd)
-            err = reply["errno"]
-            raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
-        return reply["pid"], ChildStatus(got[0], argv0)
+        reply: dict[str, Any] = marshal.loads(msg)
+        return reply, got
 
 
 def _fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
@@ -251,3 +270,19 @@ def start_guardian() -> int | None:
     except OSError:
         return None
     return _guardian.pid
+
+
+def sweep_orphans() -> list[tuple[int, int]]:
+    """Kill whatever children spawned through :func:`sandbox.spawn` left behind.
+
+    Every process whose parent has exited is adopted by the guardian (a child
+    subreaper): the group of an extension that exited, a daemon that left its
+    session and cleared its environment. This SIGKILLs them all in one pass.
+
+    Returns:
+        ``(pid, pidfd)`` per process killed: wait for each pidfd to become readable
+        (the process is gone), then close it. Empty on a platform without pidfds.
+    """
+    if not hasattr(os, "pidfd_open"):
+        return []
+    return _guardian.sweep()

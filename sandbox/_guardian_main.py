@@ -56,8 +56,8 @@ _MS_REC = 0x4000
 _MS_SLAVE = 1 << 19
 #: Exit status of a child whose preparation failed (a message went to its stderr).
 SETUP_FAILED_EXIT = 125
-#: Descriptors one request may carry.
-MAX_FDS = 64
+#: Descriptors one message may carry (SCM_RIGHTS takes at most 253).
+MAX_FDS = 250
 #: How long the last clean-up may take before the guardian gives up and exits.
 CLEANUP_LIMIT = 10.0
 
@@ -266,7 +266,10 @@ class Guardian:
         give: list[int] = []
         try:
             order = marshal.loads(msg)
-            reply, give = self.spawn(order, fds)
+            if order.get("op") == "sweep":
+                reply, give = self.sweep()
+            else:
+                reply, give = self.spawn(order, fds)
         except OSError as exc:
             reply = {"errno": exc.errno or errno.EIO}
         except Exception as exc:  # a bad order must not end the guardian
@@ -348,8 +351,35 @@ class Guardian:
                 self.tell(entry[0], record(b"s", status))
                 os.close(entry[0])
 
-    def descendants(self) -> list[int]:
-        """Every live descendant of the guardian (children first)."""
+    def sweep(self) -> tuple[dict[str, Any], list[int]]:
+        """SIGKILL every orphan we adopted (and its descendants); pidfds to wait on.
+
+        An orphan is a process whose parent died: what a child that exited left
+        behind (its group, a daemon in a session of its own, with a clean
+        environment or not). Nobody supervises it any more, so it is a leftover.
+        """
+        tree = self.tree()
+        doomed = [p for p in tree.get(self.pid, ()) if p not in self.children]
+        for pid in doomed:
+            doomed += tree.get(pid, ())
+        pids: list[int] = []
+        fds: list[int] = []
+        for pid in doomed:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue  # gone already
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            if len(fds) < MAX_FDS:
+                pids.append(pid)
+                fds.append(fd)
+            else:
+                os.close(fd)  # killed all the same; the host waits for the first ones
+        return {"pids": pids}, fds
+
+    def tree(self) -> dict[int, list[int]]:
+        """Parent pid -> child pids, of every process (one pass over /proc)."""
         parents: dict[int, list[int]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
@@ -361,6 +391,11 @@ class Guardian:
                 continue
             fields = stat[stat.rfind(b")") + 2 :].split()
             parents.setdefault(int(fields[1]), []).append(int(name))
+        return parents
+
+    def descendants(self) -> list[int]:
+        """Every live descendant of the guardian (children first)."""
+        parents = self.tree()
         found, todo = [], [self.pid]
         while todo:
             for child in parents.get(todo.pop(), ()):

@@ -39,7 +39,7 @@ from ._exceptions import ExtensionGone, ExtensionStopping
 from ._io import StderrLog
 from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
-from ._reap import Claimed, descendants, find_leftovers, kill_and_wait, signal_all, signal_group
+from ._reap import Claimed, kill_and_wait, leftovers, signal_group
 from ._restart import describe_exit
 
 __all__ = ["Conversation", "Incarnation"]
@@ -109,8 +109,6 @@ class Incarnation:
         self._stopping = False
         #: Where to leave the token instead of sweeping now (see :meth:`stop`).
         self._sweep_into: list[str] | None = None
-        #: Processes to kill (and wait for) once the extension exits.
-        self._doomed: list[Claimed] = []
         #: The stderr pipe reached its end (everything the extension said is logged).
         self._stderr_done = trio.Event()
 
@@ -196,15 +194,14 @@ class Incarnation:
     async def _reap(self) -> None:
         """Kill whatever is left of the incarnation and wait for it; bounded."""
         proc = self._proc
-        # The extension is gone; its group (ordinary children) has no reason to live.
-        # Found before the group is killed, so that what is killed is waited for.
-        found: list[Claimed] = []
+        # The extension is gone; its group (ordinary children) has no reason to live,
+        # nor has what escaped the group (the guardian adopted it: see _reap).
+        signal_group(proc.pid, signal.SIGKILL)
+        doomed: list[Claimed] = []
         if self._sweep_into is not None:
             self._sweep_into.append(self._token)
         else:
-            found = await trio.to_thread.run_sync(find_leftovers, [self._token], [proc.pid])
-        signal_group(proc.pid, signal.SIGKILL)
-        doomed, self._doomed = [*self._doomed, *found], []
+            doomed = await leftovers([self._token], [proc.pid])
         with trio.move_on_after(self._config.term_grace) as waited:
             await kill_and_wait(doomed)
             if proc.returncode is None:  # only if the ladder itself failed
@@ -228,11 +225,8 @@ class Incarnation:
         proc = self._proc
         self._calls.fail_all(ExtensionStopping, "the extension is being stopped")
         cfg = self._config
-        if self._plan.backend != "bwrap":
-            # Taken before asking it to stop: once it exits, the daemons it adopted as
-            # a subreaper are handed to init, and one with a clean environment would
-            # be lost. (bwrap's PID namespace takes everything down by itself.)
-            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
+        # Its daemons are not chased here: once it exits they are the guardian's
+        # orphans, killed by the sweep in _reap (or the caller's, for many at once).
         with trio.move_on_after(cfg.shutdown_grace):
             # A write cut short by the cancel leaves half a line: end it first.
             broken = b"\n" if self._writer.busy else b""
@@ -254,14 +248,11 @@ class Incarnation:
             return
         log.warning("extension_sigterm", pid=proc.pid)
         signal_group(proc.pid, signal.SIGTERM)
-        signal_all(self._doomed, signal.SIGTERM)
         with trio.move_on_after(cfg.term_grace):
             await proc.wait()
         if proc.returncode is None:
             log.warning("extension_sigkill", pid=proc.pid)
-            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
-        signal_all(self._doomed, signal.SIGKILL)
         await proc.wait()
 
     async def _cut_after_ack(self, acked: trio.Event, race: trio.CancelScope) -> None:

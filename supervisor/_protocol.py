@@ -125,6 +125,9 @@ class ExtensionProtocol:
         self._calls = calls
         self._config = config
         self._host = host
+        # Bound here, not only in the owner task's context: a caller spinning for
+        # its answer handles frames in its own task (see spin).
+        self._log = log.bind(extension=owner.name)
         self.registrations = Registrations()
         #: Set when the extension sent ``shutdown_ack``.
         self.acked = trio.Event()
@@ -195,7 +198,7 @@ class ExtensionProtocol:
 
     def _refuse(self, reason: str) -> None:
         self.refused = reason
-        log.error("extension_refused", reason=reason)
+        self._log.error("extension_refused", reason=reason)
         self._pipe.kill()
 
     async def _handshake(self, reader: LineReader) -> bool:
@@ -263,7 +266,7 @@ class ExtensionProtocol:
         counts["bad_frames"] += 1
         n = counts["bad_frames"]
         if n <= _BAD_FRAME_LOG_LIMIT or n % 1000 == 0:
-            log.warning("bad_frame", problem=message, excerpt=excerpt, count=n)
+            self._log.warning("bad_frame", problem=message, excerpt=excerpt, count=n)
         if frame_id is not None:
             self._calls.violated(frame_id, message, excerpt)
 
@@ -301,7 +304,7 @@ class ExtensionProtocol:
             case f.Ready():
                 self._mark_ready("ready frame")
             case f.ShutdownAck():
-                log.debug("shutdown_ack")
+                self._log.debug("shutdown_ack")
                 self.acked.set()
             case f.Hello():
                 self._bad_frame("hello sent twice", f.excerpt(item), None)
@@ -312,19 +315,19 @@ class ExtensionProtocol:
             case f.Subscribe():
                 unknown = set(frame.intercept) - INTERCEPTABLE
                 if unknown:
-                    log.warning("subscribe_unknown_intercept", events=sorted(unknown))
+                    self._log.warning("subscribe_unknown_intercept", events=sorted(unknown))
                 regs.events = frozenset(frame.events)
                 regs.intercepts = frozenset(e for e in frame.intercept if e in INTERCEPTABLE)
             case f.RegisterTool():
                 problem = _tool_problem(frame)
                 if problem:
-                    log.warning("tool_rejected", tool=frame.name, problem=problem)
+                    self._log.warning("tool_rejected", tool=frame.name, problem=problem)
                     return
                 regs.tools[frame.name] = frame
             case f.RegisterCommand():
                 name = frame.name.lstrip("/")
                 if not name or any(c.isspace() for c in name):
-                    log.warning("command_rejected", command=frame.name, problem="invalid name")
+                    self._log.warning("command_rejected", command=frame.name, problem="invalid name")
                     return
                 regs.commands[name] = f.RegisterCommand(name=name, description=frame.description)
         if self._ready:

@@ -57,7 +57,7 @@ from ._gate import ReloadGate
 from ._intercept import run_chain
 from ._lifecycle import ExtensionState
 from ._manifest import Discovery, ExtensionSpec, discover
-from ._reap import find_leftovers, kill_and_wait
+from ._reap import kill_and_wait, leftovers
 from ._registry import Registry
 from ._requests import (
     CallTool,
@@ -317,7 +317,7 @@ class _Supervisor:
             for ext in exts:
                 stopping.start_soon(functools.partial(ext.stop, sweep_into=tokens))
         if tokens:
-            found = await trio.to_thread.run_sync(find_leftovers, tokens)
+            found = await leftovers(tokens)
             if found:
                 log.warning("leftovers_killed", pids=[c.pid for c in found])
                 with trio.move_on_after(self.config.term_grace) as waited:

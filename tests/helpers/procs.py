@@ -17,6 +17,19 @@ def descendants() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.pid != keep]
 
 
+def lasting(known: set[int] | frozenset[int] = frozenset(), limit: float = 10.0) -> list[int]:
+    """Pids of descendants still there once those already dying are gone.
+
+    Every child is the guardian's, and the guardian reaps what it adopted (the
+    orphans of an extension it just killed, bwrap's inner process after the outer
+    one exited) a moment after they died: waiting for them (bounded) tells a
+    process that outlived its stop from one the kernel is still taking down.
+    Processes in ``known`` (running before) are not waited for, nor returned.
+    """
+    _, alive = psutil.wait_procs([p for p in descendants() if p.pid not in known], timeout=limit)
+    return [p.pid for p in alive]
+
+
 def children() -> list[psutil.Process]:
     """Live (not zombie) descendants of this test process (see :func:`descendants`)."""
     found = []

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
-from helpers.procs import alive, descendants, num_fds
+from helpers.procs import alive, lasting, num_fds
 from helpers.supkit import CYCLE, Kit, capture_logs, wait_for
 
 from supervisor import (
@@ -25,8 +25,9 @@ from supervisor import (
 
 
 def _children() -> list[int]:
-    """Pids of this process's live or zombie descendants (its guardian's included)."""
-    return [p.pid for p in descendants()]
+    """Pids of this process's descendants (its guardian's included) that outlived the
+    stop: zombies and processes the kernel is taking down are waited for."""
+    return lasting()
 
 
 async def test_cooperative_extensions_stop_fast(kit: Kit) -> None:
