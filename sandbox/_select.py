@@ -20,7 +20,7 @@ from ._bwrap import BwrapSandbox
 from ._exceptions import SandboxUnavailable
 from ._none import NoneSandbox
 from ._plan import Sandbox, SandboxMode
-from ._probe import Probe, probe_machine
+from ._probe import Probe, probe_machine, probe_runtimes
 from ._report import SandboxReport
 from ._seatbelt import SeatbeltSandbox
 
@@ -30,6 +30,8 @@ log = structlog.get_logger(__name__)
 
 _lock = threading.Lock()
 _probe: Probe | None = None
+#: The report with every runtime tried (see :func:`probe_runtimes`), once asked for.
+_report: SandboxReport | None = None
 _backends: dict[str, Sandbox] = {}
 
 
@@ -51,11 +53,15 @@ def check_sandbox(*, refresh: bool = False) -> SandboxReport:
     Returns:
         The report; :func:`sandbox.format_report` renders it.
     """
-    global _probe
+    global _probe, _report
     if refresh:
         with _lock:
-            _probe = None
-    return _probed().report
+            _probe = _report = None
+    probe = _probed()
+    with _lock:
+        if _report is None:
+            _report = probe_runtimes(probe).report
+        return _report
 
 
 def _expected_backend(report: SandboxReport) -> str:

@@ -35,7 +35,7 @@ from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutc
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
 from ._lines import MORE, LineReader, Oversize
-from ._version import VERSION
+from ._version import corral_version
 
 __all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
 
@@ -229,8 +229,8 @@ class ExtensionProtocol:
         self._owner.hello_accepted(self.registrations)
         info = self._host.host_info()
         ack = f.HelloAck(
-            corral_version=VERSION,
-            zot_version=VERSION,
+            corral_version=corral_version(),
+            zot_version=corral_version(),
             provider=info.provider,
             model=info.model,
             cwd=info.cwd,
@@ -327,7 +327,9 @@ class ExtensionProtocol:
             case f.RegisterCommand():
                 name = frame.name.lstrip("/")
                 if not name or any(c.isspace() for c in name):
-                    self._log.warning("command_rejected", command=frame.name, problem="invalid name")
+                    self._log.warning(
+                        "command_rejected", command=frame.name, problem="invalid name"
+                    )
                     return
                 regs.commands[name] = f.RegisterCommand(name=name, description=frame.description)
         if self._ready:

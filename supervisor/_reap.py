@@ -32,7 +32,6 @@ import sys
 import typing
 from collections.abc import Iterable
 
-import psutil
 import trio
 
 from sandbox import sweep_orphans
@@ -148,6 +147,8 @@ def _scan_proc(wanted: set[bytes], pgids: set[int], me: int) -> list[tuple[int, 
 
 
 def _scan_psutil(wanted: set[bytes], pgids: set[int]) -> list[int]:
+    import psutil  # not on Linux's path: importing it costs start-up time
+
     found: list[int] = []
     me = os.getpid()
     for proc in psutil.process_iter():

@@ -26,6 +26,7 @@ from sandbox import (
     Sandbox,
     SandboxUnavailable,
     select_sandbox,
+    start_guardian,
 )
 
 from . import _frames as f
@@ -509,7 +510,7 @@ class _Supervisor:
 
     async def _infos(self, exts: list[Extension]) -> list[ExtensionInfo]:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
-        figures = await trio.to_thread.run_sync(self._figures.measure, pids)
+        figures = await trio.to_thread.run_sync(self._figures.measure, pids) if pids else {}
         return extension_infos(exts, figures, self._sandbox.backend)
 
 
@@ -561,6 +562,8 @@ async def open_supervisor(
     runs the shutdown ladder for all extensions in parallel (shielded, bounded by
     ``shutdown_grace + term_grace`` plus reaping) and kills anything they left.
     """
+    # The guardian (once per process) boots while manifests are read and planned.
+    start_guardian()
     config = config or SupervisorConfig()
     if sandbox is None:
         try:

@@ -17,6 +17,19 @@ def descendants() -> list[psutil.Process]:
     return [p for p in psutil.Process().children(recursive=True) if p.pid != keep]
 
 
+def spawned_by(host: psutil.Process) -> list[psutil.Process]:
+    """The descendants of another corral process (a CLI, an RPC server) but its
+    guardian, which lives as long as that process."""
+    out = []
+    for proc in host.children(recursive=True):
+        try:
+            if not any(a.endswith("_guardian_main.py") for a in proc.cmdline()):
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def lasting(known: set[int] | frozenset[int] = frozenset(), limit: float = 10.0) -> list[int]:
     """Pids of descendants still there once those already dying are gone.
 
