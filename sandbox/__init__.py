@@ -23,7 +23,7 @@ from ._exceptions import (
     SandboxError,
     SandboxUnavailable,
 )
-from ._guardian import start_guardian, sweep_orphans
+from ._guardian import guardian_pids, start_guardian, sweep_orphans
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
@@ -59,6 +59,7 @@ __all__ = [
     "check_permissions",
     "check_sandbox",
     "format_report",
+    "guardian_pids",
     "host_environment",
     "plan_shell",
     "select_sandbox",

@@ -42,7 +42,14 @@ import typing
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ChildStatus", "Guardian", "guardian", "start_guardian", "sweep_orphans"]
+__all__ = [
+    "ChildStatus",
+    "Guardian",
+    "guardian",
+    "guardian_pids",
+    "start_guardian",
+    "sweep_orphans",
+]
 
 _PROGRAM = str(Path(__file__).with_name("_guardian_main.py"))
 #: Descriptors one reply may carry (the pidfds of a sweep).
@@ -135,6 +142,8 @@ class Guardian:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner = 0
+        #: Pids of the spare children parked and not yet taken (see :meth:`park`).
+        self._spares: set[int] = set()
 
     def __repr__(self) -> str:
         pid = self._proc.pid if self._proc is not None else None
@@ -199,7 +208,29 @@ class Guardian:
                 os.close(fd)
             err = reply["errno"]
             raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
+        self._spares.discard(reply["pid"])  # a spare taken: the child now
         return reply["pid"], ChildStatus(got[0], argv0)
+
+    def park(self, cgroups: list[str]) -> None:
+        """Have the guardian fork a spare child into ``cgroups`` now (it joins them while
+        nothing waits); the next spawn into exactly these cgroups takes it.
+
+        Raises:
+            OSError: the guardian could not fork.
+        """
+        reply, got = self._ask({"op": "park", "cgroups": list(cgroups)}, [])
+        for fd in got:
+            os.close(fd)
+        if "errno" in reply:
+            err = reply["errno"]
+            raise OSError(err, os.strerror(err))
+        self._spares.add(reply["pid"])
+
+    def own_pids(self) -> set[int]:
+        """The guardian and its parked spares: processes of corral's own that live as
+        long as this one and run nothing of an extension's."""
+        pid = self.pid
+        return set() if pid is None else {pid, *self._spares}
 
     def sweep(self) -> list[tuple[int, int]]:
         """Kill every orphan the guardian adopted: what exited children left behind.
@@ -253,6 +284,12 @@ _guardian = Guardian()
 def guardian() -> Guardian:
     """This process's guardian (started on first use)."""
     return _guardian
+
+
+def guardian_pids() -> set[int]:
+    """The guardian's pid and those of its parked spares (see ``Guardian.own_pids``):
+    what a check for leftover processes leaves out. Empty before it started."""
+    return _guardian.own_pids()
 
 
 def start_guardian() -> int | None:

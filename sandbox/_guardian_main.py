@@ -145,12 +145,58 @@ def _execute(argv: list[str], env: dict[str, str]) -> None:
     raise found or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
-def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
-    """Everything between fork and exec (the guardian is single-threaded: any Python is safe)."""
+def _join(cgroups: list[str]) -> None:
+    """Move this process into ``cgroups`` (a kernel RCU grace period, 10-20 ms, unless
+    another process joined one just before)."""
+    for path in cgroups:
+        try:
+            # "0" means "the writing process" in both cgroup versions.
+            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _SetupFailed("cgroup", exc.errno or errno.EIO) from None
+
+
+def _reset_signals() -> None:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_DFL)
     signal.set_wakeup_fd(-1)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
+    """A child parked in its cgroups before anyone needs it, then given its order.
+
+    Joining a cgroup costs a grace period; a spare pays it while nothing waits
+    (see :meth:`Guardian.park`), so the spawn that takes it starts at once.
+    """
+    _reset_signals()
+    _place_fds([], [], [0, 1, 2, sock.fileno()])  # nothing of the guardian's while it waits
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != guardian:
+            os._exit(SETUP_FAILED_EXIT)
+    try:
+        _join(cgroups)
+    except _SetupFailed:
+        os._exit(SETUP_FAILED_EXIT)
+    msg, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+    if not msg:
+        os._exit(0)  # the guardian let it go
+    fds = _received(ancdata)
+    order = marshal.loads(msg)
+    order["cgroups"] = []  # joined already
+    # Received descriptors are inheritable: the exec pipe must close at exec.
+    os.set_inheritable(fds[-1], False)
+    _run_child(order, fds[:-1], fds[-1], guardian)
+
+
+def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
+    """Everything between fork and exec (the guardian is single-threaded: any Python is safe)."""
+    _reset_signals()
     if order.get("session", True):
         os.setsid()
     _place_fds(fds, order["targets"], [exec_w])
@@ -166,16 +212,7 @@ def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) ->
         # Orphans of the program's own children stay its descendants while it runs
         # (the supervisor finds daemons that cleared their environment that way).
         _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    for path in order.get("cgroups", ()):
-        try:
-            # "0" means "the writing process" in both cgroup versions.
-            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise _SetupFailed("cgroup", exc.errno or errno.EIO) from None
+    _join(order.get("cgroups", ()))
     for which, soft, hard in order.get("rlimits", ()):
         resource.setrlimit(which, (soft, hard))
     if order.get("tmpfs"):
@@ -214,6 +251,8 @@ class Guardian:
         self.children: dict[int, tuple[int, list[str]]] = {}
         #: exec pipe read end -> pid, until the program started or failed to
         self.starting: dict[int, int] = {}
+        #: Spare children by the cgroups they joined: pid and the socket of their order.
+        self.spares: dict[tuple[str, ...], tuple[int, socket.socket]] = {}
         self.poller = select.poll()
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -258,16 +297,15 @@ class Guardian:
             return False
         if not msg:
             return False
-        fds: list[int] = []
-        for level, kind, data in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
+        fds = _received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
         try:
             order = marshal.loads(msg)
             if order.get("op") == "sweep":
                 reply, give = self.sweep()
+            elif order.get("op") == "park":
+                reply = self.park(order["cgroups"])
             else:
                 reply, give = self.spawn(order, fds)
         except OSError as exc:
@@ -287,6 +325,43 @@ class Guardian:
                 os.close(fd)
         return True
 
+    def park(self, cgroups: list[str]) -> dict[str, Any]:
+        """Fork a spare child into ``cgroups`` now, for a later spawn into them."""
+        key = tuple(cgroups)
+        if key in self.spares:
+            return {"pid": self.spares[key][0]}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:
+            ours.close()
+            try:
+                _spare(theirs, cgroups, self.pid)
+            finally:
+                os._exit(127)
+        theirs.close()
+        self.spares[key] = (pid, ours)
+        return {"pid": pid}
+
+    def _use_spare(self, order: dict[str, Any], fds: list[int], exec_w: int) -> int | None:
+        """Hand the order to the spare parked in its cgroups, if one is alive; its pid."""
+        spare = self.spares.pop(tuple(order.get("cgroups", ())), None)
+        if spare is None:
+            return None
+        pid, sock = spare
+        sent = struct.pack(f"{len(fds) + 1}i", *fds, exec_w)
+        try:
+            sock.sendmsg([marshal.dumps(order)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
+        except OSError:
+            return None  # it died (it could not join its cgroups): fork a child instead
+        finally:
+            sock.close()
+        return pid
+
     def spawn(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
         status_r, status_w = os.pipe()
         try:
@@ -295,14 +370,16 @@ class Guardian:
             os.close(status_r)
             os.close(status_w)
             raise
-        try:
-            pid = os.fork()
-        except OSError:
-            for fd in (status_r, status_w, exec_r, exec_w):
-                os.close(fd)
-            raise
-        if pid == 0:
-            _run_child(order, fds, exec_w, self.pid)
+        pid = self._use_spare(order, fds, exec_w)
+        if pid is None:
+            try:
+                pid = os.fork()
+            except OSError:
+                for fd in (status_r, status_w, exec_r, exec_w):
+                    os.close(fd)
+                raise
+            if pid == 0:
+                _run_child(order, fds, exec_w, self.pid)
         os.close(exec_w)
         self.children[pid] = (status_w, list(order.get("cgroups", ())))
         self.starting[exec_r] = pid
@@ -350,6 +427,10 @@ class Guardian:
             if entry is not None:
                 self.tell(entry[0], record(b"s", status))
                 os.close(entry[0])
+            for key, (spare, sock) in list(self.spares.items()):
+                if spare == pid:  # a spare that could not join its cgroups
+                    sock.close()
+                    del self.spares[key]
 
     def sweep(self) -> tuple[dict[str, Any], list[int]]:
         """SIGKILL every orphan we adopted (and its descendants); pidfds to wait on.
@@ -406,6 +487,7 @@ class Guardian:
     def end_all(self) -> None:
         """The host is gone: kill everything we started and what it started; reap."""
         cgroups = [c for _, groups in self.children.values() for c in groups]
+        cgroups += [c for key in self.spares for c in key]
         waiter = select.poll()
         waiter.register(self.wake_r, select.POLLIN)
         deadline = time.monotonic() + CLEANUP_LIMIT
@@ -426,6 +508,14 @@ class Guardian:
         for path in cgroups:
             with contextlib.suppress(OSError):
                 os.rmdir(path)
+
+
+def _received(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
+    return fds
 
 
 def _cgroup_kill(path: str) -> list[int]:

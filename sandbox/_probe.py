@@ -57,7 +57,7 @@ def probe_cgroups() -> tuple[CgroupManager | None, Feature]:
     support = detect_cgroups()
     if not support.version:
         return None, Feature(name="cgroup per extension", ok=False, detail=support.detail)
-    manager = CgroupManager(support)
+    manager = CgroupManager(support, spares=True)
     manager.sweep()
     problem = manager.probe()
     if problem:

@@ -216,14 +216,13 @@ class _NoInput:
 
 
 def _leftovers() -> list[psutil.Process]:
-    # The sandbox's guardian is the one child that lives as long as this process.
-    from sandbox import start_guardian
+    # The sandbox's guardian (and its spares) live as long as this process.
+    from sandbox import guardian_pids
 
-    keep = start_guardian()
+    keep = guardian_pids()
     try:
-        return [
-            p for p in psutil.Process().children(recursive=True) if p.pid != keep and p.is_running()
-        ]
+        found = psutil.Process().children(recursive=True)
+        return [p for p in found if p.pid not in keep and p.is_running()]
     except psutil.Error:
         return []
 

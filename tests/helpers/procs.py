@@ -7,19 +7,21 @@ import typing
 
 import psutil
 
-from sandbox import start_guardian
+from sandbox import guardian_pids, start_guardian
 
 
 def descendants() -> list[psutil.Process]:
-    """Descendants of this test process, zombies included, but not its guardian: the
-    guardian lives as long as the test process (its own descendants are listed)."""
-    keep = start_guardian()
-    return [p for p in psutil.Process().children(recursive=True) if p.pid != keep]
+    """Descendants of this test process, zombies included, but not its guardian, which
+    lives as long as the test process, nor the guardian's spares (see
+    ``CgroupManager.park_spare``); everything else of the guardian's is listed."""
+    start_guardian()
+    own = guardian_pids()
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in own]
 
 
 def spawned_by(host: psutil.Process) -> list[psutil.Process]:
-    """The descendants of another corral process (a CLI, an RPC server) but its
-    guardian, which lives as long as that process."""
+    """The descendants of a corral process (a CLI, an RPC server, this one) but its
+    guardian and the guardian's spares (forks of it, waiting: same command line)."""
     out = []
     for proc in host.children(recursive=True):
         try:
