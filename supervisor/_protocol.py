@@ -32,7 +32,7 @@ import trio
 
 from . import _frames as f
 from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutcome
-from ._calls import CallKind, PendingCalls, Reply
+from ._calls import CallKind, PendingCalls, Reply, callers_waiting
 from ._config import HostInfo, SupervisorConfig
 from ._lines import MORE, LineReader, Oversize
 from ._version import corral_version
@@ -99,7 +99,7 @@ class Host(Protocol):
 
 
 class _Pipe(Protocol):
-    def send(self, data: bytes) -> str | None: ...
+    def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
 
     def kill(self) -> None: ...
 
@@ -168,6 +168,22 @@ class ExtensionProtocol:
     def routing(self) -> bool:
         """Past registration: every frame is routed (and :meth:`spin` may read)."""
         return self._routing is not None
+
+    def call(self, rid: str, frame: f.HostFrame, reply: Reply[Any]) -> str | None:
+        """Send a request and track it as ``rid``; an error text when it cannot be sent.
+
+        With other calls in flight, more frames follow in this scheduler pass (their
+        callers were woken together): the frame waits for one write with theirs. A
+        lone call is written at once and may :meth:`spin` for its answer.
+        """
+        calls = self._calls
+        alone = not calls and not callers_waiting()
+        error = self._pipe.send(f.encode_frame(frame), coalesce=not alone)
+        if error is None:
+            calls.add(rid, reply)
+            if alone and self._routing is not None and self._config.reply_spin > 0:
+                reply.spin = self.spin
+        return error
 
     def spin(self, reply: Reply[Any]) -> None:
         """Read and handle frames without waiting until ``reply`` is answered, for up to
