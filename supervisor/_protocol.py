@@ -34,16 +34,18 @@ from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutc
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
 from ._lines import LineReader, Oversize
+from ._requests import CallTool, PreviewToolCall
 from ._version import VERSION
 
-__all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
+__all__ = ["ID_RE", "INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations", "tool_problem"]
 
 log = structlog.get_logger(__name__)
 
 #: The events an extension may intercept (``subscribe.intercept``).
 INTERCEPTABLE = frozenset({"tool_call", "turn_start", "assistant_message"})
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-_ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
+#: Finds the id in the head of a line too long to decode.
+ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
 #: Bad frames logged per incarnation before logging goes quiet (they are still counted).
 _BAD_FRAME_LOG_LIMIT = 10
 
@@ -108,6 +110,8 @@ class ExtensionProtocol:
     """The extension protocol spoken with one incarnation (see the module docstring)."""
 
     goodbye = f.encode_frame(f.Shutdown())
+    #: What an exit before the handshake says it missed.
+    first_step = "sending hello"
 
     def __init__(
         self,
@@ -135,6 +139,19 @@ class ExtensionProtocol:
 
     def __repr__(self) -> str:
         return f"<ExtensionProtocol {self._name!r} ready={self._ready} refused={self.refused!r}>"
+
+    # --- what the owner sends ----------------------------------------------------------
+
+    def tool_call(self, rid: str, req: CallTool) -> bytes:
+        """The ``tool_call`` frame for call ``rid``."""
+        return f.encode_frame(f.ToolCall(id=rid, name=req.name, args=req.args))
+
+    def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
+        """Extensions have no call previews."""
+        reply.set(None)
+
+    def host_changed(self) -> None:
+        """Extensions learn the host in ``hello_ack`` only."""
 
     async def converse(self, reader: LineReader) -> None:
         """Handshake, registration, then route every frame until EOF.
@@ -224,7 +241,7 @@ class ExtensionProtocol:
 
     def _handle(self, item: bytes | Oversize) -> None:
         if isinstance(item, Oversize):
-            match = _ID_RE.search(item.head)
+            match = ID_RE.search(item.head)
             fid = match.group(1).decode("utf-8", "replace") if match else None
             self._bad_frame(
                 f"line of {item.size} bytes exceeds the {self._config.max_frame_bytes}-byte limit",
@@ -271,7 +288,7 @@ class ExtensionProtocol:
                 regs.events = frozenset(frame.events)
                 regs.intercepts = frozenset(e for e in frame.intercept if e in INTERCEPTABLE)
             case f.RegisterTool():
-                problem = _tool_problem(frame)
+                problem = tool_problem(frame)
                 if problem:
                     log.warning("tool_rejected", tool=frame.name, problem=problem)
                     return
@@ -324,7 +341,7 @@ class ExtensionProtocol:
         )
 
 
-def _tool_problem(frame: f.RegisterTool) -> str:
+def tool_problem(frame: f.RegisterTool) -> str:
     """Why a tool registration is rejected ("" when it is fine)."""
     if not _TOOL_NAME_RE.match(frame.name):
         return "name is not an identifier"

@@ -1,7 +1,7 @@
 """The example tool packages under ``examples/toolhosts/``, run by their runners.
 
 Each example is started the way its README shows (in its directory, with its
-``config.json`` sent as ``init``'s config); every request is written at once and
+manifest's ``config`` sent as ``init``'s config); every request is written at once and
 stdin closed, and the runner answers all of them before it exits. The requests do
 not depend on each other's order: each call carries its own state.
 """
@@ -46,7 +46,7 @@ def argv(example: str) -> list[str]:
 def serve(example: str, requests: list[Request]) -> dict[str, list[Any]]:
     """Every message of the run, grouped by request id, in the order they came."""
     folder = EXAMPLES / example
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / "extension.json").read_text())["config"]
     init = Request(id="init", method="init", params={"config": config})
     env = dict(os.environ, PYTHONPATH=SDK_DIR, PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
