@@ -51,12 +51,13 @@ InterceptKind = Literal["tool_call", "turn_start", "assistant_message"]
 
 
 class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool an extension registered."""
+    """A tool an extension (or a tool host: ``kind``) registered."""
 
     name: str
     description: str
     schema: dict[str, Any]
     extension: str
+    kind: ChildKind = ChildKind.EXTENSION
 
 
 class CommandInfo(msgspec.Struct, frozen=True, kw_only=True):

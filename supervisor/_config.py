@@ -26,6 +26,7 @@ __all__ = [
     "identity_of",
     "log_file",
     "quarantine_file",
+    "ui_file",
 ]
 
 RestartPolicy = Literal["on-failure", "always", "never"]
@@ -74,6 +75,11 @@ def choice_file(home: str | Path, identity: str) -> Path:
     rewritten to disable an extension in it.
     """
     return Path(home) / "state" / "enabled" / identity
+
+
+def ui_file(home: str | Path, identity: str) -> Path:
+    """A tool host's last ``get_ui_elements`` answer (JSON), for ``corral ext list --json``."""
+    return Path(home) / "state" / "ui" / f"{identity}.json"
 
 
 def log_file(home: str | Path, identity: str) -> Path:

@@ -17,6 +17,7 @@ import structlog
 
 from . import _frames as f
 from ._api import CommandInfo, ToolInfo
+from ._manifest import ChildKind
 
 __all__ = ["Owner", "Registry"]
 
@@ -28,6 +29,9 @@ class Owner(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def kind(self) -> ChildKind: ...
 
     @property
     def tools(self) -> Mapping[str, f.RegisterTool]: ...
@@ -113,7 +117,13 @@ class Registry(typing.Generic[OwnerT]):
     def tool_infos(self) -> list[ToolInfo]:
         """Every extension tool, in load order."""
         return [
-            ToolInfo(name=name, description=t.description, schema=t.schema, extension=owner.name)
+            ToolInfo(
+                name=name,
+                description=t.description,
+                schema=t.schema,
+                extension=owner.name,
+                kind=owner.kind,
+            )
             for name, (owner, t) in self._tools.items()
         ]
 

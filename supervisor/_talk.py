@@ -23,7 +23,7 @@ import trio
 
 from ._api import SupervisorEvent
 from ._calls import PendingCalls, Reply
-from ._config import HostInfo, SupervisorConfig
+from ._config import HostInfo, SupervisorConfig, ui_file
 from ._lines import LineReader
 from ._manifest import ChildKind, ExtensionSpec
 from ._protocol import ExtensionProtocol
@@ -125,4 +125,5 @@ def open_talk(
                 host=host,
                 host_config=settings,
                 session=session,
+                ui_cache=ui_file(config.home, spec.identity),
             )

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
@@ -162,6 +163,7 @@ class ToolHostProtocol:
         host: Host,
         host_config: dict[str, Any],
         session: HostSession,
+        ui_cache: Path | None = None,
     ) -> None:
         self._owner = owner
         self._name = owner.name
@@ -171,6 +173,8 @@ class ToolHostProtocol:
         self._host = host
         self._host_config = host_config
         self._session = session
+        #: Where ``get_ui_elements`` is kept for ``corral ext list --json``.
+        self._ui_cache = ui_cache
         self.registrations = Registrations()
         #: Never set: a tool host has no shutdown acknowledgement.
         self.acked = trio.Event()
@@ -237,6 +241,7 @@ class ToolHostProtocol:
         if not self._take_tools(answers[Method.GET_TOOL_SCHEMAS]):
             return False
         self._session.ui_elements = self._list_of(answers.get(Method.GET_UI_ELEMENTS), None)
+        await trio.to_thread.run_sync(self._keep_ui)
         self._required = frozenset(self._strings(answers.get(Method.REQUIRED_TAGS)) or ())
         tags = self._strings(answers.get(Method.GET_TAGS))
         self.registrations.tools = self._offered(tags)
@@ -244,6 +249,16 @@ class ToolHostProtocol:
         self._ready = True
         self._owner.ready("init")
         return True
+
+    def _keep_ui(self) -> None:
+        """Keep the UI elements for ``corral ext list --json`` (which starts nothing)."""
+        if self._ui_cache is None:
+            return
+        try:
+            self._ui_cache.parent.mkdir(parents=True, exist_ok=True)
+            self._ui_cache.write_bytes(_encoder.encode(self._session.ui_elements))
+        except (OSError, TypeError, ValueError) as exc:
+            log.warning("toolhost_ui_not_kept", path=str(self._ui_cache), error=str(exc))
 
     async def _exchange(
         self, reader: LineReader, requests: list[tuple[Method, dict[str, Any]]]

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from supervisor import ChildKind
 from supervisor import _frames as f
 from supervisor._registry import Registry
 
@@ -18,6 +19,7 @@ class FakeOwner:
     tools: dict[str, f.RegisterTool] = field(default_factory=dict)
     commands: dict[str, f.RegisterCommand] = field(default_factory=dict)
     listed: bool = True
+    kind: ChildKind = ChildKind.EXTENSION
     notes: list[str] = field(default_factory=list)
 
     def note(self, text: str) -> None:
