@@ -68,7 +68,7 @@ from ._hostwire import (
     result_content,
 )
 from ._lines import LineReader, Oversize
-from ._protocol import ID_RE, Registrations, tool_problem
+from ._protocol import ChildProtocol, Registrations, tool_problem
 from ._requests import CallTool, PreviewToolCall
 from ._schema import check_schema
 
@@ -145,7 +145,7 @@ class _Pipe(Protocol):
 
 
 @typing.final
-class ToolHostProtocol:
+class ToolHostProtocol(ChildProtocol):
     """The tool-host protocol spoken with one incarnation (see the module docstring)."""
 
     #: End of stdin is a tool host's goodbye: the runners finish running calls and exit.
@@ -165,32 +165,18 @@ class ToolHostProtocol:
         session: HostSession,
         ui_cache: Path | None = None,
     ) -> None:
-        self._owner = owner
-        self._name = owner.name
-        self._pipe = pipe
-        self._calls = calls
-        self._config = config
+        super().__init__(owner, pipe, calls, config)  # acked: never set (no acknowledgement)
+        self._owner: Owner = owner
         self._host = host
         self._host_config = host_config
         self._session = session
         #: Where ``get_ui_elements`` is kept for ``corral ext list --json``.
         self._ui_cache = ui_cache
-        self.registrations = Registrations()
-        #: Never set: a tool host has no shutdown acknowledgement.
-        self.acked = trio.Event()
-        #: Why start-up refused the host, if it did.
-        self.refused: str | None = None
-        #: The host's stdout ended before it was ready.
-        self.early_exit = False
         #: Optional methods the host answered with an error: not asked again.
         self._lacks: set[Method] = set()
         self._tools: dict[str, f.RegisterTool] = {}
         self._required: frozenset[str] = frozenset()
-        self._ready = False
         self._complaints = 0
-
-    def __repr__(self) -> str:
-        return f"<ToolHostProtocol {self._name!r} ready={self._ready} refused={self.refused!r}>"
 
     # --- start-up ------------------------------------------------------------------
 
@@ -209,11 +195,6 @@ class ToolHostProtocol:
             return
         while (item := await reader.next()) is not None:
             self._handle(item)
-
-    def _refuse(self, reason: str) -> None:
-        self.refused = reason
-        log.error("extension_refused", reason=reason)
-        self._pipe.kill()
 
     async def _start(self, reader: LineReader) -> bool:
         config = self._host_config
@@ -411,10 +392,8 @@ class ToolHostProtocol:
     def _decode(self, item: bytes | Oversize) -> HostMessage | None:
         """A host message, or None after reporting a bad line (failing the call it names)."""
         if isinstance(item, Oversize):
-            match = ID_RE.search(item.head)
-            fid = match.group(1).decode("utf-8", "replace") if match else None
-            limit = self._config.max_frame_bytes
-            self._bad(f"line of {item.size} bytes exceeds the {limit}-byte limit", fid, item.head)
+            problem, fid = self._oversize(item)
+            self._bad(problem, fid, item.head)
             return None
         if not item or item.isspace():
             return None
@@ -505,7 +484,7 @@ class ToolHostProtocol:
 
     def _format(self, reply: Reply[Any], raw: Any, outcome: ToolOutcome) -> None:
         """``format_tool_result``, then ``to_display_format``, then answer ``reply``."""
-        if Method.FORMAT_TOOL_RESULT in self._lacks:
+        if Method.FORMAT_TOOL_RESULT in self._lacks or reply.done:  # done: abandoned
             self._display(reply, raw, outcome)
             return
 
