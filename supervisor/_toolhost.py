@@ -177,6 +177,8 @@ class ToolHostProtocol(ChildProtocol):
         self._tools: dict[str, f.RegisterTool] = {}
         self._required: frozenset[str] = frozenset()
         self._complaints = 0
+        #: Problems found during start-up, told once it is over.
+        self._early: list[str] = []
 
     # --- start-up ------------------------------------------------------------------
 
@@ -189,6 +191,10 @@ class ToolHostProtocol(ChildProtocol):
         ready = False
         with trio.move_on_after(timeout):
             ready = await self._start(reader)
+        # Told now, so that becoming ready (which clears the status) does not hide them.
+        early, self._early = self._early, []
+        for problem in early:
+            self._owner.note(problem, problem=True)
         if not ready:
             if not self.early_exit and self.refused is None:
                 self._refuse(f"start-up (init, get_tool_schemas) not done within {timeout:g} s")
@@ -540,7 +546,10 @@ class ToolHostProtocol(ChildProtocol):
         self._complaints += 1
         if self._complaints <= _COMPLAINT_LIMIT or self._complaints % 1000 == 0:
             log.warning("toolhost_protocol_error", problem=problem)
-            self._owner.note(problem, problem=True)
+            if self._ready:
+                self._owner.note(problem, problem=True)
+            else:
+                self._early.append(problem)
 
     def _list_of(self, msg: OkResponse | ErrorResponse | None, kind: type | None) -> list[Any]:
         if not isinstance(msg, OkResponse):

@@ -216,6 +216,7 @@ async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
             assert "'array_schema' skipped" in log
             assert "'no schema' skipped" in log
             assert "'bad name!' skipped: name is not an identifier" in log
+            assert info.problem == "tool 'bad name!' skipped: name is not an identifier"
             # A line that is not JSON, then an answer with v 2: the call fails, named.
             with pytest.raises(ProtocolViolation, match="protocol version 2"):
                 await client.call_tool("garbage", {})
