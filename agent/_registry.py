@@ -125,9 +125,9 @@ class PartRelay:
     """Streamed parts (arriving in a task that may not block) relayed to :data:`Progress`.
 
     :meth:`put` queues a ``{"part": payload}`` chunk at once; :meth:`run` sends them
-    in order; :meth:`flush` sends what is left. A host that streams faster than
-    progress is read loses its oldest parts (counted in a ``[… N more parts]`` line),
-    never memory.
+    in order until :meth:`close`, and what is left then. A host that streams faster
+    than progress is read loses its oldest parts (counted in a ``[… N more parts]``
+    line), never memory.
     """
 
     def __init__(self, progress: Progress) -> None:
@@ -135,6 +135,7 @@ class PartRelay:
         self._waiting: collections.deque[Any] = collections.deque(maxlen=_PART_BACKLOG)
         self._dropped = 0
         self._wake = trio.Event()
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<PartRelay waiting={len(self._waiting)} dropped={self._dropped}>"
@@ -146,15 +147,22 @@ class PartRelay:
         self._waiting.append(chunk.get("part"))
         self._wake.set()
 
-    async def run(self) -> None:
-        """Send parts as they come, until cancelled.
+    def close(self) -> None:
+        """No more parts will come: :meth:`run` returns once it sent what is waiting."""
+        self._closed = True
+        self._wake.set()
 
-        Cancellation: stops; parts still waiting are kept for :meth:`flush`.
+    async def run(self) -> None:
+        """Send parts as they come, until closed and every part is sent.
+
+        Cancellation: stops; parts still waiting are dropped.
         """
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
             await self.flush()
+            if self._closed:
+                return
 
     async def flush(self) -> None:
         """Send every waiting part.
@@ -269,8 +277,7 @@ class ExtensionTool:
                 )
             except SupervisorError as exc:
                 answer = exc
-            nursery.cancel_scope.cancel()
-        await relay.flush()
+            relay.close()  # every part came before the answer: the relay sends the rest
         return answer
 
     async def preview(self, args: dict[str, Any]) -> str | None:
