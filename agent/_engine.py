@@ -58,6 +58,14 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     tools: list[str] | None = None
     #: Settings of the web tools; None reads them from ``CORRAL_*`` variables.
     web: WebConfig | None = None
+    #: The dynamic tools' catalog file (``*.json``: the JSON store); None:
+    #: ``$CORRAL_HOME/state/dynamic-tools.db``. Dynamic tools are on with ``+dynamic``.
+    dynamic_catalog: str | None = None
+    #: Start the MCP servers of ``$CORRAL_HOME/mcp.json`` and (trusted) ``./.corral/mcp.json``.
+    mcp_servers: bool = True
+    #: Exceptions to the MCP network guard (``127.0.0.1:8080``, ``10.0.0.0/8``), added
+    #: to those of ``CORRAL_MCP_ALLOW``.
+    mcp_allow: list[str] = []
 
 
 class Engine(Protocol):

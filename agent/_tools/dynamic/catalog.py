@@ -17,7 +17,6 @@ for a path ending in ``.json``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import sqlite3
 import typing
@@ -27,6 +26,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from ..statefile import locked, replace_file
 from .errors import CatalogError, EntryRefused
 from .template import ToolDraft
 
@@ -266,42 +266,13 @@ class JsonCatalog:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         try:
-            self._path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(
-                self._path.with_name(self._path.name + ".lock"),
-                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                0o600,
-            )
+            with locked(self._path):
+                yield
         except OSError as exc:
-            raise CatalogError(self.path, f"cannot lock: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+            raise CatalogError(self.path, f"cannot lock or write: {exc.strerror}") from exc
 
     def _write(self, tools: list[msgspec.Raw]) -> None:
-        data = _encoder.encode(_JsonFile(tools=tools)) + b"\n"
-        tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}")
-        try:
-            tmp.unlink(missing_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self._path)
-            dir_fd = os.open(self._path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise CatalogError(self.path, f"cannot write: {exc.strerror}") from exc
+        replace_file(self._path, _encoder.encode(_JsonFile(tools=tools)) + b"\n")
 
     def load(self) -> list[CatalogEntry | EntryRefused]:
         """Every entry in file order (see :meth:`Catalog.load`)."""

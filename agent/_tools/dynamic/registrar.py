@@ -32,7 +32,7 @@ from ..._messages import TextContent
 from ..._providers.base import ToolSpec
 from ..._registry import Progress, ToolKind, ToolRunResult, error_result
 from .catalog import Catalog, CatalogEntry
-from .errors import DraftRejected, EntryRefused
+from .errors import CatalogError, DraftRejected, EntryRefused
 from .runner import DynamicRunner, RunCaps, RunResult
 from .seal import Sealer, code_digest
 from .template import ToolDraft, check_compiles, check_draft, expected_spec, render
@@ -204,6 +204,8 @@ class DynamicTools:
         self.lookup: Callable[[], Mapping[str, ToolKind]] = dict
         #: Entries of the last :meth:`sync` that were refused, and why.
         self.refused: list[EntryRefused] = []
+        #: Why the catalog could not be read at the last :meth:`sync` ("" when it was).
+        self.problem = ""
         self._tools: dict[str, DynamicTool] = {}
         self._generation = 0
         self._lock = trio.Lock()
@@ -233,13 +235,19 @@ class DynamicTools:
     async def sync(self) -> None:
         """Rebuild the set from the catalog, refusing entries that fail their checks.
 
-        Raises:
-            CatalogError: the catalog or its key cannot be read.
+        A catalog (or key) that cannot be read leaves the set empty and says why in
+        :attr:`problem` (logged): the session goes on without dynamic tools.
 
         Cancellation: the set is left as it was.
         """
         async with self._lock:
-            tools, refused = await trio.to_thread.run_sync(self._load)
+            try:
+                tools, refused = await trio.to_thread.run_sync(self._load)
+                self.problem = ""
+            except CatalogError as exc:
+                tools, refused = {}, []
+                self.problem = str(exc)
+                log.error("dynamic_catalog_unreadable", error=self.problem)
             self._tools = tools
             self.refused = refused
             self._generation += 1

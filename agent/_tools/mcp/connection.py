@@ -1,0 +1,569 @@
+"""One MCP server: its owner task, its session, its tools, and calls into it.
+
+:meth:`McpConnection.run` is the owner task (started with ``nursery.start``). It
+opens the transport (a confined process through the :class:`~.launcher.ServerLauncher`,
+or a guarded HTTP client), runs the official SDK's ``ClientSession`` over it (the
+SDK is anyio-based and runs on trio as it is), initialises, lists the tools (every
+page, until the bound), and reports started. Then it waits until it is told to
+stop or the server process exits. A stdio server that dies is started again after
+a backoff (:class:`~.launcher.Backoff`) and its tools listed again; one that dies
+too often is given up (``FAILED``). An HTTP session is not restarted: its calls
+fail with the HTTP error, which the model sees.
+
+**Dying fails pending calls at once.** The process's exit closes the session's
+read stream (the SDK then fails every pending request), and every call also races
+the end of the session it was sent on.
+
+**Discovered tools are bounded**: at most ``max_tools`` per server, descriptions
+cut at ``max_description`` characters (control characters removed), input schemas
+that are not object schemas or whose JSON is over ``max_schema`` bytes skipped,
+names that are not 1-64 letters, digits, ``_`` or ``-`` skipped, and names already
+taken by another tool (built-in, extension, dynamic, another server) skipped: a
+server cannot shadow an existing tool. Each skipped tool is named with its reason.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+import trio
+
+from ..._messages import ImageContent, TextContent, image_problem
+from ..._providers.base import ToolSpec
+from ..._registry import Progress, ToolKind, ToolRunResult, error_result
+from ..child import exit_text
+from ..web import NetGuard
+from .config import Origin, ServerDecl, Transport, expanded
+from .errors import ConnectFailed, McpError, ServerGone
+from .http import guarded_client
+from .launcher import Backoff, ServerLauncher, ServerProcess, server_identity
+from .policy import McpPolicy
+
+__all__ = ["McpConnection", "McpLimits", "McpTool", "ServerState"]
+
+log = structlog.get_logger()
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_MAX_PAGES = 32
+#: After the session's stream ends, wait this long for the process's exit status.
+_DEATH_GRACE = 1.0
+
+
+class McpLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds on what a server may register and how long things may take."""
+
+    #: Tools registered per server at most; the rest are dropped (and named).
+    max_tools: int = 128
+    #: Characters of a tool's description kept.
+    max_description: int = 1024
+    #: Bytes of a tool's input schema (as JSON) at most; larger ones are skipped.
+    max_schema: int = 16 * 1024
+    #: Characters of one call's text result kept.
+    max_result: int = 1024 * 1024
+    #: Longest line from a stdio server, in bytes (a longer one ends the session).
+    max_line: int = 16 * 1024 * 1024
+    #: Seconds to start, initialise and list tools.
+    connect_timeout: float = 30.0
+    #: Seconds one tool call may take.
+    call_timeout: float = 60.0
+
+
+class ServerState(enum.Enum):
+    """Where a connection is."""
+
+    #: Starting or dialling, initialising, listing tools.
+    CONNECTING = "connecting"
+    #: Its tools are registered and callable.
+    READY = "ready"
+    #: The server died; it starts again after a backoff.
+    RESTARTING = "restarting"
+    #: Given up (died too often, or could not connect); no tools.
+    FAILED = "failed"
+    #: Disconnected.
+    STOPPED = "stopped"
+
+
+def _clean(text: str, limit: int) -> str:
+    text = _CONTROL.sub("", text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@typing.final
+class McpTool:
+    """A tool discovered on an MCP server; source ``mcp:<server>``."""
+
+    def __init__(self, connection: McpConnection, spec: ToolSpec) -> None:
+        self._connection = connection
+        self._spec = spec
+
+    def __repr__(self) -> str:
+        return f"<McpTool {self._spec.name!r} server={self._connection.name!r}>"
+
+    @property
+    def spec(self) -> ToolSpec:
+        """As the server described it (bounded)."""
+        return self._spec
+
+    @property
+    def source(self) -> str:
+        """``mcp:<server>``."""
+        return f"mcp:{self._connection.name}"
+
+    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+        """Call the tool on its server; every failure is an error result.
+
+        Cancellation: the request is abandoned (the SDK tells the server).
+        """
+        return await self._connection.call(self._spec.name, args)
+
+
+def _convert(server: str, tool: str, result: Any, limit: int) -> ToolRunResult:
+    """An MCP ``CallToolResult`` as a tool result: text, checked images, notes."""
+    import mcp_types as types
+
+    content: list[TextContent | ImageContent] = []
+    for number, block in enumerate(result.content or [], start=1):
+        if isinstance(block, types.TextContent):
+            content.append(TextContent(text=block.text))
+        elif isinstance(block, types.ImageContent):
+            image = ImageContent(mime_type=block.mime_type, data=block.data)
+            problem = image_problem(image)
+            if problem is not None:
+                return error_result(
+                    f"MCP server {server}, tool {tool}: content block {number} is a bad image "
+                    f"({problem}); the result was dropped"
+                )
+            content.append(image)
+        elif isinstance(block, types.EmbeddedResource):
+            inner = block.resource
+            if isinstance(inner, types.TextResourceContents):
+                content.append(TextContent(text=f"[resource {inner.uri}]\n{inner.text}"))
+            else:
+                content.append(TextContent(text=f"[binary resource {inner.uri}, not shown]"))
+        elif isinstance(block, types.ResourceLink):
+            content.append(TextContent(text=f"[resource link {block.uri}]"))
+        else:
+            content.append(TextContent(text=f"[{getattr(block, 'type', 'unknown')} content]"))
+    if not content and result.structured_content is not None:
+        content.append(TextContent(text=json.dumps(result.structured_content, ensure_ascii=False)))
+    total = 0
+    for n, item in enumerate(content):
+        if isinstance(item, TextContent):
+            if total + len(item.text) > limit:
+                cut = max(limit - total, 0)
+                note = f"\n[cut: the result is longer than {limit} characters]"
+                content[n] = TextContent(text=item.text[:cut] + note)
+                content = content[: n + 1]
+                break
+            total += len(item.text)
+    return ToolRunResult(content=content, is_error=bool(result.is_error))
+
+
+@typing.final
+class McpConnection:
+    """One server's connection (see the module docstring).
+
+    Args:
+        decl: the server and where it was declared.
+        launcher: starts stdio servers.
+        policy: checks commands and URLs before anything opens.
+        limits: bounds.
+        taken: the live registry's tool kinds by name.
+        changed: called whenever the tools or the state change.
+    """
+
+    def __init__(
+        self,
+        decl: ServerDecl,
+        *,
+        launcher: ServerLauncher,
+        policy: McpPolicy,
+        limits: McpLimits,
+        taken: Callable[[], Mapping[str, ToolKind]],
+        changed: Callable[[], None],
+    ) -> None:
+        self.decl = decl
+        self.name = decl.name
+        self._launcher = launcher
+        self._policy = policy
+        self._limits = limits
+        self._taken = taken
+        self._changed = changed
+        self.state = ServerState.CONNECTING
+        #: Why it is FAILED, or the last death (for ``mcp_list``).
+        self.problem = ""
+        #: Tools not registered, each with why.
+        self.skipped: list[str] = []
+        #: Tools the server offered in its last listing.
+        self.offered = 0
+        self.restarts = 0
+        self.pid: int | None = None
+        self.sandboxed: bool | None = None
+        self.server_info = ""
+        self._tools: list[McpTool] = []
+        self._names: set[str] = set()
+        self._session: Any = None
+        self._ended = trio.Event()
+        self._wake = trio.Event()
+        self._stopping = False
+        self._started = False
+        #: How the current incarnation's process ended, once it did.
+        self._death: str | None = None
+        self._died = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<McpConnection {self.name!r} state={self.state.value} tools={len(self._tools)}>"
+
+    @property
+    def source(self) -> str:
+        """``mcp:<name>``."""
+        return f"mcp:{self.name}"
+
+    def tools(self) -> list[McpTool]:
+        """The registered tools (none unless READY)."""
+        return list(self._tools) if self.state is ServerState.READY else []
+
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` was called."""
+        return self._stopping
+
+    def stop(self) -> None:
+        """Ask the owner task to disconnect (it stops the server and returns)."""
+        self._stopping = True
+        self._wake.set()
+
+    def _set(self, state: ServerState, problem: str | None = None) -> None:
+        self.state = state
+        if problem is not None:
+            self.problem = problem
+        self._changed()
+
+    # --- the owner task ---------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect, serve until stopped; restart a dead stdio server with backoff.
+
+        ``task_status.started()`` is called once the first connection listed its
+        tools; until then any failure is raised to the starter as
+        :class:`~.errors.McpError`. Later failures are logged and reflected in
+        :attr:`state`; this task never raises after it started.
+
+        Cancellation: the session is closed and the server process stopped
+        (its ladder, shielded and bounded).
+        """
+        backoff = Backoff()
+        while True:
+            try:
+                await self._serve_once(None if self._started else task_status)
+            except Exception as exc:
+                if not self._started:
+                    self._set(ServerState.FAILED, str(exc))
+                    raise _connect_error(self.name, exc) from None
+                self.problem = str(_connect_error(self.name, exc))
+                log.warning("mcp_server_failed", server=self.name, error=self.problem)
+            finally:
+                self._tools = []
+                self._session = None
+                self._ended.set()
+            if self._stopping:
+                self._set(ServerState.STOPPED)
+                return
+            if self.decl.config.transport is Transport.HTTP:
+                self._set(ServerState.FAILED, self.problem or "the HTTP session ended")
+                return
+            delay = backoff.died(trio.current_time())
+            if delay is None:
+                why = f"died more than {backoff.max_crashes} times in {backoff.window:g} s"
+                self._set(ServerState.FAILED, f"{why} (last: {self.problem}); not restarted")
+                log.error("mcp_server_given_up", server=self.name, problem=self.problem)
+                return
+            self._set(ServerState.RESTARTING)
+            log.info("mcp_server_restarting", server=self.name, delay=round(delay, 2))
+            self._wake = trio.Event()
+            with trio.move_on_after(delay):
+                await self._wake.wait()
+            if self.stopping:
+                self._set(ServerState.STOPPED)
+                return
+            self.restarts += 1
+            self._set(ServerState.CONNECTING)
+
+    async def _serve_once(self, task_status: trio.TaskStatus[None] | None) -> None:
+        self._ended = trio.Event()
+        self._wake = trio.Event()
+        self._death = None
+        self._died = trio.Event()
+        # Only the user's (or a trusted project's) entries may name host variables:
+        # the agent must not pull secrets into a command line or headers.
+        agent = self.decl.origin is Origin.AGENT
+        config = self.decl.config if agent else expanded(self.decl)
+        if config.transport is Transport.STDIO:
+            await trio.to_thread.run_sync(self._policy.check_stdio, self.name, config)
+            identity = server_identity(self.name, self.decl.origin.value, self.decl.path)
+            async with self._launcher.launch(self.name, config, identity) as process:
+                self.pid = process.pid
+                self.sandboxed = process.sandboxed
+                await self._serve_stdio(process, task_status)
+        else:
+            await self._policy.check_http(self.name, config)
+            guard: NetGuard = self._policy.guard
+            ssl_context = await guard.ssl_context()
+            self.pid = None
+            self.sandboxed = None
+            await self._serve_http(config.url or "", config.headers, ssl_context, task_status)
+
+    async def _serve_stdio(
+        self, process: ServerProcess, task_status: trio.TaskStatus[None] | None
+    ) -> None:
+        from mcp.shared.message import SessionMessage
+
+        read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        write_in, write_out = anyio.create_memory_object_stream[SessionMessage](0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(process.drain_stderr)
+            nursery.start_soon(self._pump_in, process, read_in)
+            nursery.start_soon(self._pump_out, process, write_out)
+            nursery.start_soon(self._watch_exit, process, read_in)
+            try:
+                await self._session_over(read_out, write_in, task_status)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _watch_exit(self, process: ServerProcess, read_in: Any) -> None:
+        status = await process.wait()
+        tail = process.stderr_tail()
+        self.problem = f"exited ({exit_text(status)})" + (
+            f"; last stderr: {tail[-1]}" if tail else ""
+        )
+        log.warning("mcp_server_exited", server=self.name, status=status, stderr=tail[-3:])
+        # The SDK fails every pending request once its read stream ends.
+        read_in.close()
+        self._wake.set()
+
+    async def _pump_in(self, process: ServerProcess, read_in: Any) -> None:
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+
+        buffer = b""
+        try:
+            while chunk := await process.stdout.receive_some(65536):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                if len(buffer) > self._limits.max_line:
+                    self.problem = f"a line longer than {self._limits.max_line} bytes"
+                    log.warning("mcp_line_too_long", server=self.name)
+                    break
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    item: Any
+                    try:
+                        item = SessionMessage(types.jsonrpc_message_adapter.validate_json(line))
+                    except ValueError as exc:
+                        log.info(
+                            "mcp_bad_line",
+                            server=self.name,
+                            excerpt=line[:120],
+                            error=str(exc)[:200],
+                        )
+                        item = exc
+                    await read_in.send(item)
+        except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        except anyio.BrokenResourceError:
+            pass
+        finally:
+            read_in.close()
+            self._wake.set()
+
+    async def _pump_out(self, process: ServerProcess, write_out: Any) -> None:
+        try:
+            async for message in write_out:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await process.stdin.send_all(data.encode() + b"\n")
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            self._wake.set()
+
+    async def _serve_http(
+        self,
+        url: str,
+        headers: dict[str, str],
+        ssl_context: Any,
+        task_status: trio.TaskStatus[None] | None,
+    ) -> None:
+        from mcp.client.streamable_http import streamable_http_client
+
+        limits = self._limits
+        client = guarded_client(
+            self._policy.guard,
+            ssl_context,
+            headers=headers,
+            timeout=limits.connect_timeout,
+            read_timeout=max(limits.call_timeout, 300.0),
+        )
+        async with client, streamable_http_client(url, http_client=client) as (read, write):
+            await self._session_over(read, write, task_status)
+
+    async def _session_over(
+        self, read: Any, write: Any, task_status: trio.TaskStatus[None] | None
+    ) -> None:
+        import mcp_types as types
+        from mcp.client.session import ClientSession
+
+        info = types.Implementation(name="corral", version=_version())
+        async with ClientSession(read, write, client_info=info) as session:
+            with trio.fail_after(self._limits.connect_timeout):
+                result = await session.initialize()
+                listed = await self._list(session)
+            server = result.server_info
+            self.server_info = f"{server.name} {server.version}".strip() if server else ""
+            self._tools = self._register(listed)
+            self._session = session
+            self._set(ServerState.READY, "")
+            log.info(
+                "mcp_server_ready",
+                server=self.name,
+                tools=[t.spec.name for t in self._tools],
+                skipped=len(self.skipped),
+            )
+            if task_status is not None:
+                task_status.started()
+                self._started = True
+            if not self._stopping:
+                await self._wake.wait()
+            if not self._stopping:
+                raise ServerGone(self.name, self.problem or "the connection ended")
+
+    async def _list(self, session: Any) -> list[Any]:
+        import mcp_types as types
+
+        tools: list[Any] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor or len(tools) > self._limits.max_tools:
+                break
+        return tools
+
+    def _register(self, listed: list[Any]) -> list[McpTool]:
+        limits = self._limits
+        # The registry may still list this server's tools of its last incarnation.
+        mine = self._names
+        taken = {name: kind for name, kind in self._taken().items() if name not in mine}
+        kept: list[McpTool] = []
+        skipped: list[str] = []
+        self.offered = len(listed)
+        for tool in listed:
+            name = str(tool.name)
+            shown = _clean(name, 64)
+            if not _NAME.match(name):
+                skipped.append(f"{shown!r}: not a valid tool name")
+                continue
+            if len(kept) >= limits.max_tools:
+                skipped.append(f"{name}: over the limit of {limits.max_tools} tools")
+                continue
+            kind = taken.get(name)
+            if kind is not None or name in {t.spec.name for t in kept}:
+                what = kind.value if kind is not None else "another tool of this server"
+                skipped.append(f"{name}: the name is taken ({what})")
+                continue
+            schema = tool.input_schema
+            if not isinstance(schema, dict) or schema.get("type") != "object":
+                skipped.append(f"{name}: its input schema is not an object schema")
+                continue
+            size = len(json.dumps(schema))
+            if size > limits.max_schema:
+                skipped.append(
+                    f"{name}: its input schema is {size} bytes (at most {limits.max_schema})"
+                )
+                continue
+            description = _clean(str(tool.description or ""), limits.max_description)
+            kept.append(McpTool(self, ToolSpec(name=name, description=description, schema=schema)))
+        if len(skipped) > 20:
+            skipped = [*skipped[:20], f"… and {len(skipped) - 20} more"]
+        self.skipped = skipped
+        self._names = {t.spec.name for t in kept}
+        for line in skipped[:5]:
+            log.warning("mcp_tool_skipped", server=self.name, why=line)
+        return kept
+
+    # --- calls ------------------------------------------------------------------------
+
+    async def call(self, tool: str, args: dict[str, Any]) -> ToolRunResult:
+        """Call ``tool``; a dead, restarting or slow server gives an error result.
+
+        Cancellation: the request is abandoned.
+        """
+        session, ended, died = self._session, self._ended, self._died
+        if session is None or self.state is not ServerState.READY:
+            detail = f": {self.problem}" if self.problem else ""
+            return error_result(f"MCP server {self.name} is {self.state.value}{detail}")
+        outcome: list[Any] = []
+
+        async def ask() -> None:
+            try:
+                outcome.append(await session.call_tool(tool, args))
+            except Exception as exc:  # the SDK's MCPError, a transport error
+                outcome.append(exc)
+            nursery.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await ended.wait()
+            nursery.cancel_scope.cancel()
+
+        with trio.move_on_after(self._limits.call_timeout) as timer:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(ask)
+                nursery.start_soon(watch)
+        if timer.cancelled_caught:
+            return error_result(
+                f"MCP server {self.name}, tool {tool}: no answer within "
+                f"{self._limits.call_timeout:g} s"
+            )
+        if not outcome:
+            why = self._death or self.problem or "disconnected"
+            return error_result(f"MCP server {self.name} went away during the call: {why}")
+        result = outcome[0]
+        if isinstance(result, Exception):
+            # The SDK says "Connection closed" as soon as stdout ends; the exit status
+            # and stderr, which follow within moments, say why.
+            if not died.is_set() and self.decl.config.transport is Transport.STDIO:
+                with trio.move_on_after(_DEATH_GRACE):
+                    await died.wait()
+            detail = (self._death if died.is_set() else None) or str(result)
+            return error_result(f"MCP server {self.name}, tool {tool}: {detail}")
+        return _convert(self.name, tool, result, self._limits.max_result)
+
+
+def _connect_error(name: str, exc: BaseException) -> McpError:
+    """One error for a failed connection (the SDK raises exception groups)."""
+    if isinstance(exc, McpError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            return _connect_error(name, inner)
+    if isinstance(exc, trio.TooSlowError):
+        return ConnectFailed(name, "no answer to initialize / tools/list in time")
+    return ConnectFailed(name, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("corral")
+    except PackageNotFoundError:
+        return "0"
