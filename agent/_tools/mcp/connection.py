@@ -77,6 +77,21 @@ class McpLimits(msgspec.Struct, frozen=True, kw_only=True):
     call_timeout: float = 60.0
 
 
+@typing.final
+class _Life:
+    """One incarnation of a server: when its session ended, and how its process died."""
+
+    def __init__(self) -> None:
+        self.ended = trio.Event()
+        self.died = trio.Event()
+        #: The exit status, when the process exited by itself (not stopped by us).
+        self.status: int | None = None
+        self.death = ""
+
+    def __repr__(self) -> str:
+        return f"<_Life ended={self.ended.is_set()} death={self.death!r}>"
+
+
 class ServerState(enum.Enum):
     """Where a connection is."""
 
@@ -212,13 +227,10 @@ class McpConnection:
         self._tools: list[McpTool] = []
         self._names: set[str] = set()
         self._session: Any = None
-        self._ended = trio.Event()
+        self._life = _Life()
         self._wake = trio.Event()
         self._stopping = False
         self._started = False
-        #: How the current incarnation's process ended, once it did.
-        self._death: str | None = None
-        self._died = trio.Event()
 
     def __repr__(self) -> str:
         return f"<McpConnection {self.name!r} state={self.state.value} tools={len(self._tools)}>"
@@ -266,15 +278,18 @@ class McpConnection:
             try:
                 await self._serve_once(None if self._started else task_status)
             except Exception as exc:
+                error = _connect_error(self.name, exc)
+                if self._life.death:  # the SDK only saw its stream end; this says why
+                    error = ConnectFailed(self.name, self._life.death)
                 if not self._started:
-                    self._set(ServerState.FAILED, str(exc))
-                    raise _connect_error(self.name, exc) from None
-                self.problem = str(_connect_error(self.name, exc))
+                    self._set(ServerState.FAILED, str(error))
+                    raise error from None
+                self.problem = str(error)
                 log.warning("mcp_server_failed", server=self.name, error=self.problem)
             finally:
                 self._tools = []
                 self._session = None
-                self._ended.set()
+                self._life.ended.set()
             if self._stopping:
                 self._set(ServerState.STOPPED)
                 return
@@ -299,10 +314,8 @@ class McpConnection:
             self._set(ServerState.CONNECTING)
 
     async def _serve_once(self, task_status: trio.TaskStatus[None] | None) -> None:
-        self._ended = trio.Event()
+        self._life = _Life()
         self._wake = trio.Event()
-        self._death = None
-        self._died = trio.Event()
         # Only the user's (or a trusted project's) entries may name host variables:
         # the agent must not pull secrets into a command line or headers.
         agent = self.decl.origin is Origin.AGENT
@@ -310,10 +323,18 @@ class McpConnection:
         if config.transport is Transport.STDIO:
             await trio.to_thread.run_sync(self._policy.check_stdio, self.name, config)
             identity = server_identity(self.name, self.decl.origin.value, self.decl.path)
-            async with self._launcher.launch(self.name, config, identity) as process:
-                self.pid = process.pid
-                self.sandboxed = process.sandboxed
-                await self._serve_stdio(process, task_status)
+            process: ServerProcess | None = None
+            try:
+                async with self._launcher.launch(self.name, config, identity) as process:
+                    self.pid = process.pid
+                    self.sandboxed = process.sandboxed
+                    await self._serve_stdio(process, task_status)
+            finally:
+                # Reaped and its stderr read by now; only a process that exited by
+                # itself has a death to report (one we stopped failed for another reason).
+                status = self._life.status
+                if process is not None and status is not None and not self._stopping:
+                    self._record_death(process, status)
         else:
             await self._policy.check_http(self.name, config)
             guard: NetGuard = self._policy.guard
@@ -329,6 +350,17 @@ class McpConnection:
 
         read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_in, write_out = anyio.create_memory_object_stream[SessionMessage](0)
+        # Every end is closed on the way out: anyio warns about one left open.
+        with read_in, read_out, write_in, write_out:
+            await self._run_pumps(process, (read_in, read_out, write_in, write_out), task_status)
+
+    async def _run_pumps(
+        self,
+        process: ServerProcess,
+        streams: tuple[Any, Any, Any, Any],
+        task_status: trio.TaskStatus[None] | None,
+    ) -> None:
+        read_in, read_out, write_in, write_out = streams
         async with trio.open_nursery() as nursery:
             nursery.start_soon(process.drain_stderr)
             nursery.start_soon(self._pump_in, process, read_in)
@@ -340,15 +372,21 @@ class McpConnection:
                 nursery.cancel_scope.cancel()
 
     async def _watch_exit(self, process: ServerProcess, read_in: Any) -> None:
-        status = await process.wait()
-        tail = process.stderr_tail()
-        self.problem = f"exited ({exit_text(status)})" + (
-            f"; last stderr: {tail[-1]}" if tail else ""
-        )
-        log.warning("mcp_server_exited", server=self.name, status=status, stderr=tail[-3:])
+        self._life.status = await process.wait()
         # The SDK fails every pending request once its read stream ends.
         read_in.close()
         self._wake.set()
+
+    def _record_death(self, process: ServerProcess, status: int) -> None:
+        """Say how the process ended, for the calls that failed with it and ``mcp_list``."""
+        tail = process.stderr_tail()
+        life = self._life
+        life.death = f"exited ({exit_text(status)})" + (
+            f"; last stderr: {tail[-1]}" if tail else ""
+        )
+        self.problem = life.death
+        life.died.set()
+        log.warning("mcp_server_exited", server=self.name, status=status, stderr=tail[-3:])
 
     async def _pump_in(self, process: ServerProcess, read_in: Any) -> None:
         import mcp_types as types
@@ -507,7 +545,8 @@ class McpConnection:
 
         Cancellation: the request is abandoned.
         """
-        session, ended, died = self._session, self._ended, self._died
+        session, life = self._session, self._life
+        ended, died = life.ended, life.died
         if session is None or self.state is not ServerState.READY:
             detail = f": {self.problem}" if self.problem else ""
             return error_result(f"MCP server {self.name} is {self.state.value}{detail}")
@@ -534,7 +573,7 @@ class McpConnection:
                 f"{self._limits.call_timeout:g} s"
             )
         if not outcome:
-            why = self._death or self.problem or "disconnected"
+            why = life.death or self.problem or "disconnected"
             return error_result(f"MCP server {self.name} went away during the call: {why}")
         result = outcome[0]
         if isinstance(result, Exception):
@@ -543,7 +582,7 @@ class McpConnection:
             if not died.is_set() and self.decl.config.transport is Transport.STDIO:
                 with trio.move_on_after(_DEATH_GRACE):
                     await died.wait()
-            detail = (self._death if died.is_set() else None) or str(result)
+            detail = life.death or str(result)
             return error_result(f"MCP server {self.name}, tool {tool}: {detail}")
         return _convert(self.name, tool, result, self._limits.max_result)
 
