@@ -350,7 +350,7 @@ def _tool_problems(host: AgentHost) -> list[str]:
 
 
 async def approve_tool(
-    renderer: HumanRenderer, reader: LineReader, draft: ToolDraft, program: str
+    renderer: HumanRenderer, reader: LineReader, sandboxed: bool, draft: ToolDraft, program: str
 ) -> bool:
     """Show a tool the agent wants to create, code in full, and ask y/N.
 
@@ -366,7 +366,10 @@ async def approve_tool(
     r.line(r.style("  def tool(args):", "dim"))
     for line in draft.code.splitlines():
         r.line(r.style(visible(f"      {line}"), "cyan"))
-    r.line(r.style("  (it runs sandboxed: no network, a scratch directory, 60 s)", "dim"))
+    if sandboxed:
+        r.line(r.style("  (it runs sandboxed: no network, a scratch directory, 60 s)", "dim"))
+    else:
+        r.line(r.style("  (it runs UNSANDBOXED: no sandbox backend, with your access)", "red"))
     answer = await reader.read(f"create {visible(draft.name)}? [y/N] ")
     return answer is not None and answer.strip().lower() in ("y", "yes")
 
@@ -437,7 +440,8 @@ async def _chat(
     async with open_agent(options) as host, trio.open_nursery() as nursery:
         opened.append(host)
         if host.dynamic is not None:
-            host.dynamic.approver = functools.partial(approve_tool, renderer, reader)
+            sandboxed = host.dynamic.runner.sandboxed
+            host.dynamic.approver = functools.partial(approve_tool, renderer, reader, sandboxed)
         for problem in _tool_problems(host):
             renderer.line(renderer.style(visible(f"warning: {problem}"), "yellow"))
         renderer.set_source_of(host.engine.registry.sources().get)

@@ -147,7 +147,7 @@ class ExtEnable(_Cmd, frozen=True, tag="ext_enable"):
 class ToolsClear(_Cmd, frozen=True, tag="tools_clear"):
     """Remove every tool of one kind: ``dynamic`` (the catalog too) or ``mcp`` (corral addition)."""
 
-    kind: str = "dynamic"
+    kind: ToolKind = ToolKind.DYNAMIC
 
 
 _SeedCommand = (
@@ -616,23 +616,24 @@ class _Server:
             await self._respond(command.id, kind, data=data)
 
 
-async def _tools_clear(rt: Runtime, kind: str) -> dict[str, Any]:
+async def _tools_clear(rt: Runtime, kind: ToolKind) -> dict[str, Any]:
     """``tools_clear``: remove every dynamic tool, or disconnect every MCP server."""
     host = rt.host
-    if kind == ToolKind.DYNAMIC.value:
-        if host.dynamic is None:
-            raise AgentError("dynamic tools are off in this session (--tools +dynamic)")
-        removed = await host.dynamic.clear()
-    elif kind == ToolKind.MCP.value:
-        removed = []
-        if host.mcp is not None:
-            for server in host.mcp.servers():
-                if await host.mcp.disconnect(server.name):
-                    removed.append(server.name)
-    else:
-        raise AgentError(f"tools_clear: kind must be dynamic or mcp, not {kind!r}")
+    removed: list[str] = []
+    match kind:
+        case ToolKind.DYNAMIC:
+            if host.dynamic is None:
+                raise AgentError("dynamic tools are off in this session (--tools +dynamic)")
+            removed = await host.dynamic.clear()
+        case ToolKind.MCP:
+            if host.mcp is not None:
+                for server in host.mcp.servers():
+                    if await host.mcp.disconnect(server.name):
+                        removed.append(server.name)
+        case _:
+            raise AgentError(f"tools_clear: kind must be dynamic or mcp, not {kind.value!r}")
     rt.tools()  # the registry drops them now, not at the next step
-    return {"kind": kind, "removed": removed}
+    return {"kind": kind.value, "removed": removed}
 
 
 async def serve_rpc(

@@ -225,7 +225,6 @@ class McpConnection:
         self.sandboxed: bool | None = None
         self.server_info = ""
         self._tools: list[McpTool] = []
-        self._names: set[str] = set()
         self._session: Any = None
         self._life = _Life()
         self._wake = trio.Event()
@@ -498,9 +497,9 @@ class McpConnection:
 
     def _register(self, listed: list[Any]) -> list[McpTool]:
         limits = self._limits
-        # The registry may still list this server's tools of its last incarnation.
-        mine = self._names
-        taken = {name: kind for name, kind in self._taken().items() if name not in mine}
+        # Clashes between servers are settled by McpServers in connection order (the
+        # registry may also still list this server's tools of its last incarnation).
+        taken = {name: kind for name, kind in self._taken().items() if kind is not ToolKind.MCP}
         kept: list[McpTool] = []
         skipped: list[str] = []
         self.offered = len(listed)
@@ -533,7 +532,6 @@ class McpConnection:
         if len(skipped) > 20:
             skipped = [*skipped[:20], f"… and {len(skipped) - 20} more"]
         self.skipped = skipped
-        self._names = {t.spec.name for t in kept}
         for line in skipped[:5]:
             log.warning("mcp_tool_skipped", server=self.name, why=line)
         return kept

@@ -6,6 +6,11 @@ listing done before it returns), :meth:`McpServers.disconnect` stops one,
 :meth:`McpServers.start_declared` starts the servers of the config files (the
 user's, and the project's that the user trusted) concurrently at session start.
 Leaving the block stops every server (each one's ladder, in parallel).
+
+Two servers offering the same tool name: the one connected first keeps it (declared
+servers in the order of their files, whichever answers first), the other lists it
+as skipped. The order is fixed before anything starts, so it never depends on which
+server is faster.
 """
 
 from __future__ import annotations
@@ -141,9 +146,31 @@ class McpServers:
     def _bump(self) -> None:
         self._generation += 1
 
+    def _exposed(self) -> list[tuple[McpConnection, list[McpTool], list[str]]]:
+        """Each connection with the tools it keeps and those an earlier server holds."""
+        holders: dict[str, str] = {}
+        out = []
+        for conn in self._connections.values():
+            kept: list[McpTool] = []
+            clashes: list[str] = []
+            for tool in conn.tools():
+                name = tool.spec.name
+                if name in holders:
+                    clashes.append(f"{name}: the name is taken (mcp:{holders[name]})")
+                else:
+                    holders[name] = conn.name
+                    kept.append(tool)
+            out.append((conn, kept, clashes))
+        return out
+
     def tools(self) -> list[McpTool]:
-        """Every ready server's tools, servers in connection order."""
-        return [tool for conn in self._connections.values() for tool in conn.tools()]
+        """Every ready server's tools, servers in connection order, each name once."""
+        tools: list[McpTool] = []
+        for conn, kept, clashes in self._exposed():
+            tools += kept
+            for line in clashes:
+                log.warning("mcp_tool_skipped", server=conn.name, why=line)
+        return tools
 
     def connection(self, name: str) -> McpConnection | None:
         """The connection called ``name``."""
@@ -151,7 +178,10 @@ class McpServers:
 
     def servers(self) -> list[ServerStatus]:
         """Every server connected in this session (failed ones too)."""
-        return [_status(conn) for conn in self._connections.values()]
+        return [_status(conn, kept, clashes) for conn, kept, clashes in self._exposed()]
+
+    def _status(self, name: str) -> ServerStatus:
+        return next(s for s in self.servers() if s.name == name)
 
     async def connect(self, decl: ServerDecl) -> ServerStatus:
         """Check ``decl`` against the policy, start it and list its tools.
@@ -163,33 +193,40 @@ class McpServers:
 
         Cancellation: a half-started server is stopped.
         """
+        async with self._lock:
+            connection = self._add(decl)
+        return await self._start(connection)
+
+    def _add(self, decl: ServerDecl) -> McpConnection:
+        """A new connection for ``decl``, last in the connection order (not started)."""
         why = check_server_name(decl.name) or check_config(decl.config)
         if why is not None:
             raise PolicyRefused(decl.name, why)
-        async with self._lock:
-            existing = self._connections.get(decl.name)
-            if existing is not None and existing.state not in (
-                ServerState.FAILED,
-                ServerState.STOPPED,
-            ):
-                raise McpConfigError(
-                    decl.path or "mcp_connect",
-                    f"a server named {decl.name} is already connected; disconnect it first",
-                    server=decl.name,
-                )
-            connection = McpConnection(
-                decl,
-                launcher=self._launcher,
-                policy=self.policy,
-                limits=self.limits,
-                taken=self.lookup,
-                changed=self._bump,
+        existing = self._connections.get(decl.name)
+        if existing is not None and existing.state not in (ServerState.FAILED, ServerState.STOPPED):
+            raise McpConfigError(
+                decl.path or "mcp_connect",
+                f"a server named {decl.name} is already connected; disconnect it first",
+                server=decl.name,
             )
-            self._connections[decl.name] = connection
-            self._bump()
+        self._connections.pop(decl.name, None)  # a failed one gives its place up
+        connection = McpConnection(
+            decl,
+            launcher=self._launcher,
+            policy=self.policy,
+            limits=self.limits,
+            taken=self.lookup,
+            changed=self._bump,
+        )
+        self._connections[decl.name] = connection
+        self._bump()
+        return connection
+
+    async def _start(self, connection: McpConnection) -> ServerStatus:
         await self._nursery.start(connection.run)
-        status = _status(connection)
+        status = self._status(connection.name)
         if self._audit is not None:
+            decl = connection.decl
             detail = f"{decl.origin.value} {decl.config.transport.value} {decl.config.describe()}"
             detail += f"; tools: {', '.join(status.tools) or 'none'}"
             await self._audit.record_tool(
@@ -212,26 +249,33 @@ class McpServers:
         return True
 
     async def start_declared(self, decls: list[ServerDecl]) -> list[str]:
-        """Start ``decls`` concurrently; a problem line for each that failed.
+        """Start ``decls`` at once (earlier ones first for tool names); a line per failure.
 
         Cancellation: the servers started so far keep running until the session ends.
         """
         problems: list[str] = []
 
-        async def one(decl: ServerDecl) -> None:
+        async def one(connection: McpConnection) -> None:
             try:
-                await self.connect(decl)
+                await self._start(connection)
             except McpError as exc:
                 problems.append(str(exc))
-                log.warning("mcp_server_not_started", server=decl.name, error=str(exc))
+                log.warning("mcp_server_not_started", server=connection.name, error=str(exc))
 
-        async with trio.open_nursery() as nursery:
+        async with self._lock:
+            connections = []
             for decl in decls:
-                nursery.start_soon(one, decl)
+                try:
+                    connections.append(self._add(decl))
+                except McpError as exc:
+                    problems.append(str(exc))
+        async with trio.open_nursery() as nursery:
+            for connection in connections:
+                nursery.start_soon(one, connection)
         return problems
 
 
-def _status(conn: McpConnection) -> ServerStatus:
+def _status(conn: McpConnection, kept: list[McpTool], clashes: list[str]) -> ServerStatus:
     config = conn.decl.config
     return ServerStatus(
         name=conn.name,
@@ -239,8 +283,8 @@ def _status(conn: McpConnection) -> ServerStatus:
         origin=conn.decl.origin.value,
         target=config.describe(),
         state=conn.state.value,
-        tools=[t.spec.name for t in conn.tools()],
-        skipped=conn.skipped,
+        tools=[t.spec.name for t in kept],
+        skipped=[*conn.skipped, *clashes],
         offered=conn.offered,
         restarts=conn.restarts,
         pid=conn.pid,
