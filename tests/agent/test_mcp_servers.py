@@ -253,3 +253,25 @@ async def test_a_server_that_dies_before_it_answers_says_why(tmp_path: Path) -> 
             config = ServerConfig(command="/bin/sh", args=["-c", "echo broken >&2; exit 7"])
             with pytest.raises(McpError, match=r"exited \(exit status 7\); last stderr: broken"):
                 await found.connect(decl("dead", config))
+
+
+@pytest.mark.usefixtures("no_leaks")
+async def test_disconnecting_fails_a_pending_call_at_once(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        async with servers(tmp_path) as found:
+            await found.connect(decl("fx", stdio_config()))
+            results: list[ToolRunResult] = []
+
+            async def slow() -> None:
+                results.append(await call(found, "slow", {"seconds": 50}))
+
+            started = trio.current_time()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(slow)
+                await trio.sleep(0.3)
+                assert await found.disconnect("fx")
+            assert trio.current_time() - started < 10
+            (result,) = results
+            assert result.is_error
+            assert "MCP server fx went away during the call" in _text(result)
+            assert found.servers() == []

@@ -83,6 +83,8 @@ class _Life:
 
     def __init__(self) -> None:
         self.ended = trio.Event()
+        #: The calls in flight on this incarnation's session (cancelled when it ends).
+        self.calls: set[trio.CancelScope] = set()
         self.died = trio.Event()
         #: The exit status, when the process exited by itself (not stopped by us).
         self.status: int | None = None
@@ -90,6 +92,12 @@ class _Life:
 
     def __repr__(self) -> str:
         return f"<_Life ended={self.ended.is_set()} death={self.death!r}>"
+
+    def end(self) -> None:
+        """The session is over: every call still waiting on it fails now."""
+        self.ended.set()
+        for scope in self.calls:
+            scope.cancel()
 
 
 class ServerState(enum.Enum):
@@ -288,7 +296,7 @@ class McpConnection:
             finally:
                 self._tools = []
                 self._session = None
-                self._life.ended.set()
+                self._life.end()
             if self._stopping:
                 self._set(ServerState.STOPPED)
                 return
@@ -544,44 +552,40 @@ class McpConnection:
         Cancellation: the request is abandoned.
         """
         session, life = self._session, self._life
-        ended, died = life.ended, life.died
-        if session is None or self.state is not ServerState.READY:
+        if session is None or self.state is not ServerState.READY or life.ended.is_set():
             detail = f": {self.problem}" if self.problem else ""
             return error_result(f"MCP server {self.name} is {self.state.value}{detail}")
-        outcome: list[Any] = []
-
-        async def ask() -> None:
-            try:
-                outcome.append(await session.call_tool(tool, args))
-            except Exception as exc:  # the SDK's MCPError, a transport error
-                outcome.append(exc)
-            nursery.cancel_scope.cancel()
-
-        async def watch() -> None:
-            await ended.wait()
-            nursery.cancel_scope.cancel()
-
-        with trio.move_on_after(self._limits.call_timeout) as timer:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(ask)
-                nursery.start_soon(watch)
+        result: Any = None
+        # Cancelled by the end of the session (a task per call would cost more).
+        gone = trio.CancelScope()
+        life.calls.add(gone)
+        try:
+            with trio.move_on_after(self._limits.call_timeout) as timer, gone:
+                try:
+                    result = await session.call_tool(tool, args)
+                except Exception as exc:  # the SDK's MCPError, a transport error
+                    result = exc
+        finally:
+            life.calls.discard(gone)
         if timer.cancelled_caught:
             return error_result(
                 f"MCP server {self.name}, tool {tool}: no answer within "
                 f"{self._limits.call_timeout:g} s"
             )
-        if not outcome:
-            why = life.death or self.problem or "disconnected"
-            return error_result(f"MCP server {self.name} went away during the call: {why}")
-        result = outcome[0]
-        if isinstance(result, Exception):
+        failed = isinstance(result, Exception)
+        stdio = self.decl.config.transport is Transport.STDIO
+        if failed and stdio and not self._stopping and not life.died.is_set():
             # The SDK says "Connection closed" as soon as stdout ends; the exit status
             # and stderr, which follow within moments, say why.
-            if not died.is_set() and self.decl.config.transport is Transport.STDIO:
-                with trio.move_on_after(_DEATH_GRACE):
-                    await died.wait()
-            detail = life.death or str(result)
-            return error_result(f"MCP server {self.name}, tool {tool}: {detail}")
+            with trio.move_on_after(_DEATH_GRACE):
+                await life.died.wait()
+        if gone.cancelled_caught or (failed and (self._stopping or life.death)):
+            why = life.death or ("disconnected" if self._stopping else self.problem)
+            return error_result(
+                f"MCP server {self.name} went away during the call: {why or 'disconnected'}"
+            )
+        if failed:
+            return error_result(f"MCP server {self.name}, tool {tool}: {result}")
         return _convert(self.name, tool, result, self._limits.max_result)
 
 
