@@ -21,7 +21,6 @@ figures are medians.
 
 from __future__ import annotations
 
-import logging
 import subprocess
 import sys
 import tempfile
@@ -30,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import structlog
 import trio
 from _common import Row, Rows, main, median, stopwatch
+from bench_mcp import bwrap_backend, quiet_logs
 
 from agent._tools.dynamic import DynamicTools, ToolDraft, dynamic_tools
-from sandbox import Sandbox, SandboxUnavailable, select_sandbox
+from sandbox import Sandbox
 
 DRAFT = ToolDraft(
     name="word_count",
@@ -109,25 +108,13 @@ def _bare_python(reps: int) -> float:
     return median(times)
 
 
-def _bwrap() -> Sandbox | None:
-    try:
-        backend = select_sandbox("auto")
-    except SandboxUnavailable:
-        return None
-    return backend if backend.backend == "bwrap" else None
-
-
 def measure(quick: bool) -> list[Row]:
     """Every case; a case that raises becomes a failed row."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    quiet_logs()
     sizes = QUICK if quick else FULL
     rows = Rows("dynamic")
     variants: dict[str, Sandbox | None] = {"unsandboxed": None}
-    bwrap = _bwrap()
+    bwrap = bwrap_backend()
     if bwrap is not None:
         variants["sandboxed"] = bwrap
     with rows.guard("bare_python"):

@@ -163,7 +163,17 @@ def _echo(servers: McpServers) -> McpTool:
     return tool
 
 
-def _bwrap() -> Sandbox | None:
+def quiet_logs() -> None:
+    """Only errors from corral's loggers, on stderr (the table goes to stdout)."""
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def bwrap_backend() -> Sandbox | None:
+    """The bubblewrap backend, or None where it does not work."""
     try:
         backend = select_sandbox("auto")
     except SandboxUnavailable:
@@ -179,15 +189,11 @@ def _rows(rows: Rows, name: str, figures: Figures, note: str) -> None:
 
 def measure(quick: bool) -> list[Row]:
     """Every client, round by round; a client that fails becomes a failed row."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    quiet_logs()
     sizes = QUICK if quick else FULL
     rows = Rows("mcp")
     sdk, sdk_trio, plain, boxed = Figures(), Figures(), Figures(), Figures()
-    bwrap = _bwrap()
+    bwrap = bwrap_backend()
     with tempfile.TemporaryDirectory(prefix="corral-bench-mcp-") as tmp:
         home = Path(tmp)
         for _ in range(sizes.rounds):

@@ -2,8 +2,8 @@
 
 Dynamic tools (one run per call) and stdio MCP servers (long-lived) both start a
 program the agent does not trust. :func:`open_child` plans it with the
-:mod:`sandbox` package (the backend the session chose; the ``none`` backend when
-sandboxing is off), spawns it from the sandbox's spawner thread, and hands back
+:mod:`sandbox` package (the backend the session chose; without one, the ``none``
+backend, which still applies the request's limits), spawns it, and hands back
 its pipes as trio streams. Leaving the block stops it, whatever happened (normal
 exit, error, cancellation): the stop ladder of :class:`StopLadder` (stdin closed,
 a grace period, ``SIGTERM`` to the process group, a second grace, ``SIGKILL``),
@@ -30,10 +30,10 @@ import msgspec
 import structlog
 import trio
 
-from sandbox import LaunchPlan, LaunchRequest, Sandbox
+from sandbox import LaunchPlan, LaunchRequest, Sandbox, select_sandbox
 from sandbox import spawn as sandbox_spawn
 
-__all__ = ["Child", "StopLadder", "exit_text", "open_child", "plain_plan"]
+__all__ = ["Child", "StopLadder", "exit_text", "open_child"]
 
 log = structlog.get_logger()
 
@@ -161,18 +161,6 @@ class Child:
         self._close_pidfd()
 
 
-def plain_plan(request: LaunchRequest) -> LaunchPlan:
-    """A plan that runs ``request`` as it is (for callers without any backend)."""
-    return LaunchPlan(
-        argv=list(request.argv),
-        env=dict(request.env),
-        cwd=request.ext_dir,
-        backend="none",
-        sandboxed=False,
-        notes=["not sandboxed: no sandbox backend"],
-    )
-
-
 @asynccontextmanager
 async def open_child(
     sandbox: Sandbox | None,
@@ -186,7 +174,7 @@ async def open_child(
     """Plan ``request`` with ``sandbox``, start it, and stop it when the block ends.
 
     Args:
-        sandbox: the backend (None: run the request as it is, unconfined).
+        sandbox: the backend (None: the ``none`` backend: unconfined, with limits).
         request: what to run; ``argv[0]`` must be absolute.
         stdin: ``subprocess.PIPE`` or ``subprocess.DEVNULL``.
         stdout: as ``stdin``.
@@ -201,15 +189,14 @@ async def open_child(
     pipes closed and its plan released (shielded, bounded) before ``Cancelled``
     propagates.
     """
-    plan = await trio.to_thread.run_sync(
-        sandbox.plan if sandbox is not None else plain_plan, request
-    )
+    backend = sandbox if sandbox is not None else await trio.to_thread.run_sync(_unconfined)
+    plan = await trio.to_thread.run_sync(backend.plan, request)
     try:
         popen = await trio.to_thread.run_sync(
             functools.partial(sandbox_spawn, plan, stdin=stdin, stdout=stdout, stderr=stderr)
         )
     except BaseException:
-        _release(sandbox, plan)
+        _release(backend, plan)
         raise
     child = Child(popen, plan)
     log.debug("child_started", name=request.name, pid=child.pid, backend=plan.backend)
@@ -218,13 +205,15 @@ async def open_child(
     finally:
         with trio.CancelScope(shield=True):
             await child._stop(ladder or StopLadder())
-            _release(sandbox, plan)
+            _release(backend, plan)
         log.debug("child_stopped", name=request.name, pid=child.pid, status=child.returncode)
 
 
-def _release(sandbox: Sandbox | None, plan: LaunchPlan) -> None:
-    if sandbox is None:
-        return
+def _unconfined() -> Sandbox:
+    return select_sandbox("off")
+
+
+def _release(sandbox: Sandbox, plan: LaunchPlan) -> None:
     try:
         sandbox.cleanup(plan)
     except Exception as exc:  # best effort: the process is already gone

@@ -95,16 +95,7 @@ def test_values_are_rendered_as_literals_never_as_code() -> None:
 def entry(
     sealer: Sealer, name: str = "add_one", code: str = "return args['a'] + 1"
 ) -> CatalogEntry:
-    d = check_draft(draft(name=name, code=code))
-    made = CatalogEntry(
-        name=d.name,
-        description=d.description,
-        parameters=d.parameters,
-        code=d.code,
-        created="2026-01-01T00:00:00+00:00",
-        seal="",
-    )
-    return msgspec.structs.replace(made, seal=sealer.seal(made.content()))
+    return sealer.entry(check_draft(draft(name=name, code=code)), "2026-01-01T00:00:00+00:00")
 
 
 @pytest.fixture(params=["sqlite", "json"])

@@ -21,10 +21,10 @@ import msgspec
 import psutil
 import pytest
 import trio
-from agent_helpers import options, script
+from agent_helpers import options, results_by_id, script
 
 import sandbox
-from agent import TextContent, ToolResultEvent, open_runtime
+from agent import AgentOptions, open_runtime
 from agent._audit import ToolAuditRecord, audit_path, read_audit
 from agent._tools.dynamic import RunCaps
 
@@ -60,16 +60,6 @@ def _new(name: str, code: str) -> dict[str, Any]:
     return {**WORDS, "name": name, "description": f"Probe {name}.", "code": code}
 
 
-def _texts(events: list[Any]) -> dict[str, tuple[bool, str]]:
-    """Tool results by call id: (is_error, text)."""
-    out = {}
-    for event in events:
-        if isinstance(event, ToolResultEvent):
-            text = " ".join(b.text for b in event.content if isinstance(b, TextContent))
-            out[event.id] = (event.is_error, text)
-    return out
-
-
 @pytest.mark.usefixtures("bwrap")
 async def test_create_call_restart_and_refuse_an_edited_entry(
     home: Path, work: Path, tmp_path: Path
@@ -94,7 +84,7 @@ async def test_create_call_restart_and_refuse_an_edited_entry(
         async with open_runtime(opts) as rt:
             assert "word_count" not in [t.name for t in rt.tools()]
             events = await rt.prompt("count").collect()
-            results = _texts(events)
+            results = results_by_id(events)
             assert results["n1"][0] is False, results
             assert "created tool word_count" in results["n1"][1]
             assert "runs sandboxed" in results["n1"][1]
@@ -122,7 +112,7 @@ async def test_create_call_restart_and_refuse_an_edited_entry(
     with trio.fail_after(TIMEOUT):
         async with open_runtime(msgspec.structs.replace(opts, script=again)) as rt:
             assert "word_count" in [t.name for t in rt.tools()]
-            results = _texts(await rt.prompt("count").collect())
+            results = results_by_id(await rt.prompt("count").collect())
             assert results["w2"] == (False, '{"words": 2}')
 
     # Edited outside corral (the code the user saw is not the code stored): refused.
@@ -136,9 +126,29 @@ async def test_create_call_restart_and_refuse_an_edited_entry(
             assert refused.name == "word_count"
             assert "seal does not match" in refused.reason
             assert "word_count" not in [t.name for t in rt.tools()]
-            results = _texts(await rt.prompt("count").collect())
+            results = results_by_id(await rt.prompt("count").collect())
             assert results["w2"][0] is True
             assert "unknown tool" in results["w2"][1].lower(), results
+
+
+def _probes(
+    home: Path, work: Path, tmp_path: Path, tools: dict[str, str], **kw: Any
+) -> AgentOptions:
+    """A session whose model creates ``tools`` (name: code), then calls each (``c_<name>``)."""
+    turns: list[dict[str, Any]] = [
+        {"tool_calls": [_call("new_tool", _new(n, c), f"n_{n}") for n, c in tools.items()]},
+        {"tool_calls": [_call(n, {"text": "x"}, f"c_{n}") for n in tools]},
+        {"text": "done"},
+    ]
+    return options(
+        home,
+        work,
+        provider="scripted",
+        script=script(tmp_path, *turns),
+        tools=["+dynamic"],
+        dynamic_catalog=str(tmp_path / "catalog.json"),
+        **kw,
+    )
 
 
 @pytest.mark.usefixtures("bwrap")
@@ -159,26 +169,14 @@ async def test_the_caps_and_the_sandbox_hold_inside_the_loop(
         "dial": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=3)",
         "peek": f"return open({str(secret)!r}).read()",
     }
-    turns: list[dict[str, Any]] = [
-        {"tool_calls": [_call("new_tool", _new(n, c), f"n_{n}") for n, c in tools.items()]},
-        {"tool_calls": [_call(n, {"text": "x"}, f"c_{n}") for n in tools]},
-        {"text": "done"},
-    ]
-    opts = options(
-        home,
-        work,
-        provider="scripted",
-        script=script(tmp_path, *turns),
-        tools=["+dynamic"],
-        dynamic_catalog=str(tmp_path / "catalog.json"),
-    )
+    opts = _probes(home, work, tmp_path, tools)
     try:
         with trio.fail_after(TIMEOUT):
             async with open_runtime(opts) as rt:
                 assert rt.host.dynamic is not None
                 # The seed's 60 s, shortened for the test (the tools made from now on).
                 rt.host.dynamic.caps = RunCaps(timeout=3.0)
-                results = _texts(await rt.prompt("probe").collect())
+                results = results_by_id(await rt.prompt("probe").collect())
         with pytest.raises(BlockingIOError):
             listener.accept()  # nothing reached the host's loopback
     finally:
@@ -214,6 +212,21 @@ async def test_dynamic_tools_are_off_unless_asked_for(
         async with open_runtime(opts) as rt:
             assert "new_tool" not in [t.name for t in rt.tools()]
             assert rt.host.dynamic is None
-            results = _texts(await rt.prompt("make one").collect())
+            results = results_by_id(await rt.prompt("make one").collect())
     assert results["n1"][0] is True
     assert not (home / "state" / "dynamic-tools.db").exists()
+
+
+async def test_without_a_sandbox_the_caps_and_limits_still_hold(
+    home: Path, work: Path, tmp_path: Path
+) -> None:
+    tools = {"hog": "return len(b'x' * (2 * 1024 * 1024 * 1024))", "fine": "return 'ok'"}
+    opts = _probes(home, work, tmp_path, tools, sandbox="off")
+    with trio.fail_after(TIMEOUT):
+        async with open_runtime(opts) as rt:
+            results = results_by_id(await rt.prompt("probe").collect())
+    assert "runs UNSANDBOXED" in results["n_hog"][1]
+    assert results["c_fine"] == (False, "ok")
+    # 512 MB for the tree: the 2 GiB string fails (MemoryError, or the cgroup's kill).
+    assert results["c_hog"][0] is True
+    assert "MemoryError" in results["c_hog"][1] or "SIGKILL" in results["c_hog"][1], results

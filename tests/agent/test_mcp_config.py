@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import options, script
+from agent_helpers import options, results_by_id, script
 from click.testing import CliRunner
 from mcp_fixtures import stdio_entry
 
-from agent import TextContent, ToolResultEvent, open_runtime
+from agent import open_runtime
 from agent._cli.main import main
 from agent._tools.mcp import (
     Backoff,
@@ -154,15 +154,6 @@ def test_backoff_doubles_and_gives_up() -> None:
     assert late.died(20.0) is not None
 
 
-def _results(events: list[Any]) -> dict[str, tuple[bool, str]]:
-    out = {}
-    for event in events:
-        if isinstance(event, ToolResultEvent):
-            text = " ".join(b.text for b in event.content if isinstance(b, TextContent))
-            out[event.id] = (event.is_error, text)
-    return out
-
-
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.skipif(sys.platform != "linux", reason="pidfd")
 async def test_declared_servers_start_with_the_session(
@@ -185,7 +176,7 @@ async def test_declared_servers_start_with_the_session(
             (problem,) = rt.host.mcp_problems
             assert "project MCP server repo" in problem
             assert "corral tools mcp trust repo" in problem
-            results = _results(await rt.prompt("say hi").collect())
+            results = results_by_id(await rt.prompt("say hi").collect())
             assert results["e1"] == (False, "echo: hi")
             # The agent's own mcp_* tools stay off unless asked for.
             assert "mcp_connect" not in rt.tool_sources()
@@ -234,7 +225,7 @@ async def test_the_agent_connects_uses_lists_and_disconnects_a_server(
     opts = options(home, work, provider="scripted", script=script(tmp_path, *turns), tools=["+mcp"])
     with trio.fail_after(TIMEOUT):
         async with open_runtime(opts) as rt:
-            results = _results(await rt.prompt("use a server").collect())
+            results = results_by_id(await rt.prompt("use a server").collect())
     assert results["c1"][0] is False, results
     assert "fx (stdio, agent): ready" in results["c1"][1]
     assert results["a1"] == (False, "3")

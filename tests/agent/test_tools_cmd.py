@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import msgspec
 import pytest
 import trio
 from click.testing import CliRunner, Result
@@ -20,7 +19,7 @@ from rpc_fixtures.rpc_harness import Frame, RpcProcess, open_rpc, rpc_env, write
 
 from agent._audit import ToolAuditRecord, audit_path, read_audit
 from agent._cli.main import main
-from agent._tools.dynamic import CatalogEntry, JsonCatalog, Sealer, check_draft
+from agent._tools.dynamic import JsonCatalog, Sealer, check_draft
 from agent._tools.dynamic.template import ToolDraft
 
 SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
@@ -28,16 +27,7 @@ SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}}
 
 def _store(home: Path, catalog: Path, name: str, code: str) -> None:
     draft = check_draft(ToolDraft(name=name, description=f"{name}.", parameters=SCHEMA, code=code))
-    entry = CatalogEntry(
-        name=draft.name,
-        description=draft.description,
-        parameters=draft.parameters,
-        code=draft.code,
-        created="2026-01-01T00:00:00+00:00",
-        seal="",
-    )
-    seal = Sealer(home / "state").seal(entry.content())
-    JsonCatalog(catalog).put(msgspec.structs.replace(entry, seal=seal))
+    JsonCatalog(catalog).put(Sealer(home / "state").entry(draft, "2026-01-01T00:00:00+00:00"))
 
 
 @pytest.fixture

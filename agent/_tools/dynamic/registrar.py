@@ -327,16 +327,7 @@ class DynamicTools:
                 raise DraftRejected(draft.name, "approval", "the user declined to create it")
             await self._describe(draft, source)
             created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-            entry = CatalogEntry(
-                name=draft.name,
-                description=draft.description,
-                parameters=draft.parameters,
-                code=draft.code,
-                created=created,
-                seal="",
-            )
-            seal = await trio.to_thread.run_sync(self.sealer.seal, entry.content())
-            entry = msgspec.structs.replace(entry, seal=seal)
+            entry = await trio.to_thread.run_sync(self.sealer.entry, draft, created)
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.catalog.put, entry)
             tool = self._tool(draft, source)

@@ -87,8 +87,8 @@ class DynamicRunner:
 
     Args:
         sandbox: the backend; None means the session runs without one
-            (``--sandbox off``, or none available): programs then run as a plain
-            process group with the same environment, caps and timeout.
+            (``--sandbox off``, or none available): programs then run unconfined
+            (the ``none`` backend) with the same environment, limits, caps and timeout.
         python: the interpreter (corral's own by default).
     """
 

@@ -28,7 +28,9 @@ from typing import Any
 
 import msgspec
 
+from .catalog import CatalogEntry
 from .errors import CatalogError
+from .template import ToolDraft
 
 __all__ = ["KEY_NAME", "Sealer", "code_digest"]
 
@@ -104,6 +106,22 @@ class Sealer:
         """
         mac = hmac.new(self._load(), _encoder.encode(content), hashlib.sha256)
         return _PREFIX + mac.hexdigest()
+
+    def entry(self, draft: ToolDraft, created: str) -> CatalogEntry:
+        """The catalog entry of a checked ``draft``, sealed.
+
+        Raises:
+            CatalogError: the key cannot be created or read.
+        """
+        entry = CatalogEntry(
+            name=draft.name,
+            description=draft.description,
+            parameters=draft.parameters,
+            code=draft.code,
+            created=created,
+            seal="",
+        )
+        return msgspec.structs.replace(entry, seal=self.seal(entry.content()))
 
     def matches(self, content: dict[str, Any], seal: str) -> bool:
         """Whether ``seal`` is the seal of ``content`` (compared in constant time).
