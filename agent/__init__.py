@@ -14,13 +14,13 @@ import importlib
 import typing
 
 if typing.TYPE_CHECKING:
-    from ._engine import AgentOptions, Emit, Engine
     from ._events import (
         AgentEvent,
         AssistantMessage,
         AssistantStart,
         CompactDone,
         Done,
+        Emit,
         ErrorEvent,
         ExtDisplay,
         ExtNotify,
@@ -36,9 +36,18 @@ if typing.TYPE_CHECKING:
         UsageTotals,
         UserMessage,
     )
-    from ._exceptions import AgentError, ProviderError, ScriptError, SessionError, ToolError
-    from ._host import BUILTIN_TOOLS, OPTIONAL_TOOLS, AgentHost, open_agent
-    from ._loop import AgentBusy, AgentLoop, LoopState
+    from ._exceptions import (
+        AgentBusy,
+        AgentError,
+        ProviderError,
+        RuntimeClosed,
+        ScriptError,
+        SessionError,
+        ToolError,
+        UnknownProvider,
+    )
+    from ._host import BUILTIN_TOOLS, OPTIONAL_TOOLS, AgentHost, AgentOptions, open_agent
+    from ._loop import AgentLoop, LoopState
     from ._messages import (
         ImageContent,
         InterventionRecord,
@@ -55,7 +64,7 @@ if typing.TYPE_CHECKING:
         ProviderSettings,
         ToolSpec,
     )
-    from ._providers.factory import PROVIDERS, UnknownProvider, make_provider
+    from ._providers.factory import PROVIDERS, make_provider
     from ._providers.offline import OfflineProvider
     from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
     from ._rpc.server import serve_rpc
@@ -64,7 +73,6 @@ if typing.TYPE_CHECKING:
         Job,
         JobState,
         Runtime,
-        RuntimeClosed,
         RuntimeState,
         open_runtime,
     )
@@ -85,7 +93,6 @@ __all__ = [
     "CompactDone",
     "Done",
     "Emit",
-    "Engine",
     "ErrorEvent",
     "EventStream",
     "ExtDisplay",
@@ -143,19 +150,18 @@ _WHERE: dict[str, str] = {
     "ProviderSettings": "._providers.base",
     "InterventionRecord": "._messages",
     "OPTIONAL_TOOLS": "._host",
-    "AgentBusy": "._loop",
+    "AgentBusy": "._exceptions",
     "AgentError": "._exceptions",
     "AgentEvent": "._events",
     "AgentHost": "._host",
     "AgentLoop": "._loop",
-    "AgentOptions": "._engine",
+    "AgentOptions": "._host",
     "AssistantMessage": "._events",
     "AssistantStart": "._events",
     "BUILTIN_TOOLS": "._host",
     "CompactDone": "._events",
     "Done": "._events",
-    "Emit": "._engine",
-    "Engine": "._engine",
+    "Emit": "._events",
     "ErrorEvent": "._events",
     "EventStream": "._runtime",
     "ExtDisplay": "._events",
@@ -174,7 +180,7 @@ _WHERE: dict[str, str] = {
     "ProviderError": "._exceptions",
     "ProviderEvent": "._providers.base",
     "Runtime": "._runtime",
-    "RuntimeClosed": "._runtime",
+    "RuntimeClosed": "._exceptions",
     "RuntimeState": "._runtime",
     "ScriptError": "._exceptions",
     "ScriptTurn": "._providers.scripted",
@@ -191,7 +197,7 @@ _WHERE: dict[str, str] = {
     "ToolSpec": "._providers.base",
     "TurnEnd": "._events",
     "TurnStart": "._events",
-    "UnknownProvider": "._providers.factory",
+    "UnknownProvider": "._exceptions",
     "Usage": "._events",
     "UsageTotals": "._events",
     "UserMessage": "._events",

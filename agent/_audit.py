@@ -54,7 +54,7 @@ __all__ = [
     "select_records",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 _encoder = msgspec.json.Encoder()
 _FILE_NAME = "audit.jsonl"

@@ -7,11 +7,12 @@ yields these same Structs; ``corral rpc`` writes them as JSON lines.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import msgspec
 
-from ._messages import Block, ImageContent, TextContent
+from ._messages import Block, ImageContent, Message, TextContent, wire_message
 
 __all__ = [
     "AgentEvent",
@@ -19,6 +20,7 @@ __all__ = [
     "AssistantStart",
     "CompactDone",
     "Done",
+    "Emit",
     "ErrorEvent",
     "ExtDisplay",
     "ExtNotify",
@@ -34,6 +36,7 @@ __all__ = [
     "Usage",
     "UsageTotals",
     "UserMessage",
+    "wire_event",
 ]
 
 StopReason = Literal["end_turn", "tool_use", "length", "error", "aborted", "blocked"]
@@ -182,10 +185,11 @@ class ExtDisplay(_E, frozen=True, tag="ext_display"):
 
 
 class ExtStatus(_E, frozen=True, tag="ext_status", omit_defaults=True):
-    """An extension started, crashed, restarted, was quarantined or stopped."""
+    """An extension started, crashed, restarted, was quarantined, stopped, or was kept
+    by a reload (its new version did not start; the running one goes on)."""
 
     extension: str
-    status: Literal["started", "crashed", "restarted", "quarantined", "stopped"]
+    status: Literal["started", "crashed", "restarted", "quarantined", "stopped", "kept"]
     detail: str = ""
     pid: int | None = None
     sandboxed: bool | None = None
@@ -210,3 +214,17 @@ AgentEvent = (
     | ExtDisplay
     | ExtStatus
 )
+
+
+#: Where the loop sends its events; awaiting it applies back-pressure.
+Emit = Callable[[AgentEvent], Awaitable[None]]
+
+
+def wire_event(event: AgentEvent) -> AgentEvent:
+    """``event`` as the wire shows it (RPC, ``--json``): images as byte counts, not base64."""
+    if not isinstance(event, UserMessage | AssistantMessage | ToolResultEvent) or not any(
+        isinstance(b, ImageContent) and b.data is not None for b in event.content
+    ):
+        return event
+    shown = wire_message(Message(role="user", content=list(event.content), time=""))
+    return msgspec.structs.replace(event, content=shown.content)

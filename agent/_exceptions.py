@@ -4,22 +4,31 @@
 
     AgentError
     ├── ProviderError       a model call failed (HTTP status, broken stream, bad key)
+    ├── UnknownProvider     --provider names no provider, or one that cannot be set up
     ├── ScriptError         a scripted-provider script is malformed (names file and line)
     ├── ToolError           a built-in tool refused its arguments (path escapes cwd, ...)
     ├── SessionError        a saved session cannot be read or written
     │   └── SessionLocked   (in _sessions) another process has the session open
-    └── ExtensionFailed     an extension the user asked for (-e PATH) is unusable
+    ├── ExtensionFailed     an extension the user asked for (-e PATH) is unusable
+    ├── AgentBusy           a prompt or compaction is already running on the loop
+    └── RuntimeClosed       a job was submitted to a runtime that is closing or closed
+
+Errors of the supervisor (:class:`supervisor.SupervisorError`) reach the agent's
+callers as they are: "the extension broke" is the supervisor's to say.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AgentBusy",
     "AgentError",
     "ExtensionFailed",
     "ProviderError",
+    "RuntimeClosed",
     "ScriptError",
     "SessionError",
     "ToolError",
+    "UnknownProvider",
 ]
 
 
@@ -53,6 +62,10 @@ class ProviderError(AgentError):
         self.retry_after = retry_after
 
 
+class UnknownProvider(AgentError):
+    """``--provider`` names no provider corral has, or one that cannot be set up."""
+
+
 class ScriptError(AgentError):
     """A script for the scripted provider is malformed."""
 
@@ -82,3 +95,11 @@ class ExtensionFailed(AgentError):
         super().__init__(f"extension {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class AgentBusy(AgentError):
+    """A prompt or compaction is already running on this loop."""
+
+
+class RuntimeClosed(AgentError):
+    """A job was submitted to a runtime that is closing or closed."""

@@ -1,9 +1,11 @@
 """Open one agent session: provider, supervisor, tools, transcript and loop together.
 
 :func:`open_agent` is what the CLI, the RPC server and the in-process runtime build
-on. It yields an :class:`AgentHost`: the loop (an :class:`~agent._engine.Engine`),
-the :class:`~supervisor.SupervisorClient` behind it, and the few host-level
-operations that involve both (reload, commands, forwarding extension events).
+on. It takes :class:`AgentOptions` and yields an :class:`AgentHost`: the loop
+(:class:`~agent._loop.AgentLoop`), the :class:`~supervisor.SupervisorClient` behind
+it, and the few host-level operations that involve both (reload, commands,
+forwarding extension events). The RPC server and the in-process runtime add
+queueing, abort and ``done`` on top.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import msgspec
 import structlog
 import trio
 
@@ -26,8 +29,10 @@ from supervisor import (
     EmitEvent,
     ExtensionCrashed,
     ExtensionInfo,
+    ExtensionKept,
     ExtensionRestarted,
     ExtensionStarted,
+    ExtensionState,
     ExtensionStopped,
     HostInfo,
     Notified,
@@ -43,14 +48,14 @@ from supervisor import (
 )
 
 from ._audit import AuditLog, audit_path
-from ._engine import AgentOptions, Emit
-from ._events import AgentEvent, ExtDisplay, ExtNotify, ExtStatus
+from ._events import AgentEvent, Emit, ExtDisplay, ExtNotify, ExtStatus
 from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
-from ._providers.base import Provider
+from ._providers.base import Provider, ProviderSettings
 from ._providers.factory import make_provider
 from ._registry import Tool, ToolRegistry, ToolSet
 from ._sessions import SessionHeader, SessionStore, latest_session
+from ._tools import BUILTIN_TOOLS
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
 from ._tools.dynamic import DYNAMIC_TOOLS, DynamicTools, NewTool, dynamic_tools
@@ -62,18 +67,67 @@ from ._transcript import Transcript
 if typing.TYPE_CHECKING:
     from ._tools.mcp import McpServers
 
-__all__ = ["BUILTIN_TOOLS", "OPTIONAL_TOOLS", "AgentHost", "agent_event_for", "open_agent"]
+__all__ = [
+    "BUILTIN_TOOLS",
+    "OPTIONAL_TOOLS",
+    "AgentHost",
+    "AgentOptions",
+    "agent_event_for",
+    "open_agent",
+]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
-#: Names of the built-in tools, in the order the model sees them.
-BUILTIN_TOOLS = ("read", "write", "edit", "bash")
 #: The tools of ``--tools +mcp`` (kept here so that naming them imports nothing).
 _MCP_TOOLS = ("mcp_connect", "mcp_disconnect", "mcp_list")
 #: Built-in tools that are off unless asked for (``--tools +web``, ``+dynamic``, ``+mcp``).
 OPTIONAL_TOOLS = (*WEB_TOOLS, *DYNAMIC_TOOLS, *_MCP_TOOLS)
 _GROUPS = {"web": WEB_TOOLS, "dynamic": DYNAMIC_TOOLS, "mcp": _MCP_TOOLS}
-_SANDBOX_MODES = ("auto", "required", "off")
+
+
+class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything needed to open an agent session."""
+
+    provider: str = "offline"
+    model: str | None = None
+    cwd: str = "."
+    #: ``--ext`` paths, loaded before project-local and global extensions.
+    ext_paths: list[str] = []
+    #: Load installed (project-local and global) extensions too.
+    discover: bool = True
+    sandbox: str = "auto"
+    #: corral's home; None means ``$CORRAL_HOME`` or the platform default.
+    home: str | None = None
+    #: Session name to save to / resume from, or None for no persistence.
+    session: str | None = None
+    #: Resume the most recently written session of ``cwd`` (``--continue``).
+    continue_session: bool = False
+    max_steps: int = 16
+    system_prompt: str | None = None
+    append_system_prompt: str | None = None
+    #: JSONL script for the ``scripted`` provider.
+    script: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    #: Timeouts, ``max_tokens`` and retries of the model calls.
+    provider_settings: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    #: Start once the other extensions are ready, leaving one that has not said
+    #: ``hello`` after this many seconds to join (or fail) on its own; None waits
+    #: for every extension (see ``SupervisorConfig.late_after``).
+    late_after: float | None = None
+    #: Built-in tools to offer: exact names, or ``+name``/``-name`` changes to the
+    #: defaults (``["+web"]`` adds ``web_fetch`` and ``web_search``); None: the defaults.
+    tools: list[str] | None = None
+    #: Settings of the web tools; None reads them from ``CORRAL_*`` variables.
+    web: WebConfig | None = None
+    #: The dynamic tools' catalog file (``*.json``: the JSON store); None:
+    #: ``$CORRAL_HOME/state/dynamic-tools.db``. Dynamic tools are on with ``+dynamic``.
+    dynamic_catalog: str | None = None
+    #: Start the MCP servers of ``$CORRAL_HOME/mcp.json`` and (trusted) ``./.corral/mcp.json``.
+    mcp_servers: bool = True
+    #: Exceptions to the MCP network guard (``127.0.0.1:8080``, ``10.0.0.0/8``), added
+    #: to those of ``CORRAL_MCP_ALLOW``.
+    mcp_allow: list[str] = []
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -114,6 +168,9 @@ def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
         return ExtStatus(extension=event.extension, status="quarantined", detail=detail)
     if isinstance(event, ExtensionStopped):
         return ExtStatus(extension=event.extension, status="stopped")
+    if isinstance(event, ExtensionKept):
+        detail = f"the new version did not start ({event.reason}); the running one goes on"
+        return ExtStatus(extension=event.extension, status="kept", detail=detail, pid=event.pid)
     return None
 
 
@@ -122,7 +179,7 @@ class AgentHost:
     """One open agent session.
 
     Attributes:
-        engine: the agent loop (an :class:`~agent._engine.Engine`).
+        engine: the agent loop.
         supervisor: the supervisor's client.
         options: what the session was opened with.
         home: corral's home for this session.
@@ -178,7 +235,9 @@ class AgentHost:
                     await emit(converted)
 
     async def reload(self) -> ReloadStats:
-        """``/reload-ext``: stop every extension, re-read manifests, respawn; rebuild tools.
+        """``/reload-ext``: re-read manifests, start the new versions beside the running
+        ones and swap them in (a new version that does not start leaves the running one
+        in place); rebuild tools.
 
         Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
         """
@@ -223,8 +282,8 @@ def _builtin_tools(
     sandbox: Sandbox | None,
     extra: dict[str, Tool],
 ) -> tuple[list[Tool], BashTool | None]:
-    wanted = select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, _GROUPS)
-    required = options.sandbox == "required"
+    wanted = _wanted(options)
+    required = options.sandbox == SandboxMode.REQUIRED
     bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
     made: dict[str, Tool] = {
         "read": ReadTool(workspace),
@@ -269,7 +328,8 @@ async def _open_mcp(
         policy = AddressPolicy(parse_allowance(a) for a in _mcp_allowances(options))
     except ValueError as exc:
         raise WebConfigError("CORRAL_MCP_ALLOW / --mcp-allow", str(exc)) from None
-    launcher = SandboxLauncher(sandbox, home, require_sandbox=options.sandbox == "required")
+    required = options.sandbox == SandboxMode.REQUIRED
+    launcher = SandboxLauncher(sandbox, home, require_sandbox=required)
     async with open_mcp(launcher, NetGuard(policy), audit=audit) as servers:
         problems: list[str] = []
         if declared_files:
@@ -283,10 +343,10 @@ async def _open_mcp(
 
 
 def _select_sandbox(mode: str) -> Sandbox | None:
-    if mode == "off":
+    if mode == SandboxMode.OFF:
         return None
     try:
-        return select_sandbox("required" if mode == "required" else "auto")
+        return select_sandbox(mode)
     except SandboxUnavailable as exc:
         log.warning("bash_unsandboxed", problem=str(exc))
         return None
@@ -305,8 +365,8 @@ def _default_model(provider: Provider, requested: str | None) -> str:
 
 
 def _prepare(options: AgentOptions, make: bool) -> tuple[str, Path, Provider | None]:
-    if options.sandbox not in _SANDBOX_MODES:
-        raise AgentError(f"--sandbox {options.sandbox!r}: use one of {', '.join(_SANDBOX_MODES)}")
+    if options.sandbox not in set(SandboxMode):
+        raise AgentError(f"--sandbox {options.sandbox!r}: use one of {', '.join(SandboxMode)}")
     if options.max_steps < 1:
         raise AgentError(f"--max-steps {options.max_steps}: must be at least 1")
     cwd = os.path.realpath(os.path.expanduser(options.cwd))
@@ -384,8 +444,12 @@ async def open_agent(
         transcript = await _open_transcript(options, home, cwd, provider.name, model)
         try:
             sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
-            mode = typing.cast(SandboxMode, options.sandbox)
-            config = SupervisorConfig(home=str(home), sandbox=mode, late_after=options.late_after)
+            config = SupervisorConfig(
+                home=str(home),
+                sandbox=SandboxMode(options.sandbox),
+                late_after=options.late_after,
+                reserved_tools=BUILTIN_TOOLS + OPTIONAL_TOOLS,
+            )
             host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
             session = transcript.store.name if transcript.store is not None else ""
             audit = AuditLog(audit_path(home), session=session, cwd=cwd)
@@ -399,7 +463,7 @@ async def open_agent(
                     catalog=options.dynamic_catalog,
                     audit=audit,
                     reserved=[*BUILTIN_TOOLS, *OPTIONAL_TOOLS],
-                    require_sandbox=options.sandbox == "required",
+                    require_sandbox=options.sandbox == SandboxMode.REQUIRED,
                 )
                 await dynamic.sync()
                 extra["new_tool"] = NewTool(dynamic)
@@ -441,7 +505,7 @@ async def open_agent(
                 )
                 infos = await client.list_extensions()
                 # A late extension may still subscribe: do not stream text unchecked.
-                if not any(i.pid is not None or i.state == "starting" for i in infos):
+                if not any(i.pid is not None or i.state == ExtensionState.STARTING for i in infos):
                     loop.assume_no_interceptors()
                 try:
                     await client.emit(EmitEvent(event="session_start"))

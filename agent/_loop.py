@@ -36,26 +36,26 @@ import enum
 import typing
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 import structlog
 import trio
 
-from supervisor import EmitEvent, InterceptKind, InterceptOutcome, SupervisorError
+from supervisor import EmitEvent, InterceptOutcome, SupervisorError
 
 from ._audit import AuditLog
-from ._engine import Emit
+from ._compaction import summarize
 from ._events import (
     AssistantMessage,
     AssistantStart,
     CompactDone,
+    Emit,
     ErrorEvent,
     ExtDisplay,
     Retry,
     StopReason,
     TextDelta,
-    ToolCallEvent,
     ToolProgress,
     ToolResultEvent,
     TurnEnd,
@@ -64,7 +64,8 @@ from ._events import (
     UsageTotals,
     UserMessage,
 )
-from ._exceptions import AgentError, ProviderError
+from ._exceptions import AgentBusy, ProviderError
+from ._hooks import Hooks, blocked_text, call_event, intervention_records
 from ._messages import (
     Block,
     ImageContent,
@@ -87,25 +88,15 @@ from ._providers.base import (
     ToolSpec,
 )
 from ._registry import ToolRegistry, ToolRunResult, error_result
-from ._transcript import (
-    COMPACT_INSTRUCTION,
-    COMPACT_SYSTEM,
-    Transcript,
-    local_summary,
-    summary_message,
-)
+from ._transcript import Transcript, summary_message
 
-__all__ = ["AgentBusy", "AgentLoop", "Hooks", "LoopState", "default_system_prompt"]
+__all__ = ["AgentLoop", "LoopState", "default_system_prompt"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 _ALLOW = InterceptOutcome()
 #: Bound on shielded clean-up work after a cancellation (an emit, a transcript write).
 _CLEANUP_GRACE = 5.0
-
-
-class AgentBusy(AgentError):
-    """A prompt or compaction is already running on this loop."""
 
 
 class LoopState(enum.Enum):
@@ -117,26 +108,6 @@ class LoopState(enum.Enum):
     RUNNING = "running"
     #: Summarising the transcript.
     COMPACTING = "compacting"
-
-
-class Hooks(Protocol):
-    """The supervisor's intercept chain and event fan-out, as the loop uses them.
-
-    :class:`~supervisor.SupervisorClient` is the implementation; the protocol is
-    the seam that lets pure-logic tests run without extension processes.
-    """
-
-    async def intercept_turn_start(self, step: int) -> InterceptOutcome: ...
-
-    async def intercept_tool_call(
-        self, tool_id: str, tool_name: str, tool_args: dict[str, Any], *, builtin: bool = True
-    ) -> InterceptOutcome: ...
-
-    async def intercept_assistant_message(self, text: str) -> InterceptOutcome: ...
-
-    async def emit(self, event: EmitEvent) -> None: ...
-
-    async def set_host_info(self, provider: str, model: str, cwd: str) -> None: ...
 
 
 def default_system_prompt(cwd: str) -> str:
@@ -156,30 +127,6 @@ def _all_cancelled(exc: BaseException) -> bool:
     return False
 
 
-def _blocked_text(outcome: InterceptOutcome) -> str:
-    who = f"extension {outcome.blocked_by}" if outcome.blocked_by else "an extension"
-    return f"blocked by {who}: {outcome.reason or 'no reason given'}"
-
-
-def _records(
-    event: InterceptKind, outcome: InterceptOutcome, **context: Any
-) -> list[InterventionRecord]:
-    """The provenance records of ``outcome`` (``context``: tool_id, tool or step)."""
-    return [
-        InterventionRecord(
-            extension=i.extension,
-            event=event,
-            kind=i.kind,
-            applied=i.applied,
-            reason=i.reason,
-            args=i.args,
-            text=i.text,
-            **context,
-        )
-        for i in outcome.interventions
-    ]
-
-
 async def _each(count: int, work: Callable[[int], Awaitable[None]]) -> None:
     """``work(0)`` … ``work(count - 1)``, concurrently when there is more than one."""
     if count == 1:
@@ -190,24 +137,9 @@ async def _each(count: int, work: Callable[[int], Awaitable[None]]) -> None:
             nursery.start_soon(work, index)
 
 
-def _call_event(call: ProviderToolCall, outcome: InterceptOutcome) -> ToolCallEvent:
-    if outcome.block:
-        return ToolCallEvent(
-            id=call.id, name=call.name, args=call.args, blocked_by=outcome.blocked_by
-        )
-    rewritten_by = outcome.rewritten_by
-    return ToolCallEvent(
-        id=call.id,
-        name=call.name,
-        args=call.args,
-        ran_args=outcome.args if rewritten_by else None,
-        rewritten_by=rewritten_by,
-    )
-
-
 @typing.final
 class AgentLoop:
-    """One agent session's loop; implements :class:`~agent._engine.Engine`."""
+    """One agent session's loop: a transcript, a model, tools, and the supervisor behind them."""
 
     def __init__(
         self,
@@ -423,8 +355,8 @@ class AgentLoop:
         gate = await self._consult(self._hooks.intercept_turn_start(step))
         if gate.block:
             log.info("turn_blocked", step=step, by=gate.blocked_by, reason=gate.reason)
-            await self._annotate(_records("turn_start", gate, step=step))
-            await emit(TurnEnd(stop="blocked", error=_blocked_text(gate)))
+            await self._annotate(intervention_records("turn_start", gate, step=step))
+            await emit(TurnEnd(stop="blocked", error=blocked_text(gate)))
             return False
         await self._tell(EmitEvent(event="turn_start", step=step))
         self._sync_tools()
@@ -490,7 +422,7 @@ class AgentLoop:
         if text:
             outcome = await self._consult(self._hooks.intercept_assistant_message(text))
             self._text_interceptors = bool(outcome.consulted)
-            await self._annotate(_records("assistant_message", outcome))
+            await self._annotate(intervention_records("assistant_message", outcome))
             if outcome.block:
                 log.info("assistant_message_suppressed", by=outcome.blocked_by)
                 visible = ""
@@ -551,7 +483,7 @@ class AgentLoop:
             await _each(len(calls), vet)
             for call, outcome in zip(calls, vetted, strict=True):
                 assert outcome is not None
-                await emit(_call_event(call, outcome))
+                await emit(call_event(call, outcome))
             await _each(len(calls), run)
         finally:
             done: list[Block] = [
@@ -568,7 +500,7 @@ class AgentLoop:
                 record
                 for c, o in zip(calls, vetted, strict=True)
                 if o is not None
-                for record in _records("tool_call", o, tool_id=c.id, tool=c.name)
+                for record in intervention_records("tool_call", o, tool_id=c.id, tool=c.name)
             ]
             message = Message(role="tool", content=done, time=now_iso(), interventions=records)
             # Shielded so an aborted step still leaves a valid transcript: every tool
@@ -584,7 +516,7 @@ class AgentLoop:
         outcome = await self._consult(
             self._hooks.intercept_tool_call(call.id, call.name, call.args, builtin=builtin)
         )
-        records = _records("tool_call", outcome, tool_id=call.id, tool=call.name)
+        records = intervention_records("tool_call", outcome, tool_id=call.id, tool=call.name)
         await self._audit_records(records, model_args=call.args)
         return outcome
 
@@ -593,7 +525,7 @@ class AgentLoop:
     ) -> ToolRunResult:
         if outcome.block:
             log.info("tool_call_blocked", tool=call.name, by=outcome.blocked_by)
-            return error_result(_blocked_text(outcome))
+            return error_result(blocked_text(outcome))
         args = outcome.args if outcome.args is not None else call.args
         await self._tell(
             EmitEvent(event="tool_call", tool_id=call.id, tool_name=call.name, tool_args=args)
@@ -650,26 +582,15 @@ class AgentLoop:
         if not messages:
             await emit(CompactDone(summary=""))
             return ""
-        ask = Message(role="user", content=[TextContent(text=COMPACT_INSTRUCTION)], time=now_iso())
-        request = ModelRequest(
-            model=self._model,
-            system=COMPACT_SYSTEM,
-            messages=[*messages, ask],
-            tools=[],
-            max_tokens=self._max_tokens,
+
+        async def count(usage: ProviderUsage) -> None:
+            await self._count(usage, emit)
+
+        summary, problem = await summarize(
+            self._provider, self._model, self._max_tokens, messages, count
         )
-        parts: list[str] = []
-        try:
-            async with aclosing(self._provider.stream(request)) as stream:  # type: ignore[type-var]
-                async for event in stream:
-                    if isinstance(event, ProviderTextDelta):
-                        parts.append(event.text)
-                    elif isinstance(event, ProviderUsage):
-                        await self._count(event, emit)
-        except ProviderError as exc:
-            parts = []
-            await emit(ErrorEvent(message=f"compaction: {exc}; used a local summary instead"))
-        summary = "".join(parts).strip() or local_summary(messages)
+        if problem is not None:
+            await emit(ErrorEvent(message=f"compaction: {problem}; used a local summary instead"))
         await self._transcript.replace([summary_message(summary)])
         await emit(CompactDone(summary=summary))
         return summary

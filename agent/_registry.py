@@ -43,7 +43,7 @@ __all__ = [
     "text_result",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: A running tool reports a progress line through this.
 Progress = Callable[[str], Awaitable[None]]

@@ -34,11 +34,9 @@ import trio
 
 from supervisor import CommandOutcome, ExtensionInfo, ReloadStats
 
-from ._engine import AgentOptions, Emit
-from ._events import AgentEvent, Done, ErrorEvent, TurnEnd, UsageTotals
-from ._exceptions import AgentError
-from ._host import AgentHost, open_agent
-from ._loop import AgentBusy
+from ._events import AgentEvent, Done, Emit, ErrorEvent, TurnEnd, UsageTotals
+from ._exceptions import AgentBusy, AgentError, RuntimeClosed
+from ._host import AgentHost, AgentOptions, open_agent
 from ._messages import ImageContent, Message
 from ._providers.base import ModelInfo, ToolSpec
 
@@ -48,20 +46,15 @@ __all__ = [
     "JobKind",
     "JobState",
     "Runtime",
-    "RuntimeClosed",
     "RuntimeState",
     "open_runtime",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 JobKind = Literal["prompt", "compact"]
 #: Bound on delivering the last events of the jobs a closing runtime abandons.
 _CLOSE_GRACE = 2.0
-
-
-class RuntimeClosed(AgentError):
-    """A job was submitted to a runtime that is closing or closed."""
 
 
 class JobState(enum.Enum):

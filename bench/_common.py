@@ -9,6 +9,7 @@ runs every module as a subprocess and prints one table of all their rows.
 from __future__ import annotations
 
 import argparse
+import compileall
 import inspect
 import math
 import statistics
@@ -26,6 +27,7 @@ __all__ = [
     "ROOT",
     "Row",
     "Rows",
+    "compile_sdk",
     "format_table",
     "main",
     "median",
@@ -39,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     # Appended, not prepended: an explicit PYTHONPATH (e.g. a temporary shim) wins.
     sys.path.append(str(ROOT))
+
+from supervisor import SDK_DIR  # noqa: E402 (needs the path above when run as a script)
 
 
 class Row(msgspec.Struct, frozen=True, kw_only=True):
@@ -182,11 +186,19 @@ def _summary() -> str:
     return doc.strip().split("\n\n")[0]
 
 
+def compile_sdk() -> None:
+    """Compile the stdlib-only SDK beside it, as ``pip install`` does for an installed
+    corral: a source checkout has no bytecode, and extensions never write any."""
+    compileall.compile_dir(SDK_DIR, quiet=1)
+
+
 def main(measure: Callable[[bool], list[Row] | Awaitable[list[Row]]]) -> None:
     """Command line of a bench module: run ``measure(quick)``, write JSON, print the table.
 
     ``measure`` may be a plain function or an async one (then run under ``trio.run``).
+    The SDK is compiled first (:func:`compile_sdk`).
     """
+    compile_sdk()
     parser = argparse.ArgumentParser(description=_summary())
     parser.add_argument("--json-out", type=Path, help="write the rows here as JSON")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (smoke test)")

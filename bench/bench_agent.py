@@ -31,11 +31,8 @@ import psutil
 from _common import ROOT as REPO
 from _common import Row, main
 
+from agent import AgentEvent, AgentOptions, ScriptedProvider, open_agent, parse_script
 from agent._cli.logs import configure_logging
-from agent._engine import AgentOptions
-from agent._events import AgentEvent
-from agent._host import open_agent
-from agent._providers.scripted import ScriptedProvider, parse_script
 
 CHAOS = REPO / "examples" / "extensions" / "chaos" / "chaos.py"
 

@@ -30,7 +30,6 @@ figures are medians.
 
 from __future__ import annotations
 
-import py_compile
 import shutil
 import subprocess
 import sys
@@ -44,6 +43,7 @@ import msgspec
 from _common import Row, Rows, main, median
 from bench_supervisor import _child_env
 
+from supervisor import SDK_DIR
 from supervisor._frames import decode_ext_frame
 from supervisor._hostwire import (
     OkResponse,
@@ -53,7 +53,6 @@ from supervisor._hostwire import (
     encode_request,
 )
 from supervisor._sdk.corral_tools import tool
-from supervisor._spawn import SDK_DIR
 
 WINDOW = 32
 
@@ -169,14 +168,6 @@ def echo(args):
 
 ext.run()
 """
-
-
-def sdk_bytecode() -> None:
-    """Compile the runner's SDK modules beside them, as corral does for ``corral_ext``."""
-    for name in ("corral_ext", "corral_tools", "corral_toolhost"):
-        source = Path(SDK_DIR) / f"{name}.py"
-        target = Path(SDK_DIR) / "__pycache__" / f"{name}.{sys.implementation.cache_tag}.pyc"
-        py_compile.compile(str(source), cfile=str(target), doraise=True)
 
 
 def write_modules(root: Path) -> None:
@@ -386,7 +377,6 @@ def measure(quick: bool) -> list[Row]:
     rows = Rows("toolkit")
     with rows.guard("decode"):
         decoding(rows, sizes)
-    sdk_bytecode()
     with tempfile.TemporaryDirectory(prefix="corral-bench-toolkit-") as tmp:
         root = Path(tmp)
         write_modules(root)

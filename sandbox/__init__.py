@@ -9,11 +9,13 @@ it with :func:`spawn` (or ``Popen`` on the main thread with
 ``preexec_fn=preexec_for(plan)``), and calls ``backend.cleanup(plan)`` once the
 process is reaped. :func:`check_sandbox` and :func:`format_report` are
 ``corral sandbox check``. :func:`plan_shell` plans the agent's own confined shell
-(the ``bash`` tool) with the same machinery.
+(the ``bash`` tool) with the same machinery. :func:`host_environment` is the
+allowlisted environment everything corral starts begins with.
 """
 
 from __future__ import annotations
 
+from ._environ import ALLOWED_ENV, host_environment
 from ._exceptions import (
     GrantChanged,
     PermissionsError,
@@ -32,6 +34,7 @@ from ._spawn import spawn
 from ._validate import Checked, check_permissions, validate_permissions
 
 __all__ = [
+    "ALLOWED_ENV",
     "BackendStatus",
     "Checked",
     "Feature",
@@ -55,6 +58,7 @@ __all__ = [
     "check_permissions",
     "check_sandbox",
     "format_report",
+    "host_environment",
     "plan_shell",
     "preexec_for",
     "select_sandbox",

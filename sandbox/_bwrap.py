@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterable
 from typing import final
 
 import msgspec
@@ -254,7 +255,7 @@ class BwrapSandbox:
             shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
             args = [
                 self.config.bwrap,
-                *self._namespace_args(perms.network),
+                *self.namespace_args(perms.network),
                 *_filesystem_args(perms.network, shm, tmp),
                 *binds.open(self.config.bind_fd),
                 "--remount-ro",
@@ -283,7 +284,7 @@ class BwrapSandbox:
                 notes.append(
                     "memory is limited per process (RLIMIT_DATA), not for the whole extension"
                 )
-            command = self._process_limit(list(request.argv), perms.limits, pids_done, notes)
+            command = self.process_limit(list(request.argv), perms.limits, pids_done, notes)
             if self.config.seccomp:
                 seccomp_fd = filter_fd(build_filter(network=perms.network))
                 args += ["--seccomp", str(seccomp_fd)]
@@ -298,8 +299,7 @@ class BwrapSandbox:
             _remove_dirs(run_dirs)
             raise
         pass_fds = [*binds.fds, *([seccomp_fd] if seccomp_fd >= 0 else [])]
-        with self._lock:
-            self._owned_fds.update(pass_fds)
+        self.own(pass_fds)
         return LaunchPlan(
             argv=[*args, "--", *command],
             env=env,
@@ -371,7 +371,8 @@ class BwrapSandbox:
             [(shm, size, inodes), (tmp, size, inodes)],
         )
 
-    def _namespace_args(self, network: bool) -> list[str]:
+    def namespace_args(self, network: bool) -> list[str]:
+        """The namespace, capability and session options of every bwrap launch."""
         args = ["--unshare-user"]
         if self.config.disable_userns:
             args.append("--disable-userns")
@@ -391,10 +392,13 @@ class BwrapSandbox:
             notes.append(f"no cgroup for this run ({exc.strerror}); using rlimits only")
             return []
 
-    def _process_limit(
+    def process_limit(
         self, command: list[str], limits: Limits, pids_done: bool, notes: list[str]
     ) -> list[str]:
-        """The command, prefixed to set RLIMIT_NPROC inside when no pids cgroup does."""
+        """The command, prefixed to set RLIMIT_NPROC inside when no pids cgroup does.
+
+        What cannot be enforced is added to ``notes``.
+        """
         if pids_done:
             return command
         if self.config.prlimit:
@@ -411,6 +415,15 @@ class BwrapSandbox:
         elif not self.config.prlimit:
             notes.append("process limit not enforced: no pids cgroup and no prlimit")
         return command
+
+    def own(self, fds: Iterable[int]) -> None:
+        """Take over descriptors a plan passes to its child: :meth:`cleanup` closes them.
+
+        For planners built on this backend (:func:`sandbox.plan_shell`) as for
+        :meth:`plan` itself.
+        """
+        with self._lock:
+            self._owned_fds.update(fds)
 
     def cleanup(self, plan: LaunchPlan) -> None:
         """Close the plan's descriptors and remove its cgroups (killing leftovers).

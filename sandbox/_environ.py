@@ -1,7 +1,10 @@
-"""The environment an extension sees inside a sandbox.
+"""The environment a confined process starts from, and what a sandbox rewrites in it.
 
-The supervisor has already reduced the host's environment to an allowlist. The
-sandbox only rewrites what would otherwise point at something invisible:
+Nothing corral starts (extensions, the ``bash`` tool) inherits the host's
+environment: :func:`host_environment` keeps a small allowlist of it (``PATH``,
+``HOME``, ``TERM``, ``TMPDIR``, ``USER`` and the locale variables) plus names the
+caller asks for by name. Inside a sandbox, :func:`sandbox_env` then rewrites what
+would otherwise point at something invisible:
 
 * ``HOME`` becomes the extension's data directory (its persistent, private home,
   like Flatpak's ``~/.var/app/<id>``), or the private ``/tmp`` without one;
@@ -16,7 +19,27 @@ and the environment may hold the secrets the manifest asked for.
 
 from __future__ import annotations
 
-__all__ = ["sandbox_env"]
+import os
+from collections.abc import Iterable
+
+__all__ = ["ALLOWED_ENV", "host_environment", "sandbox_env"]
+
+#: Host variables every confined process sees (when the host has them): the basics,
+#: and the locale variables of POSIX and glibc, no other ``LC_*`` name (the host's
+#: environment may carry anything under that prefix).
+ALLOWED_ENV = (
+    "PATH", "HOME", "TERM", "TMPDIR", "USER",
+    "LANG", "LANGUAGE", "LC_ALL", "LC_ADDRESS", "LC_COLLATE", "LC_CTYPE",
+    "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_MESSAGES", "LC_MONETARY", "LC_NAME",
+    "LC_NUMERIC", "LC_PAPER", "LC_TELEPHONE", "LC_TIME",
+)  # fmt: skip
+
+
+def host_environment(extra: Iterable[str] = ()) -> dict[str, str]:
+    """The allowlisted part of the host's environment (:data:`ALLOWED_ENV`), plus the
+    variables named in ``extra`` (a manifest's ``permissions.env``), where set."""
+    host = os.environ
+    return {name: host[name] for name in (*ALLOWED_ENV, *extra) if name in host}
 
 
 def _inside(path: str, root: str) -> bool:

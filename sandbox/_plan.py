@@ -24,7 +24,8 @@ shows up as exit status 128 + N.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+import enum
+from typing import Protocol
 
 import msgspec
 
@@ -33,7 +34,16 @@ from ._pin import Pin
 
 __all__ = ["LaunchPlan", "LaunchRequest", "Sandbox", "SandboxMode"]
 
-SandboxMode = Literal["auto", "required", "off"]
+
+class SandboxMode(enum.StrEnum):
+    """How the host asks for isolation (``--sandbox``); see :func:`sandbox.select_sandbox`."""
+
+    #: The best backend that works here, else none, flagged loudly.
+    AUTO = "auto"
+    #: The best backend that works here, else refuse to start anything.
+    REQUIRED = "required"
+    #: No isolation (limits only), flagged.
+    OFF = "off"
 
 
 class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -26,7 +26,7 @@ from ._seatbelt import SeatbeltSandbox
 
 __all__ = ["check_sandbox", "select_sandbox"]
 
-_log = structlog.get_logger("sandbox")
+log = structlog.get_logger(__name__)
 
 _lock = threading.Lock()
 _probe: Probe | None = None
@@ -62,7 +62,7 @@ def _expected_backend(report: SandboxReport) -> str:
     return "sandbox-exec" if report.platform == "darwin" else "bwrap"
 
 
-def select_sandbox(mode: SandboxMode, *, cgroups: bool = True) -> Sandbox:
+def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
     """The backend to run extensions with.
 
     Args:
@@ -83,9 +83,12 @@ def select_sandbox(mode: SandboxMode, *, cgroups: bool = True) -> Sandbox:
             message names the cause and the fix.
         ValueError: ``mode`` is not one of the three.
     """
-    if mode not in ("auto", "required", "off"):
-        raise ValueError(f"--sandbox must be auto, required or off, not {mode!r}")
-    if mode == "off":
+    try:
+        mode = SandboxMode(mode)
+    except ValueError:
+        *most, last = SandboxMode
+        raise ValueError(f"--sandbox must be {', '.join(most)} or {last}, not {mode!r}") from None
+    if mode is SandboxMode.OFF:
         with _lock:
             key = f"off:{cgroups}"
             if key not in _backends:
@@ -107,11 +110,11 @@ def select_sandbox(mode: SandboxMode, *, cgroups: bool = True) -> Sandbox:
     status = report.status(expected)
     why = status.why if status and status.why else f"no sandbox backend for {report.platform}"
     fix = status.fix if status and status.fix else "run on Linux with bubblewrap, or on macOS"
-    if mode == "required":
+    if mode is SandboxMode.REQUIRED:
         raise SandboxUnavailable(expected, why, fix)
     with _lock:
         key = f"fallback:{cgroups}"
         if key not in _backends:
-            _log.warning("sandbox_unavailable", backend=expected, cause=why, fix=fix)
+            log.warning("sandbox_unavailable", backend=expected, cause=why, fix=fix)
             _backends[key] = NoneSandbox(f"{expected} unavailable: {why} (fix: {fix})", manager)
         return _backends[key]

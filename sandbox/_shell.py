@@ -124,10 +124,10 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         memory_done = bool(cgroups) and manager is not None and manager.limits_memory()
         pids_done = bool(cgroups) and manager is not None and manager.limits_processes()
         # The same prefix and namespaces as an extension gets (one bwrap path).
-        command = sandbox._process_limit(list(request.argv), request.limits, pids_done, notes)
+        command = sandbox.process_limit(list(request.argv), request.limits, pids_done, notes)
         args = [
             sandbox.config.bwrap,
-            *sandbox._namespace_args(False),
+            *sandbox.namespace_args(False),
             *mounts,
             "--chdir",
             request.workspace,
@@ -145,8 +145,7 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
             sandbox.cgroups.destroy(cgroups)
         raise
     # The backend's cleanup() closes only descriptors it owns: hand ours over.
-    with sandbox._lock:
-        sandbox._owned_fds.update(fds)
+    sandbox.own(fds)
     return LaunchPlan(
         argv=[*args, "--", *command],
         env={**request.env, "TMPDIR": "/tmp"},

@@ -56,6 +56,7 @@ def spawn(
     stdin: _File = subprocess.PIPE,
     stdout: _File = subprocess.PIPE,
     stderr: _File = subprocess.PIPE,
+    prepare: bool = True,
 ) -> subprocess.Popen[bytes]:
     """Start ``plan`` the way the sandbox expects, from the spawner thread.
 
@@ -69,6 +70,9 @@ def spawn(
         stdin: as for ``Popen``.
         stdout: as for ``Popen``.
         stderr: as for ``Popen``.
+        prepare: run :func:`preexec_for` in the child (limits, cgroup, death with
+            the host); False starts ``plan.argv`` as a plain process in a new
+            session (a caller that confines nothing, like an unsandboxed shell).
 
     Returns:
         The started process.
@@ -90,7 +94,7 @@ def spawn(
             start_new_session=True,
             close_fds=True,
             pass_fds=tuple(plan.pass_fds),
-            preexec_fn=preexec_for(plan),
+            preexec_fn=preexec_for(plan) if prepare else None,
         )
 
     _jobs.put((job, future))

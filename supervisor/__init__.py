@@ -10,9 +10,9 @@ from ._api import (
     CommandInfo,
     CommandOutcome,
     Displayed,
-    EmitEvent,
     ExtensionCrashed,
     ExtensionInfo,
+    ExtensionKept,
     ExtensionRestarted,
     ExtensionStarted,
     ExtensionStats,
@@ -24,12 +24,12 @@ from ._api import (
     Notified,
     Quarantined,
     ReloadStats,
-    SupervisorClient,
     SupervisorEvent,
     ToolInfo,
     ToolOutcome,
     ToolsChanged,
 )
+from ._client import SupervisorClient
 from ._config import (
     HostInfo,
     RestartPolicy,
@@ -48,6 +48,7 @@ from ._exceptions import (
     DirectoryUnhashable,
     ExtensionGone,
     ExtensionStopping,
+    IllegalTransition,
     ManifestError,
     ProtocolViolation,
     SupervisorClosed,
@@ -59,6 +60,8 @@ from ._exceptions import (
     UnknownTool,
 )
 from ._frames import PROTOCOL_VERSION, ImageBlock, TextBlock
+from ._lifecycle import ExtensionState
+from ._lines import LineReader, LineWriter, Oversize
 from ._manifest import (
     MANIFEST_NAME,
     Discovery,
@@ -68,6 +71,10 @@ from ._manifest import (
     discover,
     load_manifest,
 )
+from ._process import ChildProcess, open_child
+from ._reap import signal_group
+from ._requests import EmitEvent
+from ._spawn import SDK_DIR
 from ._supervisor import open_supervisor
 from ._trust import (
     TrustPin,
@@ -77,12 +84,16 @@ from ._trust import (
     describe_permissions,
     trust_command,
 )
+from ._version import VERSION
 
 __all__ = [
     "MANIFEST_NAME",
     "PROTOCOL_VERSION",
+    "SDK_DIR",
+    "VERSION",
     "CallFailed",
     "CallTimeout",
+    "ChildProcess",
     "CommandInfo",
     "CommandOutcome",
     "DigestLimits",
@@ -93,21 +104,27 @@ __all__ = [
     "ExtensionCrashed",
     "ExtensionGone",
     "ExtensionInfo",
+    "ExtensionKept",
     "ExtensionRestarted",
     "ExtensionSpec",
     "ExtensionStarted",
+    "ExtensionState",
     "ExtensionStats",
     "ExtensionStopped",
     "ExtensionStopping",
     "HostInfo",
+    "IllegalTransition",
     "ImageBlock",
     "InterceptKind",
     "InterceptOutcome",
     "Intervention",
     "InterventionKind",
+    "LineReader",
+    "LineWriter",
     "Manifest",
     "ManifestError",
     "Notified",
+    "Oversize",
     "ProtocolViolation",
     "Quarantined",
     "ReloadStats",
@@ -142,7 +159,9 @@ __all__ = [
     "identity_of",
     "load_manifest",
     "log_file",
+    "open_child",
     "open_supervisor",
     "quarantine_file",
+    "signal_group",
     "trust_command",
 ]

@@ -1,128 +1,48 @@
-"""The typed channel API between the agent and the supervisor.
+"""What the agent sees of extensions: the values requests return, and the events.
 
-The agent never touches extension processes. It submits request Structs, each
-carrying a one-shot :class:`Reply` slot, and receives :data:`SupervisorEvent`
-Structs from a trio memory channel it subscribes to. :class:`SupervisorClient`
-wraps both in plain async methods.
-
-Requests are routed synchronously on submission rather than through a memory
-channel and a router task: routing never blocks (it only queues a frame for an
-extension or starts a task in the supervisor's nursery), and on trio one task
-switch costs about as much as a whole round trip to a child process
-(bench/bench_supervisor.py: a router hop halved tool-call throughput). Work that
-waits, such as intercept chains, reloads and stats, runs in the supervisor's own
-nursery, never in the caller's task.
-
-Every request is answered exactly once: with a value, or with a
-:class:`~supervisor._exceptions.SupervisorError` subclass.
+Every type here is a frozen :class:`msgspec.Struct`, so each can cross a process
+boundary as JSON unchanged: the RPC server sends them to clients as they are, and a
+supervisor in another process could send them too. Requests are in
+:mod:`supervisor._requests`; the client that sends them is
+:class:`~supervisor._client.SupervisorClient`.
 """
 
 from __future__ import annotations
 
 import enum
-import typing
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
-import trio
 
-from ._exceptions import CallTimeout
 from ._frames import CommandAction, ContentBlock, NotifyLevel
+from ._lifecycle import ExtensionState
 
 __all__ = [
-    "CallTool",
     "CommandInfo",
     "CommandOutcome",
     "Displayed",
-    "EmitEvent",
-    "EnableExtension",
     "ExtensionCrashed",
     "ExtensionInfo",
+    "ExtensionKept",
     "ExtensionRestarted",
     "ExtensionStarted",
     "ExtensionStats",
     "ExtensionStopped",
-    "Intercept",
     "InterceptKind",
     "InterceptOutcome",
     "Intervention",
     "InterventionKind",
-    "InvokeCommand",
-    "ListExtensions",
     "Notified",
     "Quarantined",
-    "Reload",
     "ReloadStats",
-    "Reply",
-    "Request",
-    "SetHostInfo",
-    "SupervisorClient",
     "SupervisorEvent",
     "ToolInfo",
     "ToolOutcome",
     "ToolsChanged",
 ]
 
-T = TypeVar("T")
-
-
-@typing.final
-class Reply(Generic[T]):
-    """A one-shot reply slot: set once by the supervisor, awaited once by the caller.
-
-    Answering twice is a no-op, so a late answer after a timeout or a crash can
-    never overwrite the first one. The supervisor binds a hook that it runs when the
-    caller gives up (deadline or cancellation), to forget the pending call.
-    """
-
-    __slots__ = ("_error", "_event", "_hook", "_value")
-
-    def __init__(self) -> None:
-        self._event = trio.Event()
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._hook: typing.Callable[[float | None], None] | None = None
-
-    @property
-    def done(self) -> bool:
-        """True once a value or an error was set."""
-        return self._event.is_set()
-
-    def set(self, value: T) -> None:
-        """Answer with a value (ignored if already answered)."""
-        if not self._event.is_set():
-            self._value = value
-            self._event.set()
-
-    def fail(self, error: BaseException) -> None:
-        """Answer with an error (ignored if already answered)."""
-        if not self._event.is_set():
-            self._error = error
-            self._event.set()
-
-    def bind(self, hook: typing.Callable[[float | None], None]) -> None:
-        """Run ``hook(seconds)`` when the caller's deadline passes, ``hook(None)`` on cancel."""
-        self._hook = hook
-
-    def give_up(self, seconds: float | None) -> None:
-        """The caller stops waiting: its deadline of ``seconds`` passed, or (None) it was
-        cancelled. Runs the bound hook once; the hook answers the slot."""
-        hook, self._hook = self._hook, None
-        if hook is not None and not self.done:
-            hook(seconds)
-        if not self.done:
-            # Not routed yet (or the hook had nothing to forget): answer here.
-            self.fail(CallTimeout("", "request", seconds or 0.0))
-
-    async def wait(self) -> T:
-        """Wait for the answer and return it, or raise the error it carries.
-
-        Cancellation: abandons the wait; a later answer is dropped.
-        """
-        await self._event.wait()
-        if self._error is not None:
-            raise self._error
-        return typing.cast(T, self._value)
+#: The events an extension may intercept.
+InterceptKind = Literal["tool_call", "turn_start", "assistant_message"]
 
 
 # --- what the agent sees of extensions -----------------------------------------
@@ -226,13 +146,24 @@ class InterceptOutcome(msgspec.Struct, frozen=True, kw_only=True):
         ]
 
 
-class ReloadStats(msgspec.Struct, frozen=True, kw_only=True):
-    """What a reload did; ``ready`` counts only extensions that became ready."""
+class ReloadStats(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a reload did (``kept_old`` is left out of the JSON when empty).
+
+    Attributes:
+        stopped: extensions of the previous generation that were serving and were
+            stopped (replaced, disabled or gone).
+        loaded: enabled manifests found.
+        ready: new versions that became ready (and were swapped in).
+        errors: manifests that did not load, and new versions that did not start.
+        kept_old: extensions whose new version did not start (or whose manifest no
+            longer loads): their previous version keeps running.
+    """
 
     stopped: int
     loaded: int
     ready: int
     errors: list[str]
+    kept_old: list[str] = []
 
 
 class ExtensionStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -259,7 +190,7 @@ class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
     version: str
     source: str
     path: str
-    state: str
+    state: ExtensionState
     enabled: bool
     pid: int | None = None
     sandboxed: bool = False
@@ -268,98 +199,6 @@ class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
     commands: list[str] = []
     problem: str = ""
     stats: ExtensionStats = ExtensionStats()
-
-
-# --- requests --------------------------------------------------------------------
-
-
-class CallTool(msgspec.Struct, kw_only=True):
-    """Run an extension tool. Fails fast if the owner dies."""
-
-    name: str
-    args: dict[str, Any]
-    reply: Reply[ToolOutcome]
-    call_id: str = ""
-
-
-class InvokeCommand(msgspec.Struct, kw_only=True):
-    """Run an extension slash command; ``args`` is the trimmed rest of the line."""
-
-    name: str
-    args: str
-    reply: Reply[CommandOutcome]
-
-
-InterceptKind = Literal["tool_call", "turn_start", "assistant_message"]
-
-
-class Intercept(msgspec.Struct, kw_only=True):
-    """Consult the intercept chain for one event.
-
-    ``builtin`` (``tool_call`` only) says the call runs one of the agent's built-in
-    tools: only extensions granted ``intercept_builtin`` for it may block or rewrite
-    it. It defaults to True so that a caller who does not say is safe.
-    """
-
-    event: InterceptKind
-    reply: Reply[InterceptOutcome]
-    step: int | None = None
-    tool_id: str | None = None
-    tool_name: str | None = None
-    tool_args: dict[str, Any] | None = None
-    text: str | None = None
-    builtin: bool = True
-
-
-class EmitEvent(msgspec.Struct, kw_only=True):
-    """One-way lifecycle event for subscribed extensions (no reply)."""
-
-    event: str
-    step: int | None = None
-    tool_id: str | None = None
-    tool_name: str | None = None
-    tool_args: Any = None
-    stop: str | None = None
-    text: str | None = None
-
-
-class Reload(msgspec.Struct, kw_only=True):
-    """Stop everything, re-read manifests, respawn."""
-
-    reply: Reply[ReloadStats]
-
-
-class ListExtensions(msgspec.Struct, kw_only=True):
-    """Status and stats of every known extension."""
-
-    reply: Reply[list[ExtensionInfo]]
-
-
-class EnableExtension(msgspec.Struct, kw_only=True):
-    """Lift a quarantine (or start a stopped extension) in this session."""
-
-    name: str
-    reply: Reply[ExtensionInfo]
-
-
-class SetHostInfo(msgspec.Struct, kw_only=True):
-    """Provider, model and cwd sent in later ``hello_ack`` frames."""
-
-    provider: str
-    model: str
-    cwd: str
-
-
-Request = (
-    CallTool
-    | InvokeCommand
-    | Intercept
-    | EmitEvent
-    | Reload
-    | ListExtensions
-    | EnableExtension
-    | SetHostInfo
-)
 
 
 # --- events ---------------------------------------------------------------------
@@ -420,7 +259,12 @@ class Quarantined(_Ev, frozen=True, tag="quarantined"):
 class ExtensionStopped(_Ev, frozen=True, tag="stopped"):
     """An extension was stopped by the host."""
 
-    returncode: int | None
+
+class ExtensionKept(_Ev, frozen=True, tag="kept"):
+    """A reload kept the running version: the new one did not start (``reason``)."""
+
+    pid: int | None
+    reason: str
 
 
 class ToolsChanged(_Ev, frozen=True, tag="tools_changed"):
@@ -438,175 +282,6 @@ SupervisorEvent = (
     | ExtensionCrashed
     | Quarantined
     | ExtensionStopped
+    | ExtensionKept
     | ToolsChanged
 )
-
-
-# --- the client --------------------------------------------------------------------
-
-
-@typing.final
-class SupervisorClient:
-    """The agent's handle on the supervisor: async methods over typed channels.
-
-    Get one from :func:`supervisor.open_supervisor`. Methods can be called from any
-    task; they are safe to call concurrently.
-    """
-
-    def __init__(
-        self,
-        submit: typing.Callable[[Request], None],
-        subscribe: typing.Callable[[int], trio.MemoryReceiveChannel[SupervisorEvent]],
-        tools: typing.Callable[[], list[ToolInfo]],
-        commands: typing.Callable[[], list[CommandInfo]],
-    ) -> None:
-        self._submit = submit
-        self._subscribe = subscribe
-        self._tools = tools
-        self._commands = commands
-
-    def tools(self) -> list[ToolInfo]:
-        """Extension tools currently registered (a snapshot)."""
-        return self._tools()
-
-    def commands(self) -> list[CommandInfo]:
-        """Extension commands currently registered (a snapshot)."""
-        return self._commands()
-
-    def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[SupervisorEvent]:
-        """A new channel receiving every later supervisor event.
-
-        A subscriber that falls ``buffer`` events behind loses the newest ones (they
-        are counted and logged); it never slows the supervisor down. Close the
-        channel to unsubscribe.
-        """
-        return self._subscribe(buffer)
-
-    async def _send(self, request: Request) -> None:
-        self._submit(request)
-        await trio.lowlevel.checkpoint()
-
-    async def _ask(self, request: Request, reply: Reply[T]) -> T:
-        # Deadlines are the supervisor's (they are policy); here we only wait.
-        self._submit(request)
-        try:
-            return await reply.wait()
-        except trio.Cancelled:
-            reply.give_up(None)
-            raise
-
-    async def call_tool(self, name: str, args: dict[str, Any], *, call_id: str = "") -> ToolOutcome:
-        """Call an extension tool and wait for its result.
-
-        The supervisor applies its tool deadline (60 s by default, covering the write
-        of the request) and fails the call at once if the extension dies.
-
-        Raises:
-            UnknownTool: no extension offers ``name``.
-            ExtensionGone: the extension died or was stopped before answering.
-            CallTimeout: the deadline passed.
-
-        Cancellation: the call is abandoned; a late ``tool_result`` is dropped.
-        """
-        reply: Reply[ToolOutcome] = Reply()
-        req = CallTool(name=name, args=args, reply=reply, call_id=call_id)
-        return await self._ask(req, reply)
-
-    async def invoke_command(self, name: str, args: str = "") -> CommandOutcome:
-        """Run an extension's slash command and return its response.
-
-        Raises:
-            UnknownCommand, ExtensionGone, CallTimeout.
-
-        Cancellation: the command is abandoned; a late response is dropped.
-        """
-        reply: Reply[CommandOutcome] = Reply()
-        req = InvokeCommand(name=name, args=args, reply=reply)
-        return await self._ask(req, reply)
-
-    async def intercept_tool_call(
-        self, tool_id: str, tool_name: str, tool_args: dict[str, Any], *, builtin: bool = True
-    ) -> InterceptOutcome:
-        """Run the ``tool_call`` intercept chain. Never raises for extension faults.
-
-        Args:
-            tool_id: the model's call id.
-            tool_name: the tool called.
-            tool_args: the arguments as the model wrote them.
-            builtin: the call runs a built-in tool of the agent; then a block or
-                rewrite counts only from an extension whose ``intercept_builtin``
-                permission names the tool (or ``"*"``). Others are ignored, logged
-                once per extension and reported with ``applied=False``.
-
-        Cancellation: the chain stops where it is; subscribers not yet asked are not.
-        """
-        reply: Reply[InterceptOutcome] = Reply()
-        req = Intercept(
-            event="tool_call",
-            reply=reply,
-            tool_id=tool_id,
-            tool_name=tool_name,
-            tool_args=tool_args,
-            builtin=builtin,
-        )
-        return await self._ask(req, reply)
-
-    async def intercept_turn_start(self, step: int) -> InterceptOutcome:
-        """Run the ``turn_start`` intercept chain.
-
-        Cancellation: as :meth:`intercept_tool_call`.
-        """
-        reply: Reply[InterceptOutcome] = Reply()
-        return await self._ask(Intercept(event="turn_start", reply=reply, step=step), reply)
-
-    async def intercept_assistant_message(self, text: str) -> InterceptOutcome:
-        """Run the ``assistant_message`` intercept chain.
-
-        Cancellation: as :meth:`intercept_tool_call`.
-        """
-        reply: Reply[InterceptOutcome] = Reply()
-        req = Intercept(event="assistant_message", reply=reply, text=text)
-        return await self._ask(req, reply)
-
-    async def emit(self, event: EmitEvent) -> None:
-        """Send a one-way lifecycle event to subscribed extensions.
-
-        Cancellation: the event may or may not have been queued.
-        """
-        await self._send(event)
-
-    async def reload(self) -> ReloadStats:
-        """Stop every extension, re-read manifests, respawn, and wait for ready.
-
-        Calls in flight fail cleanly with :class:`ExtensionGone` or complete.
-
-        Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
-        """
-        reply: Reply[ReloadStats] = Reply()
-        return await self._ask(Reload(reply=reply), reply)
-
-    async def list_extensions(self) -> list[ExtensionInfo]:
-        """Status and stats of every known extension (psutil figures included).
-
-        Cancellation: the answer is dropped.
-        """
-        reply: Reply[list[ExtensionInfo]] = Reply()
-        return await self._ask(ListExtensions(reply=reply), reply)
-
-    async def enable(self, name: str) -> ExtensionInfo:
-        """Lift ``name``'s quarantine and start it again in this session.
-
-        Raises:
-            UnknownExtension: no such extension.
-
-        Cancellation: the start goes on; only the wait is abandoned.
-        """
-        reply: Reply[ExtensionInfo] = Reply()
-        return await self._ask(EnableExtension(name=name, reply=reply), reply)
-
-    async def set_host_info(self, provider: str, model: str, cwd: str) -> None:
-        """Set what later ``hello_ack`` frames report.
-
-        Cancellation: the update may or may not have been queued.
-        """
-        await self._send(SetHostInfo(provider=provider, model=model, cwd=cwd))

@@ -1,57 +1,133 @@
-"""The calls an extension has not answered yet: ids, deadlines, counters, latencies.
+"""Answers the agent waits for, and the calls an extension has not answered yet.
 
-Pure bookkeeping owned by one :class:`~supervisor._extension.Extension`; it never
-touches a pipe. Deadlines are enforced by :meth:`PendingCalls.run_timer`, one task
-per incarnation, instead of a cancel scope in every caller: each kind of call has
-one constant timeout, so each kind's deadlines arrive in order and the earliest is
-at the front of its queue.
+A :class:`Reply` is the one object a request costs: the caller's one-shot answer
+slot and, for a call sent to an extension, the pending call's record (id, kind,
+name, start time). :class:`PendingCalls` is the bookkeeping of one extension: ids,
+deadlines, counters and latencies. It never touches a pipe.
+
+Deadlines are enforced by :meth:`PendingCalls.run_timer`, one task per
+incarnation, instead of a cancel scope in every caller: each kind of call has one
+constant timeout, so each kind's deadlines arrive in order and the earliest is at
+the front of its queue.
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 import time
 import typing
 from collections import deque
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
 
 import structlog
 import trio
 
-from ._api import ExtensionStats, Reply
-from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation
+from ._api import ExtensionStats
+from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation, SupervisorError
 
-__all__ = ["Pending", "PendingCalls"]
+__all__ = ["CallKind", "PendingCalls", "Reply"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 #: Request ids are unique per host, not per extension (SPEC).
 _REQUEST_IDS = itertools.count(1)
 
 
+class CallKind(enum.Enum):
+    """What a request asks of an extension; each kind has its own deadline."""
+
+    #: ``tool_call``, answered by ``tool_result`` (``tool_timeout``).
+    TOOL = "tool"
+    #: ``command_invoked``, answered by ``command_response`` (``command_timeout``).
+    COMMAND = "command"
+    #: ``event_intercept``, answered by ``event_intercept_response`` (``intercept_timeout``).
+    INTERCEPT = "intercept"
+
+
+_PREFIX = {kind: kind.value[0] for kind in CallKind}
+_WHAT = {CallKind.TOOL: "tool ", CallKind.COMMAND: "command /", CallKind.INTERCEPT: "intercept "}
+
+
 @typing.final
-class Pending:
-    """One call waiting for its answer."""
+class Reply(Generic[T]):
+    """A one-shot answer: set once by the supervisor, awaited once by the caller.
 
-    __slots__ = ("kind", "reply", "t0", "what")
+    Answering twice is a no-op, so a late answer after a timeout or a crash can
+    never overwrite the first one. Once sent to an extension it also records the
+    call (:meth:`PendingCalls.add`), so a caller that gives up forgets it there.
+    """
 
-    def __init__(self, kind: str, what: str, reply: Reply[Any]) -> None:
-        self.kind = kind
-        self.what = what
-        self.reply = reply
-        self.t0 = time.perf_counter()
+    __slots__ = ("_calls", "_error", "_event", "_value", "kind", "name", "rid", "t0")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._calls: PendingCalls | None = None
+        #: The request id, once sent to an extension.
+        self.rid = ""
+        self.kind = CallKind.TOOL
+        #: The tool or command name, or the intercepted event.
+        self.name = ""
+        self.t0 = 0.0
+
+    def __repr__(self) -> str:
+        return f"<Reply {self.rid or '-'} done={self.done}>"
+
+    @property
+    def done(self) -> bool:
+        """True once a value or an error was set."""
+        return self._event.is_set()
+
+    @property
+    def what(self) -> str:
+        """The call for errors and logs, e.g. ``"tool weather"`` or ``"command /clock"``."""
+        return _WHAT[self.kind] + self.name
+
+    def set(self, value: T) -> None:
+        """Answer with a value (ignored if already answered)."""
+        if not self._event.is_set():
+            self._value = value
+            self._event.set()
+
+    def fail(self, error: BaseException) -> None:
+        """Answer with an error (ignored if already answered)."""
+        if not self._event.is_set():
+            self._error = error
+            self._event.set()
+
+    def abandon(self) -> None:
+        """The caller stopped waiting (it was cancelled): forget the call and answer it."""
+        calls, self._calls = self._calls, None
+        if calls is not None:
+            calls.give_up(self.rid, None)
+        self.fail(SupervisorError("the caller gave up"))
+
+    async def wait(self) -> T:
+        """Wait for the answer and return it, or raise the error it carries.
+
+        Cancellation: abandons the wait; the caller should :meth:`abandon` the reply.
+        """
+        await self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return typing.cast(T, self._value)
 
 
 @typing.final
 class PendingCalls:
     """Pending calls of one extension, their deadlines and its call statistics."""
 
-    def __init__(self, name: str, timeouts: dict[str, float]) -> None:
+    def __init__(self, name: str, timeouts: Mapping[CallKind, float]) -> None:
         self._name = name
         self._timeouts = timeouts
-        self._pending: dict[str, Pending] = {}
-        self._deadlines: dict[str, deque[tuple[float, str]]] = {k: deque() for k in timeouts}
+        self._pending: dict[str, Reply[Any]] = {}
+        self._deadlines: dict[CallKind, deque[tuple[float, str]]] = {k: deque() for k in timeouts}
         self._timer_target = math.inf
         self._timer_wake = trio.Event()
         self.counts = {"calls": 0, "errors": 0, "timeouts": 0, "bad_frames": 0}
@@ -61,14 +137,18 @@ class PendingCalls:
         return len(self._pending)
 
     @staticmethod
-    def new_id(kind: str) -> str:
+    def new_id(kind: CallKind) -> str:
         """A request id unique in this host, e.g. ``t17``."""
-        return f"{kind[0]}{next(_REQUEST_IDS)}"
+        return f"{_PREFIX[kind]}{next(_REQUEST_IDS)}"
 
-    def add(self, rid: str, kind: str, what: str, reply: Reply[Any]) -> None:
-        """Track a call that was sent; its deadline starts now."""
-        self._pending[rid] = Pending(kind, what, reply)
-        reply.bind(lambda seconds: self.give_up(rid, seconds))
+    def add(self, rid: str, reply: Reply[Any]) -> None:
+        """Track a call that was sent as ``rid`` (``reply.kind`` and ``reply.name`` set);
+        its deadline starts now."""
+        kind = reply.kind
+        reply.rid = rid
+        reply.t0 = time.perf_counter()
+        reply._calls = self
+        self._pending[rid] = reply
         deadline = trio.current_time() + self._timeouts[kind]
         queue = self._deadlines[kind]
         queue.append((deadline, rid))
@@ -79,44 +159,47 @@ class PendingCalls:
         if deadline < self._timer_target:
             self._timer_wake.set()
 
-    def take(self, rid: str, kind: str) -> Pending | None:
+    def take(self, rid: str, kind: CallKind) -> Reply[Any] | None:
         """Remove and return the call an answer of ``kind`` is for (None: unknown id)."""
-        pending = self._pending.get(rid)
-        if pending is None or pending.kind != kind:
+        reply = self._pending.get(rid)
+        if reply is None or reply.kind is not kind:
             return None
         del self._pending[rid]
-        self._latencies.append(time.perf_counter() - pending.t0)
-        return pending
+        reply._calls = None
+        self._latencies.append(time.perf_counter() - reply.t0)
+        return reply
 
     def violated(self, rid: str, message: str, excerpt: str) -> None:
         """The extension answered call ``rid`` with a frame the protocol forbids."""
-        pending = self._pending.pop(rid, None)
-        if pending is not None:
+        reply = self._pending.pop(rid, None)
+        if reply is not None:
             self.counts["errors"] += 1
-            pending.reply.fail(ProtocolViolation(self._name, pending.what, message, excerpt))
+            reply.fail(ProtocolViolation(self._name, reply.what, message, excerpt))
 
     def give_up(self, rid: str, seconds: float | None) -> None:
         """Forget call ``rid``: its deadline of ``seconds`` passed, or (None) its caller left."""
-        pending = self._pending.pop(rid, None)
-        if pending is None:
+        reply = self._pending.pop(rid, None)
+        if reply is None:
             return
+        reply._calls = None
         if seconds is None:
-            pending.reply.fail(ExtensionGone(self._name, pending.what, "the caller gave up"))
+            reply.fail(ExtensionGone(self._name, reply.what, "the caller gave up"))
             return
         self.counts["timeouts"] += 1
-        log.warning("call_timeout", call=pending.what, seconds=seconds)
-        pending.reply.fail(CallTimeout(self._name, pending.what, seconds))
+        log.warning("call_timeout", call=reply.what, seconds=seconds)
+        reply.fail(CallTimeout(self._name, reply.what, seconds))
 
-    def fail_all(self, error: ExtensionGone) -> None:
-        """Fail every pending call at once with (a copy of) ``error``."""
+    def fail_all(
+        self, error: type[ExtensionGone], message: str, *, returncode: int | None = None
+    ) -> None:
+        """Fail every pending call at once with ``error(name, what, message, returncode=...)``."""
         pending, self._pending = self._pending, {}
         for queue in self._deadlines.values():
             queue.clear()
-        for p in pending.values():
+        for reply in pending.values():
             self.counts["errors"] += 1
-            err = type(error)(self._name, p.what, str(error).split(": ", 1)[-1])
-            err.returncode = error.returncode
-            p.reply.fail(err)
+            reply._calls = None
+            reply.fail(error(self._name, reply.what, message, returncode=returncode))
 
     async def run_timer(self) -> None:
         """Fail calls whose deadline passed, until cancelled. Never polls.
@@ -126,11 +209,11 @@ class PendingCalls:
         while True:
             now = trio.current_time()
             target = math.inf
-            for queue in self._deadlines.values():
+            for kind, queue in self._deadlines.items():
                 while queue and (queue[0][1] not in self._pending or queue[0][0] <= now):
                     deadline, rid = queue.popleft()
                     if deadline <= now and rid in self._pending:
-                        self.give_up(rid, self._timeouts[self._pending[rid].kind])
+                        self.give_up(rid, self._timeouts[kind])
                 if queue:
                     target = min(target, queue[0][0])
             self._timer_target = target

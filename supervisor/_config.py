@@ -14,6 +14,8 @@ from typing import Literal
 
 import msgspec
 
+from sandbox import SandboxMode
+
 __all__ = [
     "HostInfo",
     "RestartPolicy",
@@ -134,13 +136,14 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     #: Node for JavaScript extensions; None means the ``node`` found on PATH.
     node: str | None = None
     #: ``auto`` (best available, flagged when none), ``required`` or ``off``.
-    sandbox: Literal["auto", "required", "off"] = "auto"
+    sandbox: SandboxMode = SandboxMode.AUTO
     #: Rotate an extension's stderr log past this size (one backup kept).
     log_max_bytes: int = 1024 * 1024
     #: Lines of stderr kept in memory for crash reports.
     stderr_tail_lines: int = 20
-    #: Tool names extensions may not take (the agent's built-ins win).
-    reserved_tools: tuple[str, ...] = ("read", "write", "edit", "bash")
+    #: Tool names extensions may not take: the agent passes its built-in tools (they
+    #: win); a supervisor used on its own reserves none.
+    reserved_tools: tuple[str, ...] = ()
     #: Command names extensions may not take (the host's slash commands win).
     reserved_commands: tuple[str, ...] = (
         "help",

@@ -8,6 +8,7 @@
     ├── UnknownExtension         no extension of that name
     ├── UnknownTool              no extension offers that tool
     ├── UnknownCommand           no extension offers that command
+    ├── IllegalTransition        a lifecycle move the transition table forbids (a bug)
     ├── TrustError               trust cannot be checked or recorded
     │   ├── DirectoryUnhashable  ...an extension's directory cannot be digested
     │   └── TrustStoreError      ...the trust store is unreadable, corrupt or unsafe
@@ -31,6 +32,7 @@ __all__ = [
     "DirectoryUnhashable",
     "ExtensionGone",
     "ExtensionStopping",
+    "IllegalTransition",
     "ManifestError",
     "ProtocolViolation",
     "SupervisorClosed",
@@ -100,6 +102,24 @@ class UnknownCommand(SupervisorError):
     def __init__(self, name: str) -> None:
         super().__init__(f"no extension offers the command /{name}")
         self.name = name
+
+
+class IllegalTransition(SupervisorError):
+    """An extension's state was asked to make a move its transition table forbids.
+
+    Always a bug in corral (see :mod:`supervisor._lifecycle`), never the extension's doing.
+
+    Attributes:
+        extension: the extension's name.
+        old: the state it was in.
+        new: the state it was asked to go to.
+    """
+
+    def __init__(self, extension: str, old: str, new: str) -> None:
+        super().__init__(f"extension {extension!r}: illegal state change {old} -> {new}")
+        self.extension = extension
+        self.old = old
+        self.new = new
 
 
 class TrustError(SupervisorError):

@@ -11,6 +11,7 @@ One module-level encoder and decoder are built once and reused.
 
 from __future__ import annotations
 
+import typing
 from typing import Any, Literal
 
 import msgspec
@@ -256,20 +257,8 @@ class FrameError(Exception):
         self.frame_id = frame_id
 
 
-_EXT_TYPES = frozenset(
-    {
-        "hello",
-        "register_command",
-        "register_tool",
-        "ready",
-        "tool_result",
-        "subscribe",
-        "event_intercept_response",
-        "command_response",
-        "notify",
-        "shutdown_ack",
-    }
-)
+#: The ``type`` tags of the frames an extension sends, read off the union.
+_EXT_TYPES = frozenset(cls.__struct_config__.tag for cls in typing.get_args(ExtFrame))
 
 _encoder = msgspec.json.Encoder()
 _ext_decoder: msgspec.json.Decoder[ExtFrame] = msgspec.json.Decoder(ExtFrame)

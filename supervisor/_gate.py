@@ -1,14 +1,15 @@
 """The gate between intercept chains and reloads: no chain ever runs on a partial set.
 
-A reload stops every extension and starts the new set; between the two, the
-interceptors are gone. A ``tool_call`` consulted then would find nobody to ask and
-be allowed: a guard extension's ``block`` silently skipped. So chains and reloads
-exclude each other, the way readers and a writer do:
+A reload swaps the set of extensions: the new generation starts beside the running
+one, then the supervisor switches to it and stops what it replaced. A chain that
+straddled the switch could consult an old interceptor that is being stopped (its
+answer lost, the call allowed: a guard's ``block`` silently skipped) or mix the two
+sets. So chains and the swap exclude each other, the way readers and a writer do:
 
-* a chain runs while no reload is running or waiting; many chains run at once;
-* a reload first closes the gate to new chains, then waits for the chains in
-  flight (each bounded by ``intercept_timeout`` per subscriber) before it stops
-  anything, and opens the gate again when the new set is ready (or failed);
+* a chain runs while no swap is running or waiting; many chains run at once;
+* the swap first closes the gate to new chains, then waits for the chains in
+  flight (each bounded by ``intercept_timeout`` per subscriber), switches, and
+  opens the gate again; only then are the replaced extensions stopped;
 * a chain that arrives meanwhile waits, and then consults the complete new set.
 
 The wait is in the supervisor, where the chain lives, so it holds for every

@@ -28,26 +28,31 @@ import structlog
 import trio
 
 from . import _frames as f
-from ._api import Intercept, InterceptOutcome, Intervention, InterventionKind, Reply
+from ._api import InterceptOutcome, Intervention, InterventionKind
+from ._calls import Reply
 from ._exceptions import SupervisorError
 from ._manifest import ExtensionSpec
+from ._requests import Intercept
 
 __all__ = ["Subscriber", "may_intervene", "run_chain"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 
 class Subscriber(Protocol):
     """What the chain needs of an extension."""
 
-    name: str
-    spec: ExtensionSpec
+    @property
+    def name(self) -> str: ...
 
-    def call(
+    @property
+    def spec(self) -> ExtensionSpec: ...
+
+    def intercept(
         self,
-        kind: str,
-        what: str,
-        frame_for: Any,
+        req: Intercept,
+        args: dict[str, Any] | None,
+        text: str | None,
         reply: Reply[Any],
     ) -> None: ...
 
@@ -101,33 +106,17 @@ async def run_chain(
     rewritten = False
     consulted: list[str] = []
     done: list[Intervention] = []
-    what = f"intercept {req.event}"
     for ext in subscribers:
         consulted.append(ext.name)
         reply: Reply[f.EventInterceptResponse] = Reply()
-        current_args, current_text = args, text
-
-        def frame_for(
-            rid: str, a: dict[str, Any] | None = current_args, t: str | None = current_text
-        ) -> f.EventIntercept:
-            return f.EventIntercept(
-                id=rid,
-                event=req.event,
-                step=req.step,
-                tool_id=req.tool_id,
-                tool_name=req.tool_name,
-                tool_args=a,
-                text=t,
-            )
-
-        ext.call("intercept", what, frame_for, reply)
+        ext.intercept(req, args, text, reply)
         try:
             answer = await reply.wait()
         except SupervisorError as exc:
             log.warning("intercept_allowed", extension=ext.name, why=str(exc))
             continue
         except trio.Cancelled:
-            reply.give_up(None)
+            reply.abandon()
             raise
         allowed = may_intervene(ext.spec, req)
         if answer.block:

@@ -1,8 +1,5 @@
-"""Stdio plumbing for one extension process: bounded line reading and the stderr log.
+"""The stderr of one extension process: its log file and a tail for crash reports.
 
-:class:`LineReader` splits a byte stream into lines without ever buffering more
-than ``max_bytes`` of one line: an oversize line is reported once (with its first
-bytes, so the caller can match it to a call) and the rest of it is skipped.
 :class:`StderrLog` appends to ``logs/ext-<name>.log`` (rotated by size), each line
 starting with the UTC time it was written (``2026-04-19T11:30:00.123Z``; given by
 corral, never by the extension), and keeps a short in-memory tail for crash reports.
@@ -19,85 +16,9 @@ from pathlib import Path
 
 import trio
 
-__all__ = ["LineReader", "Oversize", "StderrLog"]
+__all__ = ["StderrLog"]
 
 _CHUNK = 65536
-
-
-@typing.final
-class Oversize:
-    """Marker returned by :meth:`LineReader.next` for a line over the limit."""
-
-    __slots__ = ("head", "size")
-
-    def __init__(self, head: bytes, size: int) -> None:
-        self.head = head
-        self.size = size
-
-
-@typing.final
-class LineReader:
-    """Reads newline-terminated lines from a trio receive stream."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream, max_bytes: int) -> None:
-        self._stream = stream
-        self._max = max_bytes
-        self._buf = bytearray()
-        self._start = 0
-        self._eof = False
-
-    async def next(self) -> bytes | Oversize | None:
-        """The next line without its newline, an :class:`Oversize`, or None at EOF.
-
-        A final unterminated line at EOF is returned as a line.
-
-        Cancellation: safe at any point; no received byte is lost, so the next call
-        continues where this one stopped.
-        """
-        while True:
-            buf = self._buf
-            nl = buf.find(b"\n", self._start)
-            if nl >= 0:
-                line = bytes(buf[self._start : nl])
-                self._start = nl + 1
-                if self._start > _CHUNK and self._start * 2 > len(buf):
-                    del buf[: self._start]
-                    self._start = 0
-                return line
-            pending = len(buf) - self._start
-            if pending > self._max:
-                return await self._skip_oversize()
-            if self._eof:
-                if pending:
-                    line = bytes(buf[self._start :])
-                    self._buf = bytearray()
-                    self._start = 0
-                    return line
-                return None
-            if self._start:
-                del buf[: self._start]
-                self._start = 0
-            chunk = await self._stream.receive_some(_CHUNK)
-            if not chunk:
-                self._eof = True
-            else:
-                buf += chunk
-
-    async def _skip_oversize(self) -> Oversize:
-        head = bytes(self._buf[self._start : self._start + 4096])
-        size = len(self._buf) - self._start
-        self._buf = bytearray()
-        self._start = 0
-        while True:
-            chunk = await self._stream.receive_some(_CHUNK)
-            if not chunk:
-                self._eof = True
-                return Oversize(head, size)
-            nl = chunk.find(b"\n")
-            if nl >= 0:
-                self._buf += chunk[nl + 1 :]
-                return Oversize(head, size + nl)
-            size += len(chunk)
 
 
 @typing.final
@@ -161,9 +82,13 @@ class StderrLog:
 
     def _rotate(self) -> None:
         assert self._fd is not None
+        mine = os.fstat(self._fd).st_ino
         os.close(self._fd)
         with contextlib.suppress(OSError):
-            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+            # Two writers share the log while a reload overlaps two generations of one
+            # extension: when the other one rotated first, only reopen.
+            if os.stat(self.path).st_ino == mine:
+                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
         self._fd = None
         self.open()
 
@@ -190,3 +115,16 @@ class StderrLog:
             if not chunk:
                 return
             self.feed(bytes(chunk))
+
+    def feed_pending(self, stream: trio.lowlevel.FdStream) -> None:
+        """Feed what ``stream`` holds right now, without waiting (the drain may be
+        parked): once the process has exited, everything it wrote is in the pipe,
+        so a crash report gets its real last line."""
+        while True:
+            try:
+                chunk = os.read(stream.fileno(), _CHUNK)
+            except OSError:  # nothing more now (EAGAIN), or the pipe is gone
+                return
+            if not chunk:
+                return
+            self.feed(chunk)

@@ -1,5 +1,8 @@
 """Child processes of a launch plan, with piped stdio, awaited without polling.
 
+The one wrapper for a child corral spawns: extensions (the supervisor) and the
+agent's ``bash`` tool both use :func:`open_child` and :class:`ChildProcess`.
+
 Why not ``trio.lowlevel.open_process``: it forks from a trio worker thread, and
 worker threads exit after 10 s idle. ``PR_SET_PDEATHSIG`` (which the sandbox sets
 so a child dies with the host, and which bwrap's ``--die-with-parent`` uses) fires
@@ -28,14 +31,18 @@ __all__ = ["ChildProcess", "open_child"]
 
 @typing.final
 class ChildProcess:
-    """A running child with piped stdio; :meth:`wait` reaps it."""
+    """A running child; :meth:`wait` reaps it, :meth:`aclose` closes its pipes.
+
+    ``stdin``, ``stdout`` and ``stderr`` are the host's ends of the pipes
+    :func:`open_child` made (None for a stream that was not piped).
+    """
 
     def __init__(
         self,
         popen: subprocess.Popen[bytes],
-        stdin: trio.lowlevel.FdStream,
-        stdout: trio.lowlevel.FdStream,
-        stderr: trio.lowlevel.FdStream,
+        stdin: trio.lowlevel.FdStream | None,
+        stdout: trio.lowlevel.FdStream | None,
+        stderr: trio.lowlevel.FdStream | None,
     ) -> None:
         self._popen = popen
         self.pid = popen.pid
@@ -72,9 +79,7 @@ class ChildProcess:
                 else:
                     await trio.to_thread.run_sync(self._wait_blocking, abandon_on_cancel=True)
                 self._popen.wait()
-                if self._pidfd is not None:
-                    os.close(self._pidfd)
-                    self._pidfd = None
+                self._close_pidfd()
         rc = self._popen.returncode
         assert rc is not None
         return rc
@@ -83,9 +88,39 @@ class ChildProcess:
         # WNOWAIT: only wait; the reaping waitpid happens in the trio thread.
         os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
 
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
-async def open_child(plan: LaunchPlan) -> ChildProcess:
-    """Spawn ``plan`` with piped stdio (in a new session, from the spawner thread).
+    async def aclose(self) -> None:
+        """Close the pipes (and the pidfd of a child never waited for).
+
+        Cancellation: the pipes are closed all the same.
+        """
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                await stream.aclose()
+        if self._popen.returncode is not None:
+            self._close_pidfd()
+
+
+async def open_child(
+    plan: LaunchPlan, *, stdin: bool = True, merge_stderr: bool = False, prepare: bool = True
+) -> ChildProcess:
+    """Spawn ``plan`` in a new session (its own process group) with piped stdio.
+
+    The new session detaches the child from the user's terminal, so it cannot read
+    from it or inject input; the process group lets the host signal the child and
+    its children at once.
+
+    Args:
+        plan: what to run.
+        stdin: pipe stdin (False: ``/dev/null``).
+        merge_stderr: send stderr into the stdout pipe (``stderr`` is then None).
+        prepare: run the plan's preparation in the child (limits, cgroup, death
+            with the host); False starts ``plan.argv`` as a plain process in a new
+            session (the unsandboxed ``bash`` tool). See :func:`sandbox.spawn`.
 
     Raises:
         OSError: the executable could not be started (not found, not executable).
@@ -95,27 +130,37 @@ async def open_child(plan: LaunchPlan) -> ChildProcess:
     the caller can always reap what was spawned.
     """
     # os.pipe() fds are close-on-exec (PEP 446); Popen dup2s the child's ends.
-    fds: list[int] = []
+    ours: list[int] = []
+    theirs: list[int] = []
     try:
-        in_r, in_w = os.pipe()
-        fds += [in_r, in_w]
-        out_r, out_w = os.pipe()
-        fds += [out_r, out_w]
-        err_r, err_w = os.pipe()
-        fds += [err_r, err_w]
-        popen = await trio.to_thread.run_sync(
-            functools.partial(spawn, plan, stdin=in_r, stdout=out_w, stderr=err_w)
+        child_in = subprocess.DEVNULL
+        if stdin:
+            child_in, w = os.pipe()
+            ours.append(w)
+            theirs.append(child_in)
+        r, child_out = os.pipe()
+        ours.append(r)
+        theirs.append(child_out)
+        child_err = subprocess.STDOUT
+        if not merge_stderr:
+            r, child_err = os.pipe()
+            ours.append(r)
+            theirs.append(child_err)
+        start = functools.partial(
+            spawn, plan, stdin=child_in, stdout=child_out, stderr=child_err, prepare=prepare
         )
+        popen = await trio.to_thread.run_sync(start)
     except BaseException:
-        for fd in fds:
+        for fd in ours + theirs:
             os.close(fd)
         raise
     # The child has its copies; ours must go so EOF reaches the other side.
-    for fd in (in_r, out_w, err_w):
+    for fd in theirs:
         os.close(fd)
+    streams = [trio.lowlevel.FdStream(fd) for fd in ours]
     return ChildProcess(
         popen,
-        trio.lowlevel.FdStream(in_w),
-        trio.lowlevel.FdStream(out_r),
-        trio.lowlevel.FdStream(err_r),
+        streams.pop(0) if stdin else None,
+        streams.pop(0),
+        streams.pop(0) if not merge_stderr else None,
     )

@@ -9,7 +9,7 @@ clash is logged once.
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import structlog
@@ -19,16 +19,20 @@ from ._api import CommandInfo, ToolInfo
 
 __all__ = ["Owner", "Registry"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 
 class Owner(Protocol):
     """What the registry needs of an extension."""
 
-    name: str
-    index: int
-    tools: dict[str, f.RegisterTool]
-    commands: dict[str, f.RegisterCommand]
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tools(self) -> Mapping[str, f.RegisterTool]: ...
+
+    @property
+    def commands(self) -> Mapping[str, f.RegisterCommand]: ...
 
     @property
     def listed(self) -> bool:
@@ -51,11 +55,12 @@ class Registry(typing.Generic[OwnerT]):
         self._logged: set[tuple[str, str, str]] = set()
 
     def rebuild(self, owners: Iterable[OwnerT]) -> bool:
-        """Recompute both maps; returns True when what the agent sees changed."""
+        """Recompute both maps from ``owners`` in load order; returns True when what
+        the agent sees changed."""
         before = (self.tool_infos(), self.command_infos())
         tools: dict[str, tuple[OwnerT, f.RegisterTool]] = {}
         commands: dict[str, tuple[OwnerT, f.RegisterCommand]] = {}
-        for owner in sorted(owners, key=lambda o: o.index):
+        for owner in owners:
             if not owner.listed:
                 continue
             for name, tool in owner.tools.items():

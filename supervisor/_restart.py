@@ -9,9 +9,8 @@ policy testable without processes.
 from __future__ import annotations
 
 import enum
-import random
 import signal
-from collections import deque
+from collections.abc import Sequence
 
 import msgspec
 
@@ -42,6 +41,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     #: Crashes inside the quarantine window, this one included.
     crashes: int = 0
     delay: float | None = None
+    #: The crash times to remember for the next decision (the window, pruned).
+    recent: tuple[float, ...] = ()
 
 
 def describe_exit(returncode: int | None) -> tuple[str, str | None]:
@@ -59,11 +60,12 @@ def decide(
     returncode: int | None,
     refused: str | None,
     early_exit: bool,
-    crashes: deque[float],
+    crashes: Sequence[float],
     now: float,
     config: SupervisorConfig,
+    jitter: float,
 ) -> Decision:
-    """Decide what follows one exit; records it in ``crashes`` when it counts as one.
+    """Decide what follows one exit; ``recent`` includes it when it counts as a crash.
 
     Args:
         name: the extension's name (quarantine advice names it).
@@ -71,27 +73,28 @@ def decide(
         returncode: exit status (negative: killed by that signal).
         refused: why the handshake refused the extension, if it did.
         early_exit: it exited before sending ``hello``.
-        crashes: monotonic times of recent crashes; pruned and appended to here.
+        crashes: monotonic times of earlier crashes (the previous ``recent``).
         now: the current monotonic time.
         config: backoff and quarantine settings.
+        jitter: the factor applied to the backoff delay; callers draw it from
+            ``random.uniform(0.8, 1.2)`` so restarts of many extensions spread out.
     """
     status, _ = describe_exit(returncode)
     if refused is not None:
-        return Decision(verdict=Verdict.FAILED, reason=refused)
+        return Decision(verdict=Verdict.FAILED, reason=refused, recent=tuple(crashes))
     reason = f"exited before sending hello ({status})" if early_exit else status
     clean = returncode == 0
     if policy == "never" or (clean and policy == "on-failure"):
-        return Decision(verdict=Verdict.STOPPED, reason=reason)
-    crashes.append(now)
-    while crashes and now - crashes[0] > config.quarantine_window:
-        crashes.popleft()
-    count = len(crashes)
+        return Decision(verdict=Verdict.STOPPED, reason=reason, recent=tuple(crashes))
+    recent = tuple(t for t in (*crashes, now) if now - t <= config.quarantine_window)
+    count = len(recent)
     if count >= config.quarantine_crashes:
         why = (
             f"crashed {count} times in {config.quarantine_window:g} s (last: {reason}); "
             f"run `corral ext enable {name}` or reload to try again"
         )
-        return Decision(verdict=Verdict.QUARANTINE, reason=why, crashes=count)
+        return Decision(verdict=Verdict.QUARANTINE, reason=why, crashes=count, recent=recent)
     base = min(config.restart_backoff_max, config.restart_backoff * 2.0 ** (count - 1))
-    delay = base * random.uniform(0.8, 1.2)
-    return Decision(verdict=Verdict.RESTART, reason=reason, crashes=count, delay=delay)
+    return Decision(
+        verdict=Verdict.RESTART, reason=reason, crashes=count, delay=base * jitter, recent=recent
+    )

@@ -2,28 +2,26 @@
 
 :func:`launch_request` builds what the sandbox needs (argv with an absolute
 interpreter, the allowlisted environment, the data directory); the sandbox turns it
-into a :class:`~sandbox.LaunchPlan`; :func:`spawn` starts the plan in its own
-session and process group, with the limits applied in the child before ``exec``.
+into a :class:`~sandbox.LaunchPlan`; :func:`~supervisor._process.open_child`
+starts the plan in its own session and process group, with the limits applied in
+the child before ``exec``.
 """
 
 from __future__ import annotations
 
 import os
-import py_compile
 import secrets
 import shutil
-import sys
 from pathlib import Path
 
-from sandbox import LaunchPlan, LaunchRequest, Pin
+from sandbox import LaunchRequest, Pin, host_environment
 
 from ._config import SupervisorConfig
 from ._config import data_dir as data_dir_of
 from ._frames import PROTOCOL_VERSION
 from ._manifest import ExtensionSpec
-from ._process import ChildProcess, open_child
 
-__all__ = ["INSTANCE_VAR", "SDK_DIR", "interpreter_argv", "launch_request", "sdk_bytecode", "spawn"]
+__all__ = ["INSTANCE_VAR", "SDK_DIR", "interpreter_argv", "launch_request"]
 
 #: Directory holding the stdlib-only Python SDK (``import corral_ext``).
 SDK_DIR = str(Path(__file__).with_name("_sdk"))
@@ -32,14 +30,6 @@ SDK_DIR = str(Path(__file__).with_name("_sdk"))
 #: which lets the supervisor find daemons that left the extension's process group.
 INSTANCE_VAR = "CORRAL_EXT_INSTANCE"
 
-_ENV_ALLOW = ("PATH", "HOME", "TERM", "TMPDIR", "USER")
-#: The locale variables of POSIX and glibc, and no other ``LC_*`` name: the host's
-#: environment may carry anything under that prefix.
-_LOCALE = (
-    "LANG", "LANGUAGE", "LC_ALL", "LC_ADDRESS", "LC_COLLATE", "LC_CTYPE",
-    "LC_IDENTIFICATION", "LC_MEASUREMENT", "LC_MESSAGES", "LC_MONETARY", "LC_NAME",
-    "LC_NUMERIC", "LC_PAPER", "LC_TELEPHONE", "LC_TIME",
-)  # fmt: skip
 _PY_LANGS = frozenset({"python", "python3", "py"})
 _JS_LANGS = frozenset({"javascript", "js", "node", "nodejs"})
 _JS_EXTS = (".js", ".mjs", ".cjs")
@@ -72,30 +62,8 @@ def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]
     return [spec.exec_path, *spec.manifest.args]
 
 
-def sdk_bytecode() -> bool:
-    """Make sure the SDK's bytecode sits beside it; True when it does.
-
-    Python extensions run with ``PYTHONDONTWRITEBYTECODE`` (the SDK directory is
-    shared, and read-only in a sandbox), so without this every start would compile
-    the SDK again: about 15 ms per extension. An installed package usually has the
-    bytecode already (pip compiles it); a source checkout gets it here, once.
-    (``PYTHONPYCACHEPREFIX`` is no way out: it moves the lookup for the whole
-    standard library too, which then compiles at every start.)
-    """
-    source = Path(SDK_DIR) / "corral_ext.py"
-    target = Path(SDK_DIR) / "__pycache__" / f"corral_ext.{sys.implementation.cache_tag}.pyc"
-    try:
-        if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
-            py_compile.compile(str(source), cfile=str(target), doraise=True)
-    except (OSError, py_compile.PyCompileError):
-        return False  # only slower: each extension compiles the SDK itself
-    return True
-
-
 def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:
-    host = os.environ
-    env = {k: host[k] for k in (*_ENV_ALLOW, *_LOCALE) if k in host}
-    env.update({k: host[k] for k in spec.manifest.permissions.env if k in host})
+    env = host_environment(spec.manifest.permissions.env)
     env["CORRAL_EXT_NAME"] = spec.name
     env["CORRAL_EXT_DIR"] = spec.dir
     env["CORRAL_PROTOCOL_VERSION"] = str(PROTOCOL_VERSION)
@@ -107,6 +75,8 @@ def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[
         # print() without flush would otherwise sit in a block buffer forever.
         env["PYTHONUNBUFFERED"] = "1"
         # The SDK directory is shared (and read-only in a sandbox): no __pycache__ there.
+        # Its bytecode comes with the installation (pip compiles it; ./dev compiles a
+        # checkout), so starts do not compile the SDK again.
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
@@ -139,19 +109,3 @@ def launch_request(
         hidden=[config.home],
     )
     return request, token
-
-
-async def spawn(plan: LaunchPlan) -> ChildProcess:
-    """Start a plan with piped stdio, in a new session (its own process group).
-
-    The new session detaches the extension from the user's terminal, so it cannot
-    read from it or inject input; the process group lets the shutdown ladder signal
-    the extension and its children at once.
-
-    Raises:
-        OSError: the executable could not be started.
-
-    Cancellation: not cancellable once started (milliseconds); the process is
-    returned and its caller owns reaping it.
-    """
-    return await open_child(plan)

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import psutil
+import msgspec
 import structlog
 import trio
 
@@ -31,26 +30,20 @@ from sandbox import (
 
 from . import _frames as f
 from ._api import (
-    CallTool,
-    EmitEvent,
-    EnableExtension,
+    CommandInfo,
     ExtensionInfo,
+    ExtensionKept,
     ExtensionRestarted,
     ExtensionStarted,
     ExtensionStopped,
-    Intercept,
     InterceptOutcome,
-    InvokeCommand,
-    ListExtensions,
-    Reload,
     ReloadStats,
-    Reply,
-    Request,
-    SetHostInfo,
-    SupervisorClient,
     SupervisorEvent,
+    ToolInfo,
     ToolsChanged,
 )
+from ._calls import Reply
+from ._client import SupervisorClient
 from ._config import HostInfo, SupervisorConfig, quarantine_file
 from ._exceptions import (
     SupervisorClosed,
@@ -59,24 +52,47 @@ from ._exceptions import (
     UnknownExtension,
     UnknownTool,
 )
-from ._extension import Extension, ExtensionState
+from ._extension import Extension
 from ._gate import ReloadGate
 from ._intercept import run_chain
+from ._lifecycle import ExtensionState
 from ._manifest import Discovery, ExtensionSpec, discover
 from ._reap import find_leftovers, kill_and_wait
 from ._registry import Registry
-from ._spawn import sdk_bytecode
+from ._requests import (
+    CallTool,
+    EmitEvent,
+    EnableExtension,
+    Intercept,
+    InvokeCommand,
+    ListExtensions,
+    Reload,
+    Request,
+    SetHostInfo,
+)
+from ._status import ProcessFigures, discovery_infos, extension_infos
+from ._swap import Swap, plan_swap
 from ._trust import TrustStore
 
 __all__ = ["open_supervisor"]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 T = typing.TypeVar("T")
 
 
 #: States of an extension that has not said ``hello`` yet (STOPPED: not even spawned).
 _SILENT = frozenset({ExtensionState.STOPPED, ExtensionState.STARTING})
+
+
+class _Settled:
+    """A ``task_status`` that only records that start-up is over."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+
+    def started(self, value: None = None) -> None:
+        self.event.set()
 
 
 @typing.final
@@ -111,9 +127,11 @@ class _Supervisor:
         self._sandbox = sandbox
         self._ext_paths = list(ext_paths)
         self._project_dir = project_dir
-        self._discover = discover
+        self._discover_installed = discover
         self._host = host
         self._exts: list[Extension] = []
+        #: The generation a reload is starting, until the swap.
+        self._incoming: list[Extension] = []
         self._trust = TrustStore(config.home)
         self._discovery = Discovery(specs=[], problems=[], duplicates=[])
         self._registry: Registry[Extension] = Registry(
@@ -127,21 +145,30 @@ class _Supervisor:
         self._reload_lock = trio.Lock()
         #: Intercept chains and reloads exclude each other (see ``_gate``).
         self._gate = ReloadGate()
-        self._psutil: dict[int, psutil.Process] = {}
+        self._figures = ProcessFigures()
         self._nursery: trio.Nursery | None = None
         self._closed = False
         #: While starting, registries are rebuilt once at the end, not per extension.
         self._starting = False
-        self.client = SupervisorClient(
-            self.submit,
-            self._subscribe,
-            self._registry.tool_infos,
-            self._registry.command_infos,
-        )
+        self.client = SupervisorClient(self)
+
+    def __repr__(self) -> str:
+        return f"<Supervisor extensions={len(self._exts)} closed={self._closed}>"
+
+    # --- what extensions need (ExtensionHost) -------------------------------------
+
+    def host_info(self) -> HostInfo:
+        """What ``hello_ack`` reports now."""
+        return self._host
+
+    def trust_problem(self, spec: ExtensionSpec) -> str | None:
+        """Why ``spec`` may not start now (None: it may); blocking."""
+        return self._trust.problem(spec)
 
     # --- events -------------------------------------------------------------------
 
-    def _subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
+    def subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
+        """A new event channel; it first learns what is already running."""
         send, recv = trio.open_memory_channel[SupervisorEvent](buffer)
         self._subscribers.append(send)
         # A new subscriber first learns what is already running.
@@ -164,7 +191,8 @@ class _Supervisor:
             note="; ".join(plan.notes) if plan else "",
         )
 
-    def _publish(self, event: SupervisorEvent) -> None:
+    def publish(self, event: SupervisorEvent) -> None:
+        """Send ``event`` to every subscriber; a full one loses it (counted, logged)."""
         for chan in list(self._subscribers):
             try:
                 chan.send_nowait(event)
@@ -175,8 +203,14 @@ class _Supervisor:
             except (trio.ClosedResourceError, trio.BrokenResourceError):
                 self._subscribers.remove(chan)
 
-    def _on_change(self, ext: Extension) -> None:
-        """An extension became ready, changed registrations, or left the registry."""
+    def extension_changed(self, ext: Extension) -> None:
+        """An extension became ready, changed registrations, or left the registry.
+
+        The generation a reload is starting is not in the set yet: it is announced
+        at the swap, all at once (see :meth:`_reload`).
+        """
+        if ext in self._incoming:
+            return
         if ext.serving and ext.pid is not None and self._announced.get(ext.name) != ext.pid:
             first = ext.name not in self._announced
             self._announced[ext.name] = ext.pid
@@ -184,9 +218,9 @@ class _Supervisor:
             if first:
                 if plan is not None and not plan.sandboxed:
                     log.warning("extension_unsandboxed", extension=ext.name, why=plan.notes)
-                self._publish(self._started_event(ext))
+                self.publish(self._started_event(ext))
             else:
-                self._publish(
+                self.publish(
                     ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts)
                 )
         if not self._starting:
@@ -197,21 +231,19 @@ class _Supervisor:
     def _quarantine_file(self, spec: ExtensionSpec) -> Path:
         return quarantine_file(self.config.home, spec.identity)
 
-    async def _start_all(
-        self, previous: list[Extension] | None = None, late_after: float | None = None
-    ) -> None:
-        assert self._nursery is not None
-        self._discovery = discover(
+    def _discover(self) -> Discovery:
+        """Read every manifest (blocking, quick); log what is wrong with them."""
+        found = discover(
             self._ext_paths,
             project_dir=self._project_dir,
             home=self.config.home,
-            include_installed=self._discover,
+            include_installed=self._discover_installed,
         )
-        for problem in self._discovery.problems:
+        for problem in found.problems:
             log.error(
                 "manifest_invalid", path=problem.path, field=problem.field, problem=problem.message
             )
-        for spec in self._discovery.specs:
+        for spec in found.specs:
             if spec.unknown_fields:
                 log.warning(
                     "manifest_unknown_fields",
@@ -219,62 +251,71 @@ class _Supervisor:
                     path=spec.manifest_path,
                     fields=spec.unknown_fields,
                 )
-        for shadowed, winner in self._discovery.duplicates:
+        for shadowed, winner in found.duplicates:
             log.warning(
                 "extension_duplicate",
                 extension=shadowed.name,
                 ignored=shadowed.manifest_path,
                 winner=winner.manifest_path,
             )
-        await trio.to_thread.run_sync(sdk_bytecode)
-        self._exts = [
-            Extension(
-                spec,
-                i,
-                self.config,
-                self._sandbox,
-                host_info=lambda: self._host,
-                publish=self._publish,
-                on_change=self._on_change,
-                quarantine_file=self._quarantine_file(spec),
-                trust=self._trust.problem,
-            )
-            for i, spec in enumerate(self._discovery.specs)
-        ]
-        before = {(e.name, e.spec.dir): e for e in previous or []}
-        for ext in self._exts:
-            old = before.get((ext.name, ext.spec.dir))
+        return found
+
+    def _generation(self, specs: list[ExtensionSpec], previous: list[Extension]) -> list[Extension]:
+        """New extensions for ``specs``, each continuing its previous run (by identity)."""
+        exts = [Extension(spec, self.config, self._sandbox, self) for spec in specs]
+        before = {e.spec.identity: e for e in previous}
+        for ext in exts:
+            old = before.get(ext.spec.identity)
             if old is not None:
                 ext.adopt(old)
+        return exts
+
+    async def _start_all(self) -> None:
+        self._discovery = self._discover()
+        self._exts = self._generation(self._discovery.specs, [])
         self._starting = True
         try:
-            for ext in self._exts:
-                ext.prepare()
-                self._nursery.start_soon(ext.supervise, name=f"extension:{ext.name}")
-            with trio.move_on_after(math.inf if late_after is None else late_after):
-                for ext in self._exts:
-                    await ext.settled.wait()
-            for ext in self._exts:
-                # Past the deadline, only one that has not said hello is left behind.
-                if ext.settled.is_set() or ext.state not in _SILENT:
-                    await ext.settled.wait()
-                else:
-                    log.warning("extension_late", extension=ext.name, after=late_after)
+            await self._start_each(self._exts, late_after=self.config.late_after)
         finally:
             self._starting = False
         self._on_change_all()
 
+    async def _start_each(self, exts: list[Extension], *, late_after: float | None = None) -> None:
+        """Start all in parallel; returns once each is ready or has given up (each wait
+        is bounded by the handshake deadline and the ready cap), or, with ``late_after``,
+        once each that said ``hello`` within that many seconds is."""
+        async with trio.open_nursery() as starting:
+            for ext in exts:
+                starting.start_soon(self._start, ext, late_after)
+
+    async def _start(self, ext: Extension, late_after: float | None = None) -> None:
+        """Start ``ext``'s owner task in the supervisor's nursery; returns once it settled,
+        or once ``late_after`` passed without a ``hello`` (it joins or fails on its own)."""
+        assert self._nursery is not None
+        name = f"extension:{ext.name}"
+        if late_after is None:
+            await self._nursery.start(ext.run, name=name)
+            return
+        settled = _Settled()
+        self._nursery.start_soon(functools.partial(ext.run, task_status=settled), name=name)
+        with trio.move_on_after(late_after):
+            await settled.event.wait()
+            return
+        if ext.state in _SILENT:
+            log.warning("extension_late", extension=ext.name, after=late_after)
+        else:  # it said hello in time: registration and ``ready`` are bounded
+            await settled.event.wait()
+
     async def _stop_all(self, exts: list[Extension]) -> int:
-        """Stop extensions in parallel, then sweep their leftovers in one pass."""
+        """Stop extensions in parallel, then sweep their leftovers in one pass.
+
+        Returns how many were serving.
+        """
         running = sum(1 for e in exts if e.serving)
-        for ext in exts:
-            ext.defer_sweep = True
-            ext.stop()
-        for ext in exts:
-            await ext.finished.wait()
-        tokens = [t for e in exts for t in e.tokens]
-        for ext in exts:
-            ext.tokens.clear()
+        tokens: list[str] = []
+        async with trio.open_nursery() as stopping:
+            for ext in exts:
+                stopping.start_soon(functools.partial(ext.stop, sweep_into=tokens))
         if tokens:
             found = await trio.to_thread.run_sync(find_leftovers, tokens)
             if found:
@@ -283,8 +324,6 @@ class _Supervisor:
                     await kill_and_wait(found)
                 if waited.cancelled_caught:
                     log.warning("leftovers_still_running", pids=[c.pid for c in found])
-        for ext in exts:
-            self._publish(ExtensionStopped(extension=ext.name, returncode=None))
         return running
 
     async def aclose(self) -> None:
@@ -292,78 +331,68 @@ class _Supervisor:
         self._closed = True
         cfg = self.config
         with trio.move_on_after(cfg.shutdown_grace + cfg.term_grace + 5):
-            await self._stop_all(self._exts)
+            await self._stop_all([*self._exts, *self._incoming])
+        for ext in self._exts:
+            self.publish(ExtensionStopped(extension=ext.name))
         for chan in self._subscribers:
             chan.close()
 
-    # --- requests ------------------------------------------------------------------------
+    # --- requests (Backend) --------------------------------------------------------------
 
-    def submit(self, req: Request) -> None:
-        """Route one request (never blocks; see :mod:`supervisor._api`)."""
-        reply = getattr(req, "reply", None)
+    def tool_infos(self) -> list[ToolInfo]:
+        """Extension tools registered now, in load order."""
+        return self._registry.tool_infos()
+
+    def command_infos(self) -> list[CommandInfo]:
+        """Extension commands registered now, in load order."""
+        return self._registry.command_infos()
+
+    def submit(self, req: Request) -> Reply[Any]:
+        """Route one request now (never blocks); the reply is answered exactly once."""
+        reply: Reply[Any] = Reply()
         if self._closed:
-            if isinstance(reply, Reply):
-                reply.fail(SupervisorClosed())
-            return
+            reply.fail(SupervisorClosed())
+            return reply
         try:
-            self._dispatch(req)
+            self._route(req, reply)
         except Exception:  # a bug here must not take every extension down
             log.exception("dispatch_failed", request=type(req).__name__)
-            if isinstance(reply, Reply):
-                reply.fail(SupervisorError("internal error; see the log"))
+            reply.fail(SupervisorError("internal error; see the log"))
+        return reply
 
-    def _dispatch(self, req: Request) -> None:
-        assert self._nursery is not None
-        if isinstance(req, CallTool):
-            owner = self._registry.tool_owner(req.name)
-            if owner is None:
-                req.reply.fail(UnknownTool(req.name))
-                return
-            name, args = req.name, req.args
-            owner.call(
-                "tool",
-                f"tool {name}",
-                lambda rid: f.ToolCall(id=rid, name=name, args=args),
-                req.reply,
-            )
-        elif isinstance(req, InvokeCommand):
-            cowner = self._registry.command_owner(req.name)
-            if cowner is None:
-                req.reply.fail(UnknownCommand(req.name))
-                return
-            cname, cargs = req.name, req.args.strip()
-            cowner.call(
-                "command",
-                f"command /{cname}",
-                lambda rid: f.CommandInvoked(id=rid, name=cname, args=cargs),
-                req.reply,
-            )
-        elif isinstance(req, Intercept):
-            if self._gate.is_open and not self._subscribers_of(req):
-                req.reply.set(InterceptOutcome(args=req.tool_args))
-            else:
-                self._start_answering(functools.partial(self._chain, req), req.reply)
-        elif isinstance(req, EmitEvent):
-            frame = f.Event(
-                event=req.event,
-                step=req.step,
-                tool_id=req.tool_id,
-                tool_name=req.tool_name,
-                tool_args=req.tool_args,
-                stop=req.stop,
-                text=req.text,
-            )
-            for ext in self._exts:
-                ext.send_event(frame)
-        elif isinstance(req, Reload):
-            self._start_answering(self._reload, req.reply)
-        elif isinstance(req, ListExtensions):
-            self._start_answering(self._list, req.reply)
-        elif isinstance(req, EnableExtension):
-            self._start_answering(functools.partial(self._enable, req.name), req.reply)
-        else:
-            assert isinstance(req, SetHostInfo)
-            self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
+    def _route(self, req: Request, reply: Reply[Any]) -> None:
+        match req:
+            case CallTool():
+                owner = self._registry.tool_owner(req.name)
+                if owner is None:
+                    reply.fail(UnknownTool(req.name))
+                else:
+                    owner.call_tool(req, reply)
+            case InvokeCommand():
+                cowner = self._registry.command_owner(req.name)
+                if cowner is None:
+                    reply.fail(UnknownCommand(req.name))
+                else:
+                    cowner.invoke_command(req, reply)
+            case Intercept():
+                if self._gate.is_open and not self._subscribers_of(req):
+                    reply.set(InterceptOutcome(args=req.tool_args))
+                else:
+                    self._start_answering(functools.partial(self._chain, req), reply)
+            case EmitEvent():
+                frame = f.Event(**msgspec.structs.asdict(req))  # the same fields
+                for ext in self._exts:
+                    ext.send_event(frame)
+                reply.set(None)
+            case Reload():
+                self._start_answering(self._reload, reply)
+            case ListExtensions():
+                self._start_answering(self._list, reply)
+            case EnableExtension():
+                self._start_answering(functools.partial(self._enable, req.name), reply)
+            case SetHostInfo():
+                self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
+                reply.set(None)
 
     def _start_answering(
         self, work: Callable[[Reply[T]], Awaitable[None]], reply: Reply[T]
@@ -399,33 +428,64 @@ class _Supervisor:
             reply.set(await run_chain(req, subs, self._intercept_warned))
 
     async def _reload(self, reply: Reply[ReloadStats]) -> None:
-        async with self._reload_lock, self._gate.reload():
+        """Start the new generation beside the running one, swap, stop what it replaced.
+
+        Every new extension is started (same sandbox, trust, pins and handshake as
+        any start) while the old ones keep serving; once each is ready or has given
+        up, :func:`~supervisor._swap.plan_swap` decides what goes in. The registry,
+        the interception chain and the listing switch in one step, under the reload
+        gate (chains in flight finish first, later ones see only the new set), and
+        then the replaced extensions are stopped. An extension whose new version did
+        not start keeps its old one running (``kept_old``, an ``ExtensionKept`` event).
+        """
+        async with self._reload_lock:
             log.info("reload_started")
             old = self._exts
-            stopped = await self._stop_all(old)
-            for ext in old:
+            for ext in old:  # a reload lifts quarantines
                 self._quarantine_file(ext.spec).unlink(missing_ok=True)
-            self._announced.clear()
-            await self._start_all(previous=old)
-            errors = [str(p) for p in self._discovery.problems]
-            errors += [
-                f"{e.name}: {e.problem}"
-                for e in self._exts
-                if e.problem and e.state is not ExtensionState.RUNNING
-            ]
-            stats = ReloadStats(
-                stopped=stopped,
-                loaded=sum(1 for e in self._exts if e.spec.manifest.enabled),
-                ready=sum(1 for e in self._exts if e.state is ExtensionState.RUNNING),
-                errors=errors,
+            discovery = self._discover()
+            self._incoming = self._generation(discovery.specs, old)
+            try:
+                await self._start_each(self._incoming)
+            finally:
+                incoming, self._incoming = self._incoming, []
+            swap = plan_swap(old, incoming, (p.path for p in discovery.problems))
+            async with self._gate.reload():
+                # One step, no checkpoint: every call and chain sees one generation.
+                self._discovery = discovery
+                self._exts = swap.exts
+                self._announce(swap)
+                self._on_change_all()
+            stopped = await self._stop_all(swap.retired)
+            await self._stop_all(swap.discarded)
+            stats = _reload_stats(discovery, swap, stopped)
+            log.info(
+                "reload_done",
+                stopped=stats.stopped,
+                loaded=stats.loaded,
+                ready=stats.ready,
+                kept_old=stats.kept_old,
             )
-            log.info("reload_done", stopped=stats.stopped, loaded=stats.loaded, ready=stats.ready)
             reply.set(stats)
+
+    def _announce(self, swap: Swap[Extension]) -> None:
+        """Events of a swap: the retired stopped, the new started, the kept kept."""
+        for ext in swap.retired:
+            self._announced.pop(ext.name, None)
+            self.publish(ExtensionStopped(extension=ext.name))
+        new = {e.name: e for e in swap.discarded}
+        for ext in swap.exts:
+            if ext in swap.kept:
+                why = new[ext.name].problem if ext.name in new else "its manifest did not load"
+                self.publish(ExtensionKept(extension=ext.name, pid=ext.pid, reason=why))
+            elif ext.serving and ext.pid is not None:
+                self._announced[ext.name] = ext.pid
+                self.publish(self._started_event(ext))
 
     def _on_change_all(self) -> None:
         """Rebuild the registry; announce ``tools_changed`` when the agent's view changed."""
         if self._registry.rebuild(self._exts):
-            self._publish(
+            self.publish(
                 ToolsChanged(
                     extension="*",
                     tools=self._registry.tool_infos(),
@@ -439,101 +499,36 @@ class _Supervisor:
             reply.fail(UnknownExtension(name))
             return
         self._quarantine_file(ext.spec).unlink(missing_ok=True)
-        if ext.finished.is_set() and ext.state is not ExtensionState.DISABLED:
-            assert self._nursery is not None
-            ext.reset_crashes()
-            ext.prepare()
-            self._nursery.start_soon(ext.supervise, name=f"extension:{name}")
-            await ext.settled.wait()
+        if not ext.active and ext.state is not ExtensionState.DISABLED:
+            ext.reset()
+            await self._start(ext)
         reply.set((await self._infos([ext]))[0])
 
     async def _list(self, reply: Reply[list[ExtensionInfo]]) -> None:
-        infos = await self._infos(self._exts)
-        infos += [
-            ExtensionInfo(
-                name=p.extension,
-                version="",
-                source="",
-                path=p.path,
-                state="invalid",
-                enabled=False,
-                problem=f"{p.field}: {p.message}" if p.field else p.message,
-            )
-            for p in self._discovery.problems
-        ]
-        infos += [
-            ExtensionInfo(
-                name=s.name,
-                version=s.manifest.version,
-                source=s.source,
-                path=s.dir,
-                state="duplicate",
-                enabled=s.manifest.enabled,
-                problem=f"shadowed by {w.dir} ({w.source})",
-            )
-            for s, w in self._discovery.duplicates
-        ]
-        reply.set(infos)
+        reply.set(await self._infos(self._exts) + discovery_infos(self._discovery))
 
     async def _infos(self, exts: list[Extension]) -> list[ExtensionInfo]:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
-        figures = await trio.to_thread.run_sync(self._figures, pids)
-        out = []
-        for e in exts:
-            plan = e.plan
-            out.append(
-                ExtensionInfo(
-                    name=e.name,
-                    version=e.spec.manifest.version,
-                    source=e.spec.source,
-                    path=e.spec.dir,
-                    state=e.state.value,
-                    enabled=e.spec.manifest.enabled,
-                    pid=e.pid if e.serving else None,
-                    sandboxed=bool(plan and plan.sandboxed),
-                    backend=plan.backend if plan else self._sandbox.backend,
-                    tools=sorted(e.tools),
-                    commands=sorted(e.commands),
-                    problem=e.problem,
-                    stats=e.stats(figures.get(e.pid) if e.pid is not None else None),
-                )
-            )
-        return out
+        figures = await trio.to_thread.run_sync(self._figures.measure, pids)
+        return extension_infos(exts, figures, self._sandbox.backend)
 
-    def _figures(self, pids: list[int]) -> dict[int, dict[str, Any]]:
-        """psutil figures per extension, summed over its process tree (blocking).
 
-        The tree matters: under bwrap the pid we spawned is bwrap itself, and the
-        extension runs below it. Runs in a worker thread.
-        """
-        out: dict[int, dict[str, Any]] = {}
-        seen: set[int] = set()
-        for pid in pids:
-            try:
-                root = self._psutil.get(pid)
-                if root is None:
-                    root = self._psutil[pid] = psutil.Process(pid)
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
-                self._psutil.pop(pid, None)
-                continue
-            rss = fds = 0
-            cpu = 0.0
-            for found in tree:
-                # Reuse Process objects: cpu_percent() measures since the last call.
-                proc = self._psutil.setdefault(found.pid, found)
-                try:
-                    with proc.oneshot():
-                        rss += proc.memory_info().rss
-                        fds += proc.num_fds() if hasattr(proc, "num_fds") else 0
-                        cpu += proc.cpu_percent(None)
-                except psutil.Error:
-                    self._psutil.pop(found.pid, None)
-            out[pid] = {"rss": rss, "cpu": round(cpu, 1), "fds": fds}
-            seen.update(p.pid for p in tree)
-        for gone in set(self._psutil) - seen:
-            del self._psutil[gone]
-        return out
+def _reload_stats(discovery: Discovery, swap: Swap[Extension], stopped: int) -> ReloadStats:
+    kept = {e.name for e in swap.kept}
+    errors = [str(p) for p in discovery.problems]
+    errors += [f"{e.name}: {e.problem}" for e in swap.discarded]
+    errors += [
+        f"{e.name}: {e.problem}"
+        for e in swap.exts
+        if e.name not in kept and e.problem and e.state is not ExtensionState.RUNNING
+    ]
+    return ReloadStats(
+        stopped=stopped,
+        loaded=len([s for s in discovery.specs if s.manifest.enabled]),
+        ready=sum(1 for e in swap.exts if e.name not in kept and e.state is ExtensionState.RUNNING),
+        errors=errors,
+        kept_old=sorted(kept),
+    )
 
 
 @asynccontextmanager
@@ -584,7 +579,7 @@ async def open_supervisor(
     async with trio.open_nursery() as nursery:
         sup._nursery = nursery
         try:
-            await sup._start_all(late_after=config.late_after)
+            await sup._start_all()
             yield sup.client
         finally:
             with trio.CancelScope(shield=True):

@@ -48,7 +48,7 @@ __all__ = [
     "trust_command",
 ]
 
-log = structlog.get_logger("corral.supervisor")
+log = structlog.get_logger(__name__)
 
 _STORE_MAX = 64 * 1024 * 1024
 

@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import compileall
 from collections.abc import Iterator
 
 import pytest
 import structlog
+
+from supervisor import SDK_DIR
+
+#: Fixtures that live in the helpers package: ``launch`` (an extension as a bare
+#: subprocess, for the SDK's and the examples' tests).
+pytest_plugins = ["helpers.extproc"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sdk_bytecode() -> None:
+    """Compile the extension SDK once, as ``pip install`` (or ``./dev``) does: a
+    checkout has no bytecode, and corral never writes any at run time."""
+    compileall.compile_dir(SDK_DIR, quiet=1)
 
 
 @pytest.fixture(autouse=True)

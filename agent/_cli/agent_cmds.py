@@ -22,12 +22,12 @@ import msgspec
 import structlog
 import trio
 
+from sandbox import SandboxMode
 from supervisor import SupervisorError
 
-from .._engine import AgentOptions
 from .._events import Done
 from .._exceptions import AgentError
-from .._host import AgentHost, open_agent
+from .._host import AgentHost, AgentOptions, open_agent
 from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
@@ -126,7 +126,7 @@ _OPTIONS = [
     ),
     click.option(
         "--sandbox",
-        type=click.Choice(["auto", "required", "off"]),
+        type=click.Choice([m.value for m in SandboxMode]),
         default="auto",
         show_default=True,
         help="Sandbox extensions and bash: best available, required, or off.",
@@ -372,7 +372,7 @@ async def report_extensions(host: AgentHost, renderer: HumanRenderer) -> None:
             log.error("tool_problem", problem=problem)
     if bare and renderer.human:  # else the supervisor logged extension_unsandboxed
         try:
-            why = getattr(select_sandbox(host.options.sandbox), "reason", "")  # type: ignore[arg-type]
+            why = getattr(select_sandbox(host.options.sandbox), "reason", "")
         except Exception:  # the supervisor chose already; the reason is a courtesy
             why = ""
         names = ", ".join(bare)
@@ -546,7 +546,7 @@ def chat_cmd(ctx: click.Context, options: AgentOptions) -> None:
 )
 @click.option(
     "--sandbox",
-    type=click.Choice(["auto", "required", "off"]),
+    type=click.Choice([m.value for m in SandboxMode]),
     default="auto",
     show_default=True,
     help="Sandbox the extensions: best available, required, or off.",

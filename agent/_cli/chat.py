@@ -33,10 +33,9 @@ import trio
 
 from supervisor import CommandOutcome, ExtensionInfo, SupervisorError, corral_home
 
-from .._engine import AgentOptions, Emit
-from .._events import Done
+from .._events import Done, Emit
 from .._exceptions import AgentError
-from .._host import AgentHost, open_agent
+from .._host import AgentHost, AgentOptions, open_agent
 from .._tools.dynamic import ToolDraft
 from .render import HumanRenderer, format_usage
 from .safe_text import visible
@@ -46,7 +45,7 @@ from .trust import ask_trust
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Built-in slash commands and what they do.
 BUILTIN_COMMANDS: dict[str, str] = {

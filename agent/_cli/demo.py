@@ -23,9 +23,8 @@ from typing import TextIO
 import psutil
 import trio
 
-from .._engine import AgentOptions
 from .._events import AgentEvent, AssistantMessage, ExtStatus, ToolResultEvent
-from .._host import AgentHost, open_agent
+from .._host import AgentHost, AgentOptions, open_agent
 from .._messages import TextContent, text_of
 from .chat import ChatSession, format_extensions
 from .render import HumanRenderer, text_of_blocks

@@ -10,10 +10,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import typing
 from pathlib import Path
@@ -22,9 +19,8 @@ from typing import Any
 import click
 import msgspec
 
-from sandbox import SandboxUnavailable, check_sandbox, format_report, select_sandbox
+from sandbox import SandboxMode, SandboxUnavailable, check_sandbox, format_report, select_sandbox
 from supervisor import (
-    MANIFEST_NAME,
     Discovery,
     ExtensionSpec,
     ManifestError,
@@ -35,53 +31,30 @@ from supervisor import (
     TrustVerdict,
     choice_file,
     corral_home,
-    data_dir,
     describe_permissions,
     discover,
-    identity_of,
     load_manifest,
     log_file,
     quarantine_file,
 )
 
+from .ext_files import UserError, cell, installed_dir
+from .ext_install import ext_install, ext_remove
 from .helptext import epilog
-from .safe_text import StreamSanitizer, visible_lines
-from .trust import describe, shadowed_by, visible
+from .safe_text import StreamSanitizer
+from .trust import describe, shadowed_by
 
 __all__ = ["ext_group", "sandbox_group"]
 
 
-class UserError(click.ClickException):
-    """A mistake the user can fix; shown as one line, exit status 1."""
-
-    def format_message(self) -> str:
-        # Messages quote manifests, paths, logs and git: every line made terminal-safe.
-        return "\n".join(visible_lines(self.message))
-
-
-def _home() -> Path:
-    return corral_home()
-
-
-def _installed_dir() -> Path:
-    return _home() / "extensions"
-
-
-def _is_git_url(source: str) -> bool:
-    if Path(source).exists():
-        return False
-    prefixes = ("http://", "https://", "git@", "ssh://", "git://", "file://")
-    return source.startswith(prefixes) or source.endswith(".git")
-
-
 def _found() -> Discovery:
-    return discover([], project_dir=os.getcwd(), home=str(_home()))
+    return discover([], project_dir=os.getcwd(), home=str(corral_home()))
 
 
 def _source_of(path: Path) -> Source:
     """Where a directory named by path lives: installed, project-local, or neither."""
     parent = path.expanduser().absolute().parent
-    if os.path.realpath(parent) == os.path.realpath(_installed_dir()):
+    if os.path.realpath(parent) == os.path.realpath(installed_dir()):
         return "global"
     if parent.name == "extensions" and parent.parent.name == ".corral":
         return "project"
@@ -102,7 +75,7 @@ def _resolve(target: str) -> tuple[ExtensionSpec, Discovery]:
         raise UserError(f"no extension named {target} here (known: {known}){hint}")
     path = Path(target).expanduser()
     try:
-        return load_manifest(path, _source_of(path), home=str(_home())), found
+        return load_manifest(path, _source_of(path), home=str(corral_home())), found
     except ManifestError as exc:
         raise UserError(str(exc)) from None
 
@@ -118,10 +91,6 @@ def _verify(store: TrustStore, spec: ExtensionSpec) -> TrustVerdict:
 _DESCRIPTION_WIDTH = 40
 
 
-def _cell(value: object) -> str:
-    return visible(str(value))
-
-
 def clip(text: str, width: int) -> str:
     """``text`` cut to ``width`` characters, with an ellipsis when cut."""
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -134,6 +103,10 @@ def ext_group() -> None:
     Installed extensions live in $CORRAL_HOME/extensions, project-local ones in
     .corral/extensions. None of these commands starts an extension.
     """
+
+
+ext_group.add_command(ext_install)
+ext_group.add_command(ext_remove)
 
 
 @ext_group.command(
@@ -157,7 +130,7 @@ def ext_group() -> None:
 @click.option(
     "--sandbox",
     "mode",
-    type=click.Choice(["auto", "required", "off"]),
+    type=click.Choice([m.value for m in SandboxMode]),
     default="auto",
     show_default=True,
 )
@@ -168,11 +141,11 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
     Every extension found: --ext paths, then project-local ones (.corral/extensions),
     then installed ones, in that order. Nothing is started.
     """
-    home = _home()
+    home = corral_home()
     found = discover(list(ext_paths), project_dir=os.getcwd(), home=str(home))
     store = TrustStore(home)
     try:
-        backend = select_sandbox(mode).backend  # type: ignore[arg-type]
+        backend = select_sandbox(mode).backend
         sandbox_note = backend if backend != "none" else "UNSANDBOXED"
     except SandboxUnavailable as exc:
         sandbox_note = f"REFUSED ({exc})"
@@ -247,190 +220,13 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
     cols = ["name", "version", "source", "state", "trust", "description"]
     cols += ["permissions_summary", "sandbox", "problem"]
     heads = {"permissions_summary": "PERMISSIONS"}
-    cells = [{c: _cell(r[c]) for c in cols} for r in rows]
-    for cell in cells:
-        cell["description"] = clip(cell["description"], _DESCRIPTION_WIDTH)
-    widths = {c: max(len(heads.get(c, c)), *(len(cell[c]) for cell in cells)) for c in cols[:-1]}
+    cells = [{c: cell(r[c]) for c in cols} for r in rows]
+    for shown in cells:
+        shown["description"] = clip(shown["description"], _DESCRIPTION_WIDTH)
+    widths = {c: max(len(heads.get(c, c)), *(len(row[c]) for row in cells)) for c in cols[:-1]}
     click.echo("  ".join(heads.get(c, c.upper()).ljust(widths.get(c, 0)) for c in cols).rstrip())
-    for cell in cells:
-        click.echo("  ".join(cell[c].ljust(widths.get(c, 0)) for c in cols).rstrip())
-
-
-#: Environment of ``git clone``: never ask for a password (fail instead).
-_GIT_ENV = {
-    "GIT_TERMINAL_PROMPT": "0",
-    "GIT_ASKPASS": "",
-    "SSH_ASKPASS": "",
-    "GCM_INTERACTIVE": "never",
-    "GIT_SSH_COMMAND": "ssh -o BatchMode=yes",
-}
-
-
-def _clone(source: str, dest: Path, timeout: float) -> None:
-    """Shallow-clone ``source`` into ``dest``; errors name ``source`` and quote git whole."""
-    if shutil.which("git") is None:
-        raise UserError("installing from a git URL needs `git` on PATH")
-    try:
-        proc = subprocess.run(
-            ["git", "clone", "--quiet", "--depth", "1", "--", source, str(dest)],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-            env={**os.environ, **_GIT_ENV},
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise UserError(
-            f"cannot clone {source}: git did not finish within {timeout:g} s "
-            "(unreachable host? raise --timeout)"
-        ) from None
-    if proc.returncode != 0:
-        said = proc.stderr.replace(str(dest), "<destination>").strip().splitlines()
-        detail = "\n".join("  " + line for line in said) or "  (git said nothing)"
-        raise UserError(f"cannot clone {source} (git exit {proc.returncode}):\n{detail}")
-
-
-@ext_group.command(
-    "install",
-    epilog=epilog(
-        examples=[
-            ("corral ext install ./examples/extensions/weather", ""),
-            ("corral ext install https://example.org/ext.git", "a git URL"),
-        ],
-        exit_codes=((0, "installed and pinned"), (1, "not installed; nothing left behind")),
-    ),
-)
-@click.argument("source")
-@click.option("--force", is_flag=True, help="Replace an installed extension of the same name.")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    default=120.0,
-    show_default=True,
-    help="Seconds a git clone may take.",
-)
-def ext_install(source: str, force: bool, timeout: float) -> None:
-    """Copy a directory (or shallow-clone a git URL) into $CORRAL_HOME/extensions and pin it."""
-    home = _home()
-    target_root = _installed_dir()
-    target_root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target_root, prefix=".install-"))
-    try:
-        src = staging / "src"
-        if _is_git_url(source):
-            _clone(source, src, timeout)
-        else:
-            path = Path(source)
-            if path.is_file() and path.name == MANIFEST_NAME:
-                path = path.parent
-            if not path.is_dir():
-                raise UserError(f"{source}: no such directory")
-            shutil.copytree(
-                path, src, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__")
-            )
-        store = TrustStore(home)
-        try:
-            spec = load_manifest(src, "global", home=str(home))
-            tree = store.digest(spec)  # the content does not depend on where it lies
-        except (ManifestError, TrustError) as exc:
-            # Name the user's source, not the staging directory it was copied to.
-            raise UserError(f"not installed: {str(exc).replace(str(src), source)}") from None
-        dest = target_root / spec.name
-        if dest.exists():
-            if not force:
-                raise UserError(
-                    f"{spec.name} is already installed at {dest}; "
-                    "use --force to replace it or `corral ext remove` first"
-                )
-            shutil.rmtree(dest)
-        src.rename(dest)
-        try:
-            # Pinned as installed, with its permissions resolved where it now lives.
-            spec = load_manifest(dest, "global", home=str(home))
-            pin = store.pin(spec, tree)
-        except (ManifestError, TrustError) as exc:
-            shutil.rmtree(dest, ignore_errors=True)
-            raise UserError(f"not installed: {exc}") from None
-        quarantine_file(home, spec.identity).unlink(missing_ok=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    click.echo(_cell(f"installed {spec.name} {spec.manifest.version} → {dest}"))
-    verdict = TrustVerdict(spec=spec, state=TrustState.TRUSTED, tree=tree, pin=pin)
-    for line in describe(verdict)[1:]:
-        click.echo(line)
-
-
-def _installed_names() -> list[str]:
-    root = _installed_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def _forget(home: Path, identity: str, *, purge: bool) -> None:
-    """Delete an extension's state: logs, quarantine record, choice, pin; data if ``purge``."""
-    if purge:
-        shutil.rmtree(data_dir(home, identity), ignore_errors=True)
-    log = log_file(home, identity)
-    for path in (log, log.with_name(log.name + ".1"), quarantine_file(home, identity)):
-        path.unlink(missing_ok=True)
-    choice_file(home, identity).unlink(missing_ok=True)
-    try:
-        TrustStore(home).unpin(identity)
-    except TrustError as exc:
-        raise UserError(f"removed, but its pin could not be dropped: {exc}") from None
-
-
-def _confirm(question: str, yes: bool) -> None:
-    """Ask ``question`` on a terminal; without one, only ``-y`` goes ahead."""
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise UserError("not asking without a terminal: add -y to go ahead")
-    if not click.confirm(question, default=False):
-        raise UserError("nothing removed")
-
-
-@ext_group.command(
-    "remove",
-    epilog=epilog(
-        examples=[
-            ("corral ext remove weather", "asks first"),
-            ("corral ext remove -y --purge weather", "data too, no question"),
-        ],
-        exit_codes=((0, "removed"), (1, "not installed, or not confirmed")),
-    ),
-)
-@click.argument("name")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask (needed without a terminal).")
-@click.option("--purge", is_flag=True, help="Delete its data directory too.")
-def ext_remove(name: str, yes: bool, purge: bool) -> None:
-    """Uninstall an extension; its data stays unless --purge.
-
-    Deletes the installed copy, its logs, quarantine record, enable/disable choice
-    and trust pin. Its data directory (under $CORRAL_HOME/data) is kept for a
-    reinstall, unless --purge. Asks first on a terminal.
-    """
-    home = _home()
-    dest = _installed_dir() / name
-    if "/" in name or name.startswith(".") or not dest.is_dir():
-        known = ", ".join(_installed_names()) or "none"
-        raise UserError(f"{name} is not installed (installed: {known})")
-    try:
-        identity = load_manifest(dest, "global", home=str(home)).identity
-    except ManifestError:
-        identity = identity_of(name, str(dest))  # installed under its name
-    data = data_dir(home, identity)
-    keeps = " and its data" if purge and data.exists() else ""
-    _confirm(f"Remove {name} ({dest}){keeps}?", yes)
-    shutil.rmtree(dest)
-    _forget(home, identity, purge=purge)
-    if data.exists():
-        click.echo(_cell(f"removed {name}; its data stays in {data} (--purge deletes it)"))
-    else:
-        click.echo(f"removed {name}")
+    for shown in cells:
+        click.echo("  ".join(shown[c].ljust(widths.get(c, 0)) for c in cols).rstrip())
 
 
 def _choose(target: str, enabled: bool) -> ExtensionSpec:
@@ -441,7 +237,7 @@ def _choose(target: str, enabled: bool) -> ExtensionSpec:
             f"{spec.dir} is neither installed nor project-local; an extension named with "
             "--ext runs because you name it: leave it out instead"
         )
-    path = choice_file(_home(), spec.identity)
+    path = choice_file(corral_home(), spec.identity)
     try:
         manifest = load_manifest(spec.dir, spec.source).manifest.enabled  # without a choice
     except ManifestError as exc:
@@ -471,7 +267,7 @@ def ext_enable(target: str) -> None:
     The choice is recorded under $CORRAL_HOME; the extension's files are not touched.
     """
     spec = _choose(target, True)
-    q = quarantine_file(_home(), spec.identity)
+    q = quarantine_file(corral_home(), spec.identity)
     lifted = q.exists()
     q.unlink(missing_ok=True)
     click.echo(f"enabled {spec.name}" + (" (quarantine lifted)" if lifted else ""))
@@ -515,7 +311,7 @@ def ext_trust(target: str, yes: bool) -> None:
             f"{spec.dir} is neither installed nor project-local (.corral/extensions/NAME); "
             "an extension named with --ext needs no trust"
         )
-    store = TrustStore(_home())
+    store = TrustStore(corral_home())
     verdict = _verify(store, spec)
     for line in describe(verdict, shadowed_by(found, spec)):
         click.echo(line)
@@ -548,7 +344,7 @@ def ext_untrust(target: str) -> None:
     """Forget an extension's pin: it will not start until trusted again."""
     spec, _ = _resolve(target)
     try:
-        found = TrustStore(_home()).unpin(spec.identity)
+        found = TrustStore(corral_home()).unpin(spec.identity)
     except TrustError as exc:
         raise UserError(str(exc)) from None
     if found:
@@ -589,7 +385,7 @@ class _LogPrinter:
 def ext_logs(target: str, follow: bool) -> None:
     """Print an extension's stderr log, control characters made visible."""
     spec, _ = _resolve(target)
-    path = log_file(_home(), spec.identity)
+    path = log_file(corral_home(), spec.identity)
     if not path.exists():
         raise UserError(f"no log for {spec.name} yet (looked for {path})")
     # The file keeps the bytes as written; only what reaches the terminal is escaped.

@@ -22,9 +22,8 @@ import trio
 
 from supervisor import ExtensionSpec, ManifestError, corral_home, load_manifest, log_file
 
-from .._engine import AgentOptions
 from .._exceptions import ExtensionFailed
-from .._host import AgentHost
+from .._host import AgentHost, AgentOptions
 
 __all__ = ["SignalCancel", "check_started", "requested_extensions"]
 

@@ -47,8 +47,9 @@ from .._events import (
     Usage,
     UsageTotals,
     UserMessage,
+    wire_event,
 )
-from .._messages import ImageContent, Message, TextContent, wire_message
+from .._messages import TextContent
 from .markdown import MarkdownStream
 from .safe_text import StreamSanitizer, visible, visible_lines
 from .screen import Activity, Terminal
@@ -153,7 +154,6 @@ class HumanRenderer:
         #: The session's totals, as the last ``usage`` event reported them.
         self.totals = UsageTotals()
         self.last_stop: str | None = None
-        self.last_error: str | None = None
 
     def __repr__(self) -> str:
         return f"<HumanRenderer color={self.style.enabled} markdown={self._use_markdown}>"
@@ -168,7 +168,7 @@ class HumanRenderer:
         self._source_of = source_of
 
     async def emit(self, event: AgentEvent) -> None:
-        """:data:`~agent._engine.Emit`-compatible wrapper around :meth:`show`.
+        """:data:`~agent.Emit`-compatible wrapper around :meth:`show`.
 
         Cancellation: not a checkpoint.
         """
@@ -349,7 +349,6 @@ class HumanRenderer:
     def _turn_end(self, event: TurnEnd) -> None:
         s = self.style
         self.last_stop = event.stop
-        self.last_error = event.error
         if event.stop != "tool_use":
             self._stop_waiting()
         error = visible(event.error) if event.error else None
@@ -412,7 +411,6 @@ class JsonRenderer:
     def __init__(self, out: TextIO) -> None:
         self._out = out
         self.last_stop: str | None = None
-        self.last_error: str | None = None
 
     def __repr__(self) -> str:
         return "<JsonRenderer>"
@@ -428,21 +426,5 @@ class JsonRenderer:
         """Write ``event`` as one line and flush."""
         if isinstance(event, TurnEnd):
             self.last_stop = event.stop
-            self.last_error = event.error
-        self._out.write(_encoder.encode(_wire(event)).decode("utf-8") + "\n")
+        self._out.write(_encoder.encode(wire_event(event)).decode("utf-8") + "\n")
         self._out.flush()
-
-
-def _wire(event: AgentEvent) -> AgentEvent:
-    """``event`` with image data replaced by byte counts, as on the RPC wire."""
-    if not isinstance(event, UserMessage | AssistantMessage | ToolResultEvent):
-        return event
-    if not any(isinstance(b, ImageContent) and b.data is not None for b in event.content):
-        return event
-    blocks = wire_message(Message(role="tool", content=list(event.content), time="")).content
-    if isinstance(event, ToolResultEvent):
-        images = [b for b in blocks if isinstance(b, TextContent | ImageContent)]
-        return ToolResultEvent(id=event.id, is_error=event.is_error, content=images)
-    if isinstance(event, UserMessage):
-        return UserMessage(content=blocks, time=event.time)
-    return AssistantMessage(content=blocks, time=event.time)

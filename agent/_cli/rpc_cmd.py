@@ -19,7 +19,7 @@ import click
 import structlog
 import trio
 
-from .._engine import AgentOptions
+from .._host import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
@@ -28,7 +28,7 @@ from .logs import configure_logging
 
 __all__ = ["rpc_cmd", "run_rpc"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 
 def _claim_stdio() -> tuple[int, int]:

@@ -48,7 +48,7 @@ from .retry import with_retries
 
 __all__ = ["API_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "AnthropicProvider"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-5"

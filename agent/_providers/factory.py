@@ -1,26 +1,26 @@
 """The provider factory: :class:`AgentOptions` to a :class:`Provider`.
 
 ``offline`` (the default) and ``scripted`` are built in. ``openai`` and
-``anthropic`` live in their own modules and are imported only when asked for, so a
-missing HTTP stack can never break offline use.
+``anthropic`` live in their own modules and are imported only when asked for, so
+offline use never pays for importing the HTTP stack.
 """
 
 from __future__ import annotations
 
-from .._engine import AgentOptions
-from .._exceptions import AgentError
+import typing
+
+from .._exceptions import UnknownProvider
 from .base import Provider
 from .offline import OfflineProvider
 from .scripted import ScriptedProvider, load_script
 
-__all__ = ["PROVIDERS", "UnknownProvider", "make_provider"]
+if typing.TYPE_CHECKING:  # _host imports this module: the type only, for annotations
+    from .._host import AgentOptions
+
+__all__ = ["PROVIDERS", "make_provider"]
 
 #: Valid ``--provider`` values.
 PROVIDERS = ("offline", "scripted", "openai", "anthropic")
-
-
-class UnknownProvider(AgentError):
-    """``--provider`` names no provider corral has, or one that cannot be set up."""
 
 
 def make_provider(options: AgentOptions) -> Provider:
@@ -42,14 +42,15 @@ def make_provider(options: AgentOptions) -> Provider:
             )
         return ScriptedProvider(load_script(options.script), model=options.model)
     if name == "openai":
-        # Imported here: the HTTP stack is optional and loaded on demand.
-        from .openai import OpenAIProvider  # type: ignore[import-not-found, unused-ignore]
+        # Imported here, not at the top: httpx and the HTTP providers take a while to
+        # import, and offline use needs neither.
+        from .openai import OpenAIProvider
 
         return OpenAIProvider(
             options.model, options.base_url, options.api_key, settings=options.provider_settings
         )
     if name == "anthropic":
-        from .anthropic import AnthropicProvider  # type: ignore[import-not-found, unused-ignore]
+        from .anthropic import AnthropicProvider
 
         return AnthropicProvider(
             options.model, options.base_url, options.api_key, settings=options.provider_settings

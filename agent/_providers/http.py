@@ -45,7 +45,7 @@ __all__ = [
     "usage_event",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Characters of a server's message or a bad line quoted in an error.
 _EXCERPT = 300

@@ -35,6 +35,7 @@ from typing import Any
 import trio
 
 from .._messages import Message, ToolCallContent, ToolResultContent, text_of
+from .._tools import BUILTIN_TOOLS
 from .._transcript import SUMMARY_PREFIX, is_compaction, local_summary
 from .base import (
     ModelInfo,
@@ -49,7 +50,7 @@ from .base import (
 
 __all__ = ["OfflineProvider", "plan_reply"]
 
-_BUILTINS = frozenset({"read", "write", "edit", "bash"})
+_BUILTINS = frozenset(BUILTIN_TOOLS)
 _MAX_CALLS = 8
 _SAY = re.compile(
     r"^\s*(?:please\s+)?(?:say|repeat|echo)\b\s*(?::\s*(.+)|([\"'“`])(.*?)[\"'”`])", re.I | re.S

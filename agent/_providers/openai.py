@@ -52,7 +52,7 @@ from .retry import with_retries
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProvider"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: Used when no model is configured and the base URL is OpenAI's own.

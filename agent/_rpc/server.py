@@ -11,8 +11,8 @@ The protocol is seeds/rpc.md plus corral's additions (``docs/rpc.md``); one
 * prompts and compactions are queued on the runtime, answered ``started`` when
   accepted; ``ext_*`` commands run one at a time, in order, in their own task, so a
   slow ``/command`` never delays an ``abort``;
-* one writer task owns stdout and writes what producers queue, batched; a
-  response finding it idle is written at once instead (one hop less).
+* one :class:`~supervisor.LineWriter` owns stdout: a line finding it idle is
+  written at once, the others are queued and written by its task, batched.
 
 Ids are kept as raw JSON and echoed byte for byte. End of input lets queued work
 finish, then :func:`serve_rpc` returns 0.
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hmac
-import importlib.metadata
 import re
 import typing
 from typing import Any
@@ -32,11 +32,11 @@ import msgspec
 import structlog
 import trio
 
-from supervisor import SupervisorError
+from supervisor import VERSION, LineReader, LineWriter, Oversize, SupervisorError
 
-from .._events import AgentEvent, AssistantMessage, ToolCallEvent, ToolResultEvent, UserMessage
+from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError
-from .._messages import ImageContent, Message, wire_message
+from .._messages import ImageContent, wire_message
 from .._registry import ToolKind
 from .._runtime import Runtime
 
@@ -51,7 +51,7 @@ __all__ = [
     "serve_rpc",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Major version of the wire schema (the ``hello`` response's ``protocol_version``).
 PROTOCOL_VERSION = 1
@@ -185,13 +185,6 @@ _encoder = msgspec.json.Encoder()
 _ID_IN_PREFIX = re.compile(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,200}"|-?\d[\d.eE+-]{0,40})')
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("corral")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
 def _id_ok(raw: msgspec.Raw) -> bool:
     first = memoryview(raw)[:1].tobytes()
     return first in (b"n", b'"', b"-") or first.isdigit()
@@ -244,16 +237,6 @@ def _images(images: list[ImageIn]) -> list[ImageContent]:
     return out
 
 
-def wire_event(event: AgentEvent) -> AgentEvent:
-    """``event`` as the wire shows it: images as byte counts instead of base64."""
-    if not isinstance(event, UserMessage | AssistantMessage | ToolResultEvent) or not any(
-        isinstance(b, ImageContent) and b.data is not None for b in event.content
-    ):
-        return event
-    shown = wire_message(Message(role="user", content=list(event.content), time=""))
-    return msgspec.structs.replace(event, content=shown.content)
-
-
 class AttributedToolResult(ToolResultEvent, frozen=True, tag="tool_result", omit_defaults=True):
     """``tool_result`` with corral's additive ``extension``: the extension that ran the tool.
 
@@ -270,73 +253,6 @@ def encode_line(frame: AgentEvent | Response) -> bytes:
     return _encoder.encode(frame) + b"\n"
 
 
-# --- input --------------------------------------------------------------------------
-
-
-class Oversize(typing.NamedTuple):
-    """A line longer than the limit, skipped: its size and its first bytes."""
-
-    size: int
-    head: bytes
-
-
-@typing.final
-class LineReader:
-    """Lines from a byte stream, never buffering more than ``limit`` bytes of one line."""
-
-    def __init__(self, stream: trio.abc.ReceiveStream, limit: int, chunk: int = 65536) -> None:
-        self._stream = stream
-        self._limit = limit
-        self._chunk = chunk
-        self._buf = bytearray()
-        self._pos = 0
-        self._scan = 0
-        self._skipped: int | None = None  # bytes of an oversize line dropped so far
-        self._head = b""
-        self._eof = False
-
-    def __repr__(self) -> str:
-        return f"<LineReader buffered={len(self._buf) - self._pos} limit={self._limit}>"
-
-    async def next(self) -> bytes | Oversize | None:
-        """The next line (newline stripped), an :class:`Oversize`, or None at the end.
-
-        Cancellation: no data is lost; the next call goes on where this one stopped.
-        """
-        while True:
-            newline = self._buf.find(b"\n", self._scan)
-            if newline < 0 and self._eof and self._pos < len(self._buf):
-                newline = len(self._buf)  # the last line has no newline
-            if newline >= 0:
-                line = bytes(self._buf[self._pos : newline])
-                self._pos = self._scan = newline + 1
-                if self._pos > 65536 and self._pos * 2 > len(self._buf):
-                    del self._buf[: self._pos]
-                    self._scan = self._pos = 0
-                if self._skipped is None and len(line) <= self._limit:
-                    return line
-                head = self._head if self._skipped is not None else line[:4096]
-                size, self._skipped = (self._skipped or 0) + len(line), None
-                return Oversize(size, head)
-            if self._eof:
-                if self._skipped is None:
-                    return None
-                size, self._skipped = self._skipped, None
-                return Oversize(size, self._head)
-            pending = len(self._buf) - self._pos
-            if self._skipped is not None or pending > self._limit:
-                # Too long already: remember its start (for the id), drop the rest.
-                if self._skipped is None:
-                    self._head, self._skipped = bytes(self._buf[self._pos : self._pos + 4096]), 0
-                self._skipped += pending
-                self._buf.clear()
-                self._pos = 0
-            self._scan = len(self._buf)
-            data = await self._stream.receive_some(self._chunk)
-            self._eof = not data
-            self._buf += data
-
-
 # --- the server ---------------------------------------------------------------------
 
 
@@ -347,15 +263,9 @@ class _Server:
         self._token = token.encode() if token is not None else None
         self._line_limit = line_limit
         self._authed = token is None
-        self._out, self._out_receive = trio.open_memory_channel[bytes](_OUT_BUFFER)
         self._ext_in, self._ext_out = trio.open_memory_channel[tuple[ExtOp, str]](_EXT_BACKLOG)
         self._stdout_broken = False
-        self._stdout: trio.abc.SendStream | None = None
-        self._serve_scope: trio.CancelScope | None = None
-        #: Held while something is being written to stdout.
-        self._write_lock = trio.Lock()
-        #: Lines handed to the writer and not yet written.
-        self._pending = 0
+        self._writer: LineWriter | None = None
         #: Tool call id to the extension running it, until its result is sent.
         self._sources: dict[str, str] = {}
 
@@ -363,14 +273,10 @@ class _Server:
         return f"<RpcServer authed={self._authed} runtime={self._rt!r}>"
 
     async def _send(self, line: bytes) -> None:
-        self._pending += 1
-        try:
-            await self._out.send(line)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._pending -= 1  # the writer is gone (stdout closed): nobody to tell
-        except BaseException:
-            self._pending -= 1
-            raise
+        assert self._writer is not None
+        # stdout gone: nobody to tell (serving stops, see _write).
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._writer.write(line)
 
     async def _emit(self, event: AgentEvent) -> None:
         if isinstance(event, ToolCallEvent):
@@ -393,44 +299,14 @@ class _Server:
         response = Response(
             id=ident, command=command, success=error is None, data=data, error=error
         )
-        line = encode_line(response)
-        if self._pending or self._stdout is None or self._write_lock.locked():
-            await self._send(line)
-            return
-        # Fast path: nothing queued and nobody writing, so the line goes out now,
-        # without a hop through the writer task (that hop would double the latency
-        # of a ping). Only the reader and the ext task take it, never the job task,
-        # whose writes an abort may cancel half-way.
-        self._write_lock.acquire_nowait()
-        try:
-            await self._write_out(line)
-        finally:
-            self._write_lock.release()
+        await self._send(encode_line(response))
 
-    async def _write_out(self, data: bytes) -> None:
-        assert self._stdout is not None
-        assert self._serve_scope is not None
-        try:
-            await self._stdout.send_all(data)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            if not self._stdout_broken:
-                log.warning("rpc_stdout_closed")
+    async def _write(self, writer: LineWriter, serving: trio.CancelScope) -> None:
+        await writer.run()
+        if writer.broken:
+            log.warning("rpc_stdout_closed")
             self._stdout_broken = True
-            self._serve_scope.cancel()
-
-    async def _write(self) -> None:
-        async with self._out_receive as lines:
-            async for first in lines:
-                batch = [first]
-                # Everything already queued goes out in one write.
-                while len(batch) < 256:
-                    try:
-                        batch.append(lines.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                async with self._write_lock:
-                    await self._write_out(b"".join(batch))
-                self._pending -= len(batch)
+            serving.cancel()
 
     async def _pump(self, events: trio.MemoryReceiveChannel[AgentEvent]) -> None:
         async for event in events:
@@ -438,9 +314,9 @@ class _Server:
 
     async def serve(self, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream) -> int:
         status = 0
+        self._writer = writer = LineWriter(stdout, _OUT_BUFFER, batch=256)
         async with trio.open_nursery() as io:
-            self._stdout, self._serve_scope = stdout, io.cancel_scope
-            io.start_soon(self._write)
+            io.start_soon(self._write, writer, io.cancel_scope)
             try:
                 with self._rt.events(buffer=_OUT_BUFFER) as ext_events:
                     async with trio.open_nursery() as tasks:
@@ -456,7 +332,7 @@ class _Server:
                             await self._rt.join()  # end of input: queued work finishes
                         tasks.cancel_scope.cancel()
             finally:
-                self._out.close()  # the writer drains what is queued, then ends
+                writer.close()  # the writer drains what is queued, then ends
         return 1 if self._stdout_broken else status
 
     def _parse(self, item: bytes | Oversize) -> Command | _Bad | None:
@@ -583,7 +459,7 @@ class _Server:
             state = rt.state()
             return {
                 "protocol_version": PROTOCOL_VERSION,
-                "version": _version(),
+                "version": VERSION,
                 "provider": state.provider,
                 "model": state.model,
                 "commands": list(COMMANDS),

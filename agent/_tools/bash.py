@@ -34,12 +34,8 @@ and the latest lines are always the ones shown.
 from __future__ import annotations
 
 import collections
-import contextlib
-import functools
-import os
 import shutil
 import signal
-import subprocess
 import typing
 from typing import Any
 
@@ -53,9 +49,10 @@ from sandbox import (
     Permissions,
     Sandbox,
     ShellRequest,
+    host_environment,
     plan_shell,
 )
-from sandbox import spawn as sandbox_spawn
+from supervisor import ChildProcess, open_child, signal_group
 
 from .._exceptions import ToolError
 from .._messages import TextContent
@@ -66,9 +63,10 @@ from .files import decode_args
 
 __all__ = ["PROGRESS_BURST", "PROGRESS_INTERVAL", "BashTool", "BoundedOutput", "ProgressLines"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
-_ENV_ALLOW = ("PATH", "HOME", "LANG", "TERM", "TMPDIR", "USER", "SHELL", "TZ")
+#: Host variables the shell sees besides the allowlist of everything corral starts.
+_ENV_EXTRA = ("SHELL", "TZ")
 #: After the shell exits or is killed, wait this long for the pipe to close.
 _DRAIN_GRACE = 2.0
 #: Bound on the shielded reap after SIGKILL (it is immediate in practice).
@@ -188,106 +186,10 @@ class BashArgs(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _environment(root: str) -> dict[str, str]:
-    env = {k: os.environ[k] for k in _ENV_ALLOW if k in os.environ}
-    env.update({k: v for k, v in os.environ.items() if k.startswith("LC_")})
+    env = host_environment(_ENV_EXTRA)
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env["PWD"] = root
     return env
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-class _Child(typing.Protocol):
-    """A started command: its pid, merged output, exit status and a way to wait."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    @property
-    def stdout(self) -> trio.abc.ReceiveStream: ...
-
-    async def wait(self) -> int: ...
-
-    async def aclose(self) -> None: ...
-
-
-@typing.final
-class _TrioChild:
-    """A :class:`trio.Process` (the unsandboxed path)."""
-
-    def __init__(self, proc: trio.Process) -> None:
-        assert proc.stdout is not None
-        self._proc = proc
-        self.stdout: trio.abc.ReceiveStream = proc.stdout
-
-    def __repr__(self) -> str:
-        return f"<_TrioChild pid={self._proc.pid}>"
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._proc.returncode
-
-    async def wait(self) -> int:
-        return await self._proc.wait()
-
-    async def aclose(self) -> None:
-        await self.stdout.aclose()
-
-
-@typing.final
-class _PopenChild:
-    """A :class:`subprocess.Popen` started by the sandbox, awaited without polling.
-
-    On Linux a pidfd becomes readable when the process exits; elsewhere the
-    blocking ``wait`` runs in a worker thread.
-    """
-
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
-        assert popen.stdout is not None
-        self._popen = popen
-        self.stdout: trio.abc.ReceiveStream = trio.lowlevel.FdStream(os.dup(popen.stdout.fileno()))
-        popen.stdout.close()
-        self._pidfd: int | None = None
-        if hasattr(os, "pidfd_open"):
-            with contextlib.suppress(OSError):
-                self._pidfd = os.pidfd_open(popen.pid)
-
-    def __repr__(self) -> str:
-        return f"<_PopenChild pid={self._popen.pid}>"
-
-    @property
-    def pid(self) -> int:
-        return self._popen.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._popen.returncode
-
-    async def wait(self) -> int:
-        if self._popen.returncode is not None:
-            return self._popen.returncode
-        if self._pidfd is not None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
-            return self._popen.wait()
-        return await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
-
-    async def aclose(self) -> None:
-        await self.stdout.aclose()
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
 
 
 @typing.final
@@ -415,31 +317,18 @@ class BashTool:
             return error_result(str(exc))
         return await self._execute(argv, env, plan, timeout, ProgressLines(progress))
 
-    async def _spawn(self, argv: list[str], env: dict[str, str], plan: LaunchPlan | None) -> _Child:
+    async def _spawn(
+        self, argv: list[str], env: dict[str, str], plan: LaunchPlan | None
+    ) -> ChildProcess:
         if plan is None:
-            proc = await trio.lowlevel.open_process(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=self.workspace.root,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
+            # No sandbox: a plain process in a new session, output and errors merged.
+            plain = LaunchPlan(
+                argv=argv, env=env, cwd=self.workspace.root, backend="none", sandboxed=False
             )
-            return _TrioChild(proc)
+            return await open_child(plain, stdin=False, merge_stderr=True, prepare=False)
         # The sandbox forks from its own long-lived thread (PR_SET_PDEATHSIG is tied
         # to the forking thread); the call blocks only for the fork itself.
-        popen = await trio.to_thread.run_sync(
-            functools.partial(
-                sandbox_spawn,
-                plan,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        return _PopenChild(popen)
+        return await open_child(plan, stdin=False, merge_stderr=True)
 
     async def _execute(
         self,
@@ -456,12 +345,14 @@ class BashTool:
             return error_result(f"bash: cannot start {argv[0]}: {exc.strerror}")
         output = BoundedOutput(self._output_limit)
         timed_out = False
+        stdout = child.stdout
+        assert stdout is not None
         try:
             drained = trio.Event()
 
             async def drain() -> None:
                 try:
-                    while chunk := await child.stdout.receive_some(65536):
+                    while chunk := await stdout.receive_some(65536):
                         output.feed(chunk)
                         lines.feed(bytes(chunk))
                 except (trio.ClosedResourceError, trio.BrokenResourceError):
@@ -475,14 +366,14 @@ class BashTool:
                     await child.wait()
                 timed_out = scope.cancelled_caught
                 # Background jobs keep the pipe open; nothing may outlive the call.
-                _kill_group(child.pid)
+                signal_group(child.pid, signal.SIGKILL)
                 with trio.move_on_after(_DRAIN_GRACE):
                     await drained.wait()
                 nursery.cancel_scope.cancel()
             await lines.flush()
         finally:
             with trio.CancelScope(shield=True):
-                _kill_group(child.pid)
+                signal_group(child.pid, signal.SIGKILL)
                 with trio.move_on_after(_REAP_GRACE):
                     await child.wait()
                 await child.aclose()

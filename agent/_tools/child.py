@@ -35,7 +35,7 @@ from sandbox import spawn as sandbox_spawn
 
 __all__ = ["Child", "StopLadder", "exit_text", "open_child"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Bound on the shielded reap after SIGKILL (immediate in practice).
 _REAP_GRACE = 5.0

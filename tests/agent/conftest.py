@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agent_helpers import children
+from helpers.procs import children
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ import trio
 from click.testing import CliRunner, Result
 from structlog.testing import capture_logs
 
+from agent import InterventionRecord
 from agent._audit import AuditLog, AuditRecord, audit_path, read_audit, select_records
 from agent._cli.audit_cmd import parse_since
 from agent._cli.main import main
-from agent._messages import InterventionRecord
 from supervisor import InterventionKind
 
 REWRITE = InterventionRecord(

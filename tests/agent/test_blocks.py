@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import write_ext
-from http_fakes import OPENAI_FULL, Reply, open_fake_server
+from helpers.agentkit import write_ext
+from helpers.http_fakes import OPENAI_FULL, Reply, open_fake_server
 from test_runtime import opts
 
-from agent._engine import AgentOptions
+from agent import AgentOptions
 from agent._events import Done, ToolResultEvent, TurnEnd
 from agent._messages import (
     MAX_IMAGE_BYTES,

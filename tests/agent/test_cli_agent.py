@@ -11,8 +11,9 @@ import signal
 from pathlib import Path
 
 import pytest
-from agent_helpers import EXAMPLES, finish, probe, read_until, script, spawn_corral
 from click.testing import CliRunner, Result
+from helpers.agentkit import finish, probe, read_until, script, spawn_corral
+from helpers.paths import EXAMPLES
 
 from agent._cli.main import main
 
@@ -190,6 +191,7 @@ def test_chat_reload_ext_and_eof(home: Path, work: Path) -> None:
     assert "bye" in result.stdout
 
 
+@pytest.mark.slow
 def test_demo(home: Path) -> None:
     result = CliRunner().invoke(main, ["demo"], catch_exceptions=False)
     out = result.stdout
@@ -220,6 +222,7 @@ def slow_script(tmp_path: Path) -> str:
     return script(tmp_path, call, {"text": "never"}, {"text": "later answer"})
 
 
+@pytest.mark.slow
 def test_chat_ctrl_c_cancels_the_turn_then_exits(home: Path, work: Path, slow_script: str) -> None:
     proc = spawn_corral(
         ["chat", "--no-extensions", "--sandbox", "off", "--script", slow_script], home, work
@@ -240,6 +243,7 @@ def test_chat_ctrl_c_cancels_the_turn_then_exits(home: Path, work: Path, slow_sc
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_run_ctrl_c_aborts_with_130(home: Path, work: Path, slow_script: str) -> None:
     proc = spawn_corral(
         ["run", "--json", "--no-extensions", "--sandbox", "off", "--script", slow_script, "go"],

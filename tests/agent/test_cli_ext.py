@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from helpers.paths import EXAMPLES
 
 from agent._cli.main import main
 from supervisor import data_dir, identity_of, log_file, quarantine_file
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples" / "extensions"
 
 
 @pytest.fixture

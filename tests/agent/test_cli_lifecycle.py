@@ -15,7 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_helpers import REPO, chaos, finish, read_until, script, spawn_corral
+from helpers.agentkit import chaos, finish, read_until, script, spawn_corral
+from helpers.paths import REPO
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 import pytest
 import trio
-from agent_helpers import EXAMPLES, REPO
 from click.testing import CliRunner
+from helpers.paths import EXAMPLES, REPO
 
 from agent._cli.main import COMMANDS, main
 from agent._cli.render import HumanRenderer

@@ -20,7 +20,8 @@ import pexpect
 import psutil
 import pyte
 import pytest
-from agent_helpers import REPO, script
+from helpers.agentkit import script
+from helpers.paths import REPO
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

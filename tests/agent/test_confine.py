@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from agent._messages import TextContent
+from agent import TextContent
 from agent._registry import ToolRunResult
 from agent._tools.confine import Workspace
 from agent._tools.files import EditTool, ReadTool, WriteTool

@@ -17,8 +17,8 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from agent_helpers import REPO
 from click.testing import CliRunner
+from helpers.paths import REPO
 
 from agent._cli.main import main
 

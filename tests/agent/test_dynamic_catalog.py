@@ -192,6 +192,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", ["db", "json"])
 def test_a_crash_mid_write_leaves_a_whole_catalog(tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"catalog.{suffix}"

@@ -21,7 +21,7 @@ import msgspec
 import psutil
 import pytest
 import trio
-from agent_helpers import options, results_by_id, script
+from helpers.agentkit import options, results_by_id, script
 
 import sandbox
 from agent import AgentOptions, open_runtime
@@ -151,6 +151,7 @@ def _probes(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("bwrap")
 async def test_the_caps_and_the_sandbox_hold_inside_the_loop(
     home: Path, work: Path, tmp_path: Path
@@ -217,6 +218,7 @@ async def test_dynamic_tools_are_off_unless_asked_for(
     assert not (home / "state" / "dynamic-tools.db").exists()
 
 
+@pytest.mark.slow
 async def test_without_a_sandbox_the_caps_and_limits_still_hold(
     home: Path, work: Path, tmp_path: Path
 ) -> None:

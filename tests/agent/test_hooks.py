@@ -13,11 +13,19 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import EXAMPLES, Collector, chaos, options, probe, script
+from helpers.agentkit import Collector, chaos, options, probe, script
+from helpers.paths import EXAMPLES
 
-from agent._events import ExtDisplay, ExtStatus, TurnEnd
-from agent._host import open_agent
-from agent._messages import TextContent, ToolCallContent, text_of
+from agent import (
+    AgentOptions,
+    ExtDisplay,
+    ExtStatus,
+    TextContent,
+    ToolCallContent,
+    TurnEnd,
+    open_agent,
+)
+from agent._messages import text_of
 from supervisor import identity_of, log_file
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -129,6 +137,7 @@ async def test_suppressed_assistant_message(
     assert text_of(messages[-1]) == "chatter"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "blocked"),
     [("block", True), ("allow", False), ("crash", False), ("badargs", False), ("garbage", False)],
@@ -175,18 +184,25 @@ async def test_rewritten_args_from_the_probe(
     assert events.calls()[0].args == {"original": 1}
 
 
+def _scripted_chaos(
+    tmp_path: Path, home: Path, work: Path, ext_dir: Path, flags: list[str], turns: list[Any]
+) -> AgentOptions:
+    """A scripted session with one chaos extension run with ``flags``."""
+    return options(
+        home,
+        work,
+        ext_paths=[chaos(ext_dir, *flags)],
+        script=script(tmp_path, *turns),
+        provider="scripted",
+    )
+
+
 async def test_extension_crash_mid_tool_call_and_the_session_goes_on(
     tmp_path: Path, home: Path, work: Path, ext_dir: Path
 ) -> None:
     call = {"tool_calls": [{"name": "chaos_echo", "args": {"text": "boom"}}]}
-    path = script(tmp_path, call, {"text": "sorry"}, {"text": "still here"})
-    opts = options(
-        home,
-        work,
-        ext_paths=[chaos(ext_dir, "--crash-after", "1")],
-        script=path,
-        provider="scripted",
-    )
+    turns = [call, {"text": "sorry"}, {"text": "still here"}]
+    opts = _scripted_chaos(tmp_path, home, work, ext_dir, ["--crash-after", "1"], turns)
     with trio.fail_after(60):
         async with open_agent(opts) as host, trio.open_nursery() as nursery:
             statuses = Collector()
@@ -205,6 +221,35 @@ async def test_extension_crash_mid_tool_call_and_the_session_goes_on(
     crashed = [e for e in statuses.of(ExtStatus) if e.status == "crashed"]
     assert crashed
     assert crashed[0].extension == "chaos"
+
+
+async def test_a_reload_during_a_running_turn(
+    tmp_path: Path, home: Path, work: Path, ext_dir: Path
+) -> None:
+    """The turn goes on: its slow call completes or fails cleanly (its extension is
+    being replaced), the next turn's call reaches the new version, nothing hangs."""
+    call = {"tool_calls": [{"name": "chaos_echo", "args": {"text": "slow"}}]}
+    turns = [call, {"text": "first done"}, call, {"text": "second done"}]
+    opts = _scripted_chaos(tmp_path, home, work, ext_dir, ["--tool-delay", "1"], turns)
+    with trio.fail_after(60):
+        async with open_agent(opts) as host, trio.open_nursery() as nursery:
+            statuses = Collector()
+            await nursery.start(host.run_forwarder, statuses)
+            first = Collector()
+            nursery.start_soon(host.engine.prompt, "call it", [], first)
+            await first.wait_for(lambda e: type(e).__name__ == "ToolCallEvent")
+            stats = await host.reload()
+            await first.wait_for(lambda e: isinstance(e, TurnEnd) and e.stop == "end_turn")
+            second = Collector()
+            await host.engine.prompt("again", [], second)
+            nursery.cancel_scope.cancel()
+    assert (stats.stopped, stats.ready, stats.kept_old) == (1, 1, [])
+    assert first.stops() == ["tool_use", "end_turn"]
+    (slow,) = first.result_texts()
+    assert slow == "echo: slow" or "being stopped" in slow
+    assert second.result_texts() == ["echo: slow"]
+    assert second.stops() == ["tool_use", "end_turn"]
+    assert [e.status for e in statuses.of(ExtStatus)][-2:] == ["stopped", "started"]
 
 
 async def test_hello_ack_carries_provider_model_and_cwd(

@@ -13,35 +13,30 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-import http_fakes as fx
+import helpers.http_fakes as fx
 import httpx
 import pytest
 import trio
-from http_fakes import FakeServer, Reply, anthropic_sse, json_reply, openai_sse
-from http_fakes import split as pieces
+from helpers.http_fakes import FakeServer, Reply, anthropic_sse, json_reply, openai_sse
+from helpers.http_fakes import split as pieces
 
-from agent._exceptions import ProviderError
-from agent._messages import (
+from agent import (
     ImageContent,
     Message,
-    TextContent,
-    ToolCallContent,
-    ToolResultContent,
-    now_iso,
-)
-from agent._providers.anthropic import AnthropicProvider
-from agent._providers.base import (
     ModelInfo,
     ModelRequest,
     Provider,
+    ProviderError,
     ProviderEvent,
     ProviderSettings,
-    ProviderStop,
-    ProviderTextDelta,
-    ProviderToolCall,
-    ProviderUsage,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
     ToolSpec,
 )
+from agent._messages import now_iso
+from agent._providers.anthropic import AnthropicProvider
+from agent._providers.base import ProviderStop, ProviderTextDelta, ProviderToolCall, ProviderUsage
 from agent._providers.http import lookup
 from agent._providers.openai import OpenAIProvider
 

@@ -12,21 +12,27 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from agent_helpers import Collector
+from helpers.agentkit import Collector
 
-from agent._events import (
+from agent import (
+    AgentBusy,
+    AgentLoop,
     CompactDone,
     ErrorEvent,
     ExtDisplay,
+    LoopState,
+    Message,
+    OfflineProvider,
+    ScriptedProvider,
+    TextContent,
     TextDelta,
+    ToolCallContent,
+    ToolResultContent,
+    ToolSpec,
     TurnEnd,
     Usage,
+    parse_script,
 )
-from agent._loop import AgentBusy, AgentLoop, LoopState
-from agent._messages import Message, TextContent, ToolCallContent, ToolResultContent
-from agent._providers.base import ToolSpec
-from agent._providers.offline import OfflineProvider
-from agent._providers.scripted import ScriptedProvider, parse_script
 from agent._registry import Progress, ToolRegistry, ToolRunResult, error_result, text_result
 from agent._transcript import SUMMARY_PREFIX
 from supervisor import EmitEvent, InterceptOutcome

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import options, results_by_id, script
 from click.testing import CliRunner
-from mcp_fixtures import stdio_entry
+from helpers.agentkit import options, results_by_id, script
+from helpers.mcpkit import stdio_entry
 
 from agent import open_runtime
 from agent._cli.main import main
@@ -154,6 +154,7 @@ def test_backoff_doubles_and_gives_up() -> None:
     assert late.died(20.0) is not None
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.skipif(sys.platform != "linux", reason="pidfd")
 async def test_declared_servers_start_with_the_session(
@@ -201,6 +202,7 @@ async def test_declared_servers_start_with_the_session(
             assert "echo" not in rt.tool_sources()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.skipif(sys.platform != "linux", reason="pidfd")
 async def test_the_agent_connects_uses_lists_and_disconnects_a_server(

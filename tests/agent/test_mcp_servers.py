@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import trio
-from mcp_fixtures import http_server, stdio_config
+from helpers.mcpkit import http_server, stdio_config
 
 import sandbox
 from agent._messages import ImageContent, TextContent
@@ -76,6 +76,7 @@ async def call(found: McpServers, tool: str, args: dict[str, Any]) -> ToolRunRes
     return await by_name[tool].run("c1", args, _nothing)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 async def test_a_stdio_server_is_confined_called_and_stopped(tmp_path: Path) -> None:
     with trio.fail_after(60):
@@ -99,6 +100,7 @@ async def test_a_stdio_server_is_confined_called_and_stopped(tmp_path: Path) -> 
             assert found.tools() == []
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 async def test_a_server_that_dies_fails_pending_calls_at_once_then_restarts(
     tmp_path: Path,
@@ -131,6 +133,7 @@ async def test_a_server_that_dies_fails_pending_calls_at_once_then_restarts(
             assert _text(await call(found, "echo", {"text": "back"})) == "echo: back"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 async def test_a_thousand_tools_are_bounded(tmp_path: Path) -> None:
     with trio.fail_after(60):
@@ -143,6 +146,7 @@ async def test_a_thousand_tools_are_bounded(tmp_path: Path) -> None:
             assert status.skipped[-1] == "… and 858 more"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 async def test_a_server_cannot_shadow_built_in_tools(tmp_path: Path) -> None:
     class Builtin:
@@ -255,6 +259,7 @@ async def test_a_server_that_dies_before_it_answers_says_why(tmp_path: Path) -> 
                 await found.connect(decl("dead", config))
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_leaks")
 async def test_disconnecting_fails_a_pending_call_at_once(tmp_path: Path) -> None:
     with trio.fail_after(60):

@@ -8,21 +8,18 @@ from typing import Any
 import pytest
 import trio
 
-from agent._messages import (
+from agent import (
     Message,
+    ModelRequest,
+    OfflineProvider,
     TextContent,
     ToolCallContent,
     ToolResultContent,
-    now_iso,
-)
-from agent._providers.base import (
-    ModelRequest,
-    ProviderStop,
-    ProviderTextDelta,
-    ProviderToolCall,
     ToolSpec,
 )
-from agent._providers.offline import OfflineProvider, plan_reply
+from agent._messages import now_iso
+from agent._providers.base import ProviderStop, ProviderTextDelta, ProviderToolCall
+from agent._providers.offline import plan_reply
 from agent._transcript import COMPACT_SYSTEM, SUMMARY_PREFIX
 
 OBJ: dict[str, Any] = {"type": "object", "properties": {}}

@@ -5,13 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_helpers import script
+from helpers.agentkit import script
 
-from agent._engine import AgentOptions
-from agent._exceptions import AgentError, ScriptError
-from agent._providers.factory import PROVIDERS, UnknownProvider, make_provider
-from agent._providers.offline import OfflineProvider
-from agent._providers.scripted import ScriptedProvider
+from agent import (
+    PROVIDERS,
+    AgentError,
+    AgentOptions,
+    OfflineProvider,
+    ScriptedProvider,
+    ScriptError,
+    UnknownProvider,
+    make_provider,
+)
 
 
 def test_offline_is_the_default() -> None:

@@ -1,6 +1,6 @@
 """Model calls that retry, report what came back, pick real model names, and check keys first.
 
-The HTTP tests talk to the local fake server (tests/agent/http_fakes.py); the CLI ones
+The HTTP tests talk to the local fake server (tests/helpers/http_fakes.py); the CLI ones
 run ``corral`` as a real subprocess against it.
 """
 
@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 import trio
-from agent_helpers import REPO, probe
-from http_fakes import OPENAI_FULL, OPENAI_PARTIAL, FakeServer, Reply, open_fake_server
+from helpers.agentkit import probe
+from helpers.http_fakes import OPENAI_FULL, OPENAI_PARTIAL, FakeServer, Reply, open_fake_server
+from helpers.paths import REPO
 
-from agent._engine import AgentOptions
+from agent import AgentOptions
 from agent._exceptions import AgentError, ProviderError
 from agent._host import open_agent
 from agent._providers.base import (

@@ -1,7 +1,7 @@
 """``corral rpc`` through its pipes: every command of the seed and every event sequence.
 
 Each test starts the real process (scripted provider, no extensions, sandbox off)
-and talks NDJSON to it; see ``rpc_fixtures/rpc_harness.py``.
+and talks NDJSON to it; see :mod:`helpers.rpc_harness`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import trio
-from rpc_fixtures.rpc_harness import Frame, events, open_rpc, types, write_script
+from helpers.rpc_harness import Frame, events, open_rpc, types, write_script
 
 TIMEOUT = 30
 

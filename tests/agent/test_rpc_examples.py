@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from rpc_fixtures.rpc_harness import REPO, RPC_ARGV, rpc_env
+from helpers.paths import REPO
+from helpers.paths import RPC_EXAMPLES as EXAMPLES
+from helpers.rpc_harness import RPC_ARGV, rpc_env
 
-EXAMPLES = REPO / "examples" / "rpc"
 SCRIPT = EXAMPLES / "turns.jsonl"
 
 
@@ -32,6 +33,7 @@ CLIENTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 @pytest.mark.parametrize("token", ["", "s3cret"])
 async def test_reference_client(tmp_path: Path, client: str, token: str) -> None:

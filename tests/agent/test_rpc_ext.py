@@ -12,20 +12,12 @@ from pathlib import Path
 
 import pytest
 import trio
-from rpc_fixtures.rpc_harness import (
-    EXAMPLES,
-    REPO,
-    Frame,
-    chaos_ext,
-    events,
-    open_rpc,
-    write_script,
-)
+from helpers.paths import EXAMPLES, PROBE
+from helpers.rpc_harness import Frame, chaos_ext, events, open_rpc, write_script
 
 from supervisor import identity_of, quarantine_file
 
 TIMEOUT = 40
-PROBE = REPO / "tests" / "agent" / "fixtures" / "probe_ext.py"
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -178,6 +170,7 @@ async def test_a_rewrite_shows_in_the_tool_call_event_and_get_messages(tmp_path:
             assert all("interventions" not in m for m in messages if m["role"] != "tool")
 
 
+@pytest.mark.slow
 async def test_an_extension_crash_mid_call_fails_the_call_not_the_session(
     tmp_path: Path,
 ) -> None:
@@ -210,6 +203,7 @@ async def test_an_extension_crash_mid_call_fails_the_call_not_the_session(
             assert (await rpc.call("ping"))["success"] is True
 
 
+@pytest.mark.slow
 async def test_abort_during_an_extension_tool_call(tmp_path: Path) -> None:
     script = write_script(tmp_path, echo_call("slow", "c1"), {"text": "never"})
     ext = chaos_ext(tmp_path, "--tool-delay", "30")
@@ -282,6 +276,7 @@ async def test_ext_enable_lifts_a_quarantine(tmp_path: Path) -> None:
             assert "nobody" in unknown["error"]
 
 
+@pytest.mark.slow
 async def test_sigterm_aborts_stops_extensions_and_exits_143(tmp_path: Path) -> None:
     script = write_script(tmp_path, echo_call("slow", "c1"), {"text": "never"})
     ext = chaos_ext(tmp_path, "--tool-delay", "30")

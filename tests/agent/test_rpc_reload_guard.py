@@ -3,8 +3,9 @@
 The guard (examples/extensions/guard) refuses ``rm -rf`` in ``bash``. A second
 extension (``fixtures/slow_stop_ext.py``) holds a reload in progress for its
 shutdown grace period and announces, with a notify, the moment the reload has
-begun stopping extensions. A prompt whose model calls ``bash rm -rf`` in that
-window must still be refused, and the file it targets must survive.
+begun stopping the generation it replaced. A prompt whose model calls ``bash rm
+-rf`` in that window must still be refused, and the file it targets must survive;
+it does not wait for the reload to end.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from rpc_fixtures.rpc_harness import EXAMPLES, REPO, open_rpc, write_script
+from helpers.paths import EXAMPLES, REPO
+from helpers.rpc_harness import open_rpc, write_script
 
 TIMEOUT = 60
 SLOW_STOP = REPO / "tests" / "agent" / "fixtures" / "slow_stop_ext.py"
@@ -37,6 +39,7 @@ def slow_stop_ext(tmp_path: Path) -> str:
     return str(where)
 
 
+@pytest.mark.slow
 async def test_a_tool_call_during_a_reload_still_meets_the_guard(tmp_path: Path) -> None:
     victim = tmp_path / "work" / "victim"
     victim.mkdir(parents=True)
@@ -50,8 +53,8 @@ async def test_a_tool_call_during_a_reload_still_meets_the_guard(tmp_path: Path)
     with trio.fail_after(TIMEOUT):
         async with open_rpc(tmp_path, script, exts=exts) as rpc:
             await rpc.send({"id": "r", "type": "ext_reload"})
-            # The reload is under way: every extension was told to stop, and the
-            # slow one holds the reload up for its grace period.
+            # The reload is under way: the new generation is in, the old one was told
+            # to stop, and the slow one holds the reload up for its grace period.
             await rpc.until(
                 lambda f: f["type"] == "ext_notify" and f["message"] == "stopping slowly"
             )
@@ -62,7 +65,7 @@ async def test_a_tool_call_during_a_reload_still_meets_the_guard(tmp_path: Path)
             assert results[0]["is_error"], results
             assert "refused" in results[0]["content"][0]["text"]
             assert (victim / "keep.txt").read_text(encoding="utf-8") == "precious\n"
-            # The interception waited for the reload: its answer came first.
-            reloaded = [f for f in frames if f["type"] == "response" and f["id"] == "r"]
-            assert reloaded[0]["data"] == {"stopped": 2, "loaded": 2, "ready": 2, "errors": []}
-            assert frames.index(reloaded[0]) < frames.index(results[0])
+            # The turn did not wait for the old generation to stop.
+            assert not [f for f in frames if f["type"] == "response" and f["id"] == "r"]
+            reloaded = (await rpc.until(lambda f: f["type"] == "response" and f["id"] == "r"))[-1]
+            assert reloaded["data"] == {"stopped": 2, "loaded": 2, "ready": 2, "errors": []}

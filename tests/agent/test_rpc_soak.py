@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
-from rpc_fixtures.rpc_harness import chaos_ext, open_rpc, write_script
+from helpers.rpc_harness import chaos_ext, open_rpc, write_script
 
 BATCHES = 4
 PER_BATCH = 500
@@ -36,6 +36,7 @@ def soak_script(tmp_path: Path) -> str:
     return write_script(tmp_path, *turns)
 
 
+@pytest.mark.slow
 async def test_two_thousand_prompts_keep_memory_and_descriptors_flat(tmp_path: Path) -> None:
     script = soak_script(tmp_path)
     with trio.fail_after(TIMEOUT):

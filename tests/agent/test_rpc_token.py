@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from rpc_fixtures.rpc_harness import open_rpc, rpc_env, write_script
+from helpers.rpc_harness import open_rpc, rpc_env, write_script
 
 TIMEOUT = 40
 

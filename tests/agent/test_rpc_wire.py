@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
 import trio
 import trio.testing
-from rpc_fixtures.rpc_harness import write_script
+from helpers.rpc_harness import write_script
 
+from agent import (
+    AgentOptions,
+    ImageContent,
+    TextContent,
+    ToolProgress,
+    ToolResultEvent,
+    UserMessage,
+    open_runtime,
+    serve_rpc,
+)
 from agent._cli.argv import rewrite_shortcuts
-from agent._engine import AgentOptions
-from agent._events import ToolProgress, ToolResultEvent, UserMessage
-from agent._messages import ImageContent, TextContent
-from agent._rpc.server import COMMANDS, LineReader, Response, encode_line, serve_rpc
-from agent._runtime import open_runtime
+from agent._rpc.server import COMMANDS, Response, encode_line
 
 
 @pytest.mark.parametrize(
@@ -72,48 +77,6 @@ def test_events_on_the_wire_carry_image_sizes_not_data() -> None:
         "id": "c",
         "text": "50%",
     }
-
-
-async def read_lines(chunks: list[bytes], limit: int) -> list[Any]:
-    send, receive = trio.testing.memory_stream_one_way_pair()
-    reader = LineReader(receive, limit, chunk=7)
-    out: list[Any] = []
-    async with trio.open_nursery() as nursery:
-
-        async def feed() -> None:
-            for chunk in chunks:
-                await send.send_all(chunk)
-                await trio.sleep(0)
-            await send.aclose()
-
-        nursery.start_soon(feed)
-        while (item := await reader.next()) is not None:
-            out.append(item if isinstance(item, bytes) else ("oversize", item.size, item.head))
-    return out
-
-
-async def test_line_reader_splits_joins_and_skips_oversize_lines() -> None:
-    with trio.fail_after(5):
-        got = await read_lines(
-            [b"ab", b"c\nde", b"f\n\n", b'{"id":"k","x":"', b"z" * 40, b'"}\nok\nlast'],
-            limit=20,
-        )
-    assert [g if isinstance(g, bytes) else (g[0], g[1], g[2][:15]) for g in got] == [
-        b"abc",
-        b"def",
-        b"",
-        ("oversize", 57, b'{"id":"k","x":"'),
-        b"ok",
-        b"last",
-    ]
-
-
-async def test_line_reader_oversize_at_end_of_input() -> None:
-    with trio.fail_after(5):
-        got = await read_lines([b"x" * 100], limit=10)
-    assert len(got) == 1
-    assert got[0][:2] == ("oversize", 100)
-    assert got[0][2] == b"x" * 14  # the start is kept (for the id), not the whole line
 
 
 async def test_serve_rpc_over_memory_streams_and_a_closed_stdout(tmp_path: Path) -> None:

@@ -7,11 +7,12 @@ from typing import Any
 
 import pytest
 import trio
-from rpc_fixtures.rpc_harness import chaos_ext, write_script
+from helpers.rpc_harness import chaos_ext, write_script
 
-from agent._engine import AgentOptions
-from agent._events import (
+from agent import (
+    AgentBusy,
     AgentEvent,
+    AgentOptions,
     AssistantMessage,
     AssistantStart,
     CompactDone,
@@ -19,6 +20,10 @@ from agent._events import (
     ErrorEvent,
     ExtDisplay,
     ExtStatus,
+    ImageContent,
+    JobState,
+    RuntimeClosed,
+    TextContent,
     TextDelta,
     ToolCallEvent,
     ToolProgress,
@@ -27,11 +32,9 @@ from agent._events import (
     TurnStart,
     Usage,
     UserMessage,
+    open_runtime,
 )
-from agent._loop import AgentBusy
-from agent._messages import ImageContent, TextContent
 from agent._registry import ToolRunResult
-from agent._runtime import JobState, RuntimeClosed, open_runtime
 from agent._tools.bash import BashTool
 
 TIMEOUT = 20

@@ -65,6 +65,7 @@ def test_ordinary_text_is_unchanged(text: str) -> None:
     assert visible_lines(text) == [text]
 
 
+@pytest.mark.slow
 def test_every_unsafe_code_point_is_escaped_and_nothing_else() -> None:
     # The character class is spelled out in the module; this checks it against the
     # Unicode database of the running Python.

@@ -9,17 +9,20 @@ import pytest
 import trio
 import trio.testing
 
-from agent._exceptions import ProviderError, ScriptError
-from agent._messages import Message, TextContent, now_iso
-from agent._providers.base import (
+from agent import (
+    Message,
     ModelRequest,
+    ProviderError,
     ProviderEvent,
-    ProviderStop,
-    ProviderTextDelta,
-    ProviderToolCall,
-    ProviderUsage,
+    ScriptedProvider,
+    ScriptError,
+    ScriptTurn,
+    TextContent,
+    load_script,
+    parse_script,
 )
-from agent._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
+from agent._messages import now_iso
+from agent._providers.base import ProviderStop, ProviderTextDelta, ProviderToolCall, ProviderUsage
 from agent._transcript import COMPACT_SYSTEM
 
 REQUEST = ModelRequest(

@@ -9,15 +9,15 @@ import msgspec
 import pytest
 import trio
 
-from agent._exceptions import SessionError
-from agent._messages import (
+from agent import (
     InterventionRecord,
     Message,
+    SessionError,
     TextContent,
     ToolCallContent,
     ToolResultContent,
-    now_iso,
 )
+from agent._messages import now_iso
 from agent._sessions import SessionHeader, SessionStore
 from agent._transcript import (
     COMPACT_INSTRUCTION,

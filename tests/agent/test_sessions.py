@@ -16,8 +16,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from agent_helpers import REPO
 from click.testing import CliRunner
+from helpers.paths import REPO
 
 from agent._cli.main import main
 from agent._exceptions import SessionError

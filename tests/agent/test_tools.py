@@ -11,10 +11,9 @@ from typing import Any
 import psutil
 import pytest
 import trio
-from agent_helpers import children
+from helpers.procs import children
 
-from agent._exceptions import ToolError
-from agent._messages import ImageContent, TextContent
+from agent import ImageContent, TextContent, ToolError
 from agent._registry import ToolRunResult
 from agent._tools.bash import BashTool, BoundedOutput
 from agent._tools.confine import Workspace

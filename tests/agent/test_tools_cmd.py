@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trio
 from click.testing import CliRunner, Result
-from rpc_fixtures.rpc_harness import Frame, RpcProcess, open_rpc, rpc_env, write_script
+from helpers.rpc_harness import Frame, RpcProcess, open_rpc, rpc_env, write_script
 
 from agent._audit import ToolAuditRecord, audit_path, read_audit
 from agent._cli.main import main
@@ -104,6 +104,7 @@ def test_without_dynamic_it_says_what_is_kept_where(home: Path) -> None:
     assert "no dynamic tool named 'nope'" in missing.output
 
 
+@pytest.mark.slow
 async def test_rpc_get_tools_and_tools_clear(tmp_path: Path) -> None:
     new = {
         "name": "new_tool",

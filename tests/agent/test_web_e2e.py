@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import trio
-from agent_helpers import REPO, options, script
-from rpc_fixtures.rpc_harness import open_rpc, write_script
+from helpers.agentkit import options, script
+from helpers.paths import REPO
+from helpers.rpc_harness import open_rpc, write_script
 from web_fakes import TIMEOUT, Page, Site, open_site
 
 from agent import BUILTIN_TOOLS, TextContent, ToolResultEvent, WebConfig, open_runtime

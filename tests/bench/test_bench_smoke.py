@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from helpers.paths import REPO as ROOT
 
 EXPECTED_CASES = {
     "raw.seq",
@@ -45,6 +44,7 @@ EXPECTED_CASES = {
 ROW_KEYS = {"bench", "case", "value", "unit", "target", "ok", "note"}
 
 
+@pytest.mark.slow
 def test_quick_supervisor_bench_reports_every_case(tmp_path: Path) -> None:
     pytest.importorskip("mcp", reason="the MCP comparison needs the 'bench' extra")
     out = tmp_path / "rows.json"

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO as ROOT
 
 import sandbox
-
-ROOT = Path(__file__).resolve().parents[2]
 
 _CLIENTS = ("sdk", "sdk_trio", "corral", "corral.sandboxed")
 MCP_CASES = {
@@ -31,6 +30,7 @@ DYNAMIC_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
 def test_quick_mcp_and_dynamic_benches_report_every_case(tmp_path: Path) -> None:
     if sandbox.select_sandbox("auto").backend != "bwrap":

@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.paths import TOOLHOST_EXAMPLES as EXAMPLES
 
+from supervisor import SDK_DIR
 from supervisor._hostwire import (
     ErrorResponse,
     HostEvent,
@@ -28,9 +30,7 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
-from supervisor._spawn import SDK_DIR
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "toolhosts"
 TIMEOUT = 60
 
 

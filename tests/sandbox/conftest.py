@@ -6,8 +6,8 @@ import shutil
 from collections.abc import Iterator
 
 import pytest
-from sandbox_harness import IDENTITIES, Identity, World, find_identity, make_world
-from trust_harness import Site, make_site
+from helpers.sandbox_harness import IDENTITIES, Identity, World, find_identity, make_world
+from helpers.trust_harness import Site, make_site
 
 
 @pytest.fixture(scope="session", params=IDENTITIES)

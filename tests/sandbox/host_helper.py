@@ -36,16 +36,16 @@ from sandbox import (
     LaunchRequest,
     Permissions,
     check_permissions,
+    host_environment,
     preexec_for,
     select_sandbox,
     spawn,
 )
-from supervisor._spawn import _ENV_ALLOW, _LOCALE
 
 
 def _env(job: dict[str, Any], perms: Permissions) -> dict[str, str]:
-    # The supervisor's own allowlist (its module, not a copy of it).
-    env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOW or k in _LOCALE}
+    # The allowlist the supervisor uses (not a copy of it).
+    env = host_environment()
     env.update(
         CORRAL_EXT_NAME="attacker",
         CORRAL_EXT_DIR=job["ext_dir"],

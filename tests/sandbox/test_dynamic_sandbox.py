@@ -133,6 +133,7 @@ async def test_no_host_paths(base: Path) -> None:
     assert text.count("Error") == 4, text
 
 
+@pytest.mark.slow
 async def test_a_tool_that_loops_forever_is_killed_with_its_process_group(base: Path) -> None:
     marker = "987654"
     code = (

@@ -15,7 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
-from sandbox_harness import ROOT, World
+from helpers.paths import REPO as ROOT
+from helpers.sandbox_harness import World
 
 
 def test_cannot_read_outside_grants(world: World) -> None:

@@ -11,11 +11,13 @@ import termios
 from typing import Any
 
 import psutil
-from sandbox_harness import RUN_TIMEOUT, World, as_user
+import pytest
+from helpers.sandbox_harness import RUN_TIMEOUT, World, as_user
 
 from sandbox._diagnose import read_sysctl
 
 
+@pytest.mark.slow
 def test_cannot_signal_or_trace_host_or_other_extensions(world: World) -> None:
     # A process of the host's user standing in for the host and the user's programs,
     # and another sandboxed extension with its own host.
@@ -75,6 +77,7 @@ def _run_on_terminal(world: World, mode: str) -> tuple[dict[str, Any], bytes]:
         os.close(slave)
 
 
+@pytest.mark.slow
 def test_cannot_inject_input_into_the_terminal(world: World) -> None:
     verdict, queued = _run_on_terminal(world, "required")
     assert all(v.startswith("error") for v in verdict.values()), verdict

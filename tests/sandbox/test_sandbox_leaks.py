@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from sandbox_harness import World
-from supervised import CYCLE, Lab, act
+from helpers.sandbox_harness import World
+from helpers.supervised import CYCLE, Lab, act
 
 _REFUSED_FAMILIES = (
     "packet", "vsock", "alg", "bluetooth", "can", "tipc", "key", "xdp", "rds", "appletalk",

@@ -13,7 +13,7 @@ import uuid
 
 import psutil
 import pytest
-from sandbox_harness import World
+from helpers.sandbox_harness import World
 
 
 def _marked(marker: str) -> list[psutil.Process]:
@@ -24,6 +24,7 @@ def _marked(marker: str) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["killed", "exits"])
 def test_nothing_outlives_the_host(world: World, how: str) -> None:
     marker = f"corral-outlive-{uuid.uuid4().hex}"
@@ -47,6 +48,7 @@ def test_nothing_outlives_the_host(world: World, how: str) -> None:
             proc.kill()
 
 
+@pytest.mark.slow
 def test_cgroups_of_a_killed_host_are_removed_by_the_next(world: World) -> None:
     marker = f"corral-outlive-{uuid.uuid4().hex}"
     held = world.hold("outlive.py", marker, then="wait")
@@ -65,6 +67,7 @@ def test_cgroups_of_a_killed_host_are_removed_by_the_next(world: World) -> None:
     assert not any(os.path.exists(c) for c in spawned["cgroups"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spawn_from", ["spawner", "short-thread-spawn", "main"])
 def test_idle_extension_keeps_running(world: World, spawn_from: str) -> None:
     # Nothing in the sandbox imposes an idle timeout. The thread that spawned the

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 import trio
-from sandbox_harness import ROOT, World
-from supervised import CYCLE, Lab
+from helpers.paths import REPO as ROOT
+from helpers.sandbox_harness import World
+from helpers.supervised import CYCLE, Lab
 
 from sandbox import Permissions, PermissionsError, check_permissions, validate_permissions
 

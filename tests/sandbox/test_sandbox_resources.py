@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 import pytest
-from sandbox_harness import World
+from helpers.sandbox_harness import World
 
 MEMORY_MB = 128
 #: Interpreter baseline plus one allocation step over the limit.
@@ -34,6 +34,7 @@ def test_memory_of_one_process_is_limited(world: World) -> None:
     assert "reached cap" not in report["stdout"]
 
 
+@pytest.mark.slow
 def test_memory_of_the_whole_extension_is_limited(world: World) -> None:
     perms = {"limits": {"memory_mb": MEMORY_MB}}
     # Four processes of 64 MiB each: fine for per-process limits, twice the total.
@@ -80,6 +81,7 @@ def test_disk_is_limited(world: World) -> None:
     assert not (world.data_dir / "fill").exists()
 
 
+@pytest.mark.slow
 def test_open_files_are_limited(world: World) -> None:
     report = world.run(
         "granted.py",

@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from sandbox_harness import World
+from helpers.sandbox_harness import World
 
 
 def _program(world: World, relative: str, shebang: str) -> Path:

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import trio
-from supervised import CYCLE, Lab, act, crash, info, wait_for
+from helpers.supervised import CYCLE, Lab, act, crash, info, wait_for
 
 from sandbox import GrantChanged, LaunchRequest, Permissions, select_sandbox, spawn
 from sandbox._bwrap import BwrapSandbox

@@ -22,7 +22,7 @@ import pytest
 import trio
 
 import sandbox
-from agent._messages import TextContent
+from agent import TextContent
 from agent._registry import ToolRunResult
 from agent._tools.bash import BashTool
 from agent._tools.confine import Workspace

@@ -34,10 +34,10 @@ from typing import Any
 
 import pyte
 import pytest
+from helpers.paths import REPO as ROOT
 
 import supervisor
 
-ROOT = Path(__file__).resolve().parents[2]
 ATTACK = Path(__file__).resolve().parent / "attacks" / "terminal"
 CORRAL = [sys.executable, "-c", "from agent._cli.main import main; main()"]
 #: Upper bound on one corral command; generous, since a loaded CI box is slow.
@@ -420,6 +420,7 @@ def read_exactly(fd: int, expected: bytes) -> None:
     assert got == expected
 
 
+@pytest.mark.slow
 def test_ext_logs_follow_shows_new_text_as_visible_text(setup: dict[str, Any]) -> None:
     log_file = supervisor.log_file(
         setup["home"], supervisor.identity_of("mallory", str(setup["ext"]))

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sandbox_harness import RUN_TIMEOUT, as_user
-from trust_harness import CHAT, RPC, RUN, Site
+from helpers.sandbox_harness import RUN_TIMEOUT, as_user
+from helpers.trust_harness import CHAT, RPC, RUN, Site
 
 
 def refused_with(proc: subprocess.CompletedProcess[str], command: str, words: str) -> None:
@@ -30,6 +30,7 @@ def refused_with(proc: subprocess.CompletedProcess[str], command: str, words: st
     assert lines[0].endswith(f"run: {command}"), lines[0]
 
 
+@pytest.mark.slow
 def test_a_planted_extension_never_starts_until_trusted(site: Site) -> None:
     planted = site.extension(site.local, "planted")
     command = "corral ext trust .corral/extensions/planted"
@@ -105,6 +106,7 @@ def test_any_change_asks_again(site: Site, change: Callable[[Path], None], words
     assert site.reports() == []
 
 
+@pytest.mark.slow
 def test_installed_extensions_are_pinned_at_install(site: Site) -> None:
     source = site.extension(site.base / "downloads", "helper", permissions={"env": ["LANG"]})
     installed = site.corral("ext", "install", str(source))
@@ -125,6 +127,7 @@ def test_installed_extensions_are_pinned_at_install(site: Site) -> None:
     assert site.report(target) is not None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("answer", ["y", "n"])
 def test_chat_asks_before_starting(site: Site, answer: str) -> None:
     planted = site.extension(site.local, "planted", description="totally harmless")

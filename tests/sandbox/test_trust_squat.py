@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from trust_harness import RUN, Site
+from helpers.trust_harness import RUN, Site
 
 SECRET = "installed one's api token"
 
@@ -38,6 +38,7 @@ def _state(site: Site, installed: Path) -> tuple[list[str], str, str]:
     return data, site.log(installed).read_text(), site.quarantine(installed).read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["same-name", "other-case", "--ext"])
 def test_a_squatter_runs_with_its_own_fresh_state(site: Site, variant: str) -> None:
     installed = _installed(site)
@@ -73,6 +74,7 @@ def test_a_squatter_runs_with_its_own_fresh_state(site: Site, variant: str) -> N
     assert ("shadowed by" in ran.stderr) == (variant != "other-case")
 
 
+@pytest.mark.slow
 def test_managing_the_squatter_leaves_the_installed_one_alone(site: Site) -> None:
     installed = _installed(site)
     before = _state(site, installed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from supkit import Kit
+from helpers.supkit import Kit
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 import trio
-from supkit import CYCLE, Kit, capture_logs, wait_for
+from helpers.supkit import CYCLE, Kit, capture_logs, wait_for
 
 from supervisor import (
     CallTimeout,
@@ -145,6 +145,7 @@ async def test_command_timeout(kit: Kit) -> None:
     assert info.stats.timeouts == 1
 
 
+@pytest.mark.slow
 async def test_caller_cancellation_forgets_the_call(kit: Kit) -> None:
     ext = kit.chaos("slow", "--tool-delay", "0.5")
     with trio.fail_after(CYCLE):
@@ -158,6 +159,7 @@ async def test_caller_cancellation_forgets_the_call(kit: Kit) -> None:
     assert info.stats.bad_frames == 1  # the late reply, dropped
 
 
+@pytest.mark.slow
 async def test_extension_that_stops_reading_cannot_block_the_host(kit: Kit) -> None:
     deaf = kit.chaos("deaf", "--stop-reading")
     cfg = kit.config(tool_timeout=1.0, write_backlog=4)
@@ -190,6 +192,7 @@ async def call_echo(
         out.append(None)
 
 
+@pytest.mark.slow
 async def test_deaf_extension_does_not_slow_others(kit: Kit) -> None:
     deaf = kit.chaos("deaf", "--stop-reading", "--hello-delay", "0")
     healthy = kit.inline(
@@ -314,8 +317,11 @@ async def test_reserved_names_and_first_loaded_wins(kit: Kit) -> None:
     # "first" says hello later than "second", but it is loaded first: it owns the names.
     first = kit.chaos("first", "--hello-delay", "0.3")
     second = kit.chaos("second")
+    builtins = ("read", "write", "edit", "bash")
     with capture_logs() as logs, trio.fail_after(CYCLE):
-        async with kit.open(greedy, first, second) as client:
+        async with kit.open(
+            greedy, first, second, config=kit.config(reserved_tools=builtins)
+        ) as client:
             tools = {t.name: t.extension for t in client.tools()}
             commands = {c.name: c.extension for c in client.commands()}
             out = await client.call_tool("chaos_echo", {"text": "who"})

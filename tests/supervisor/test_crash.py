@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from supkit import CYCLE, Kit, alive, wait_for
+from helpers.procs import alive
+from helpers.supkit import CYCLE, Kit, wait_for
 
 from supervisor import (
     ExtensionCrashed,
@@ -391,6 +392,7 @@ async def test_backoff_doubles_up_to_its_ceiling(kit: Kit) -> None:
     assert [r.restarts for r in restarted] == [1, 2, 3]
 
 
+@pytest.mark.slow
 async def test_crashes_outside_the_window_do_not_quarantine(kit: Kit) -> None:
     ext = kit.inline("flaky", FLAKY)
     # Restarts are at least 0.24 s apart, the window is 0.2 s: never 2 crashes in it.

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
-from supkit import CYCLE, EXAMPLES, Kit, alive, capture_logs
+from helpers.paths import EXAMPLES
+from helpers.procs import alive
+from helpers.supkit import CYCLE, Kit, capture_logs
 
 from supervisor import ExtensionInfo, SupervisorClient
 
@@ -18,6 +21,7 @@ async def _healthy(client: SupervisorClient) -> None:
     assert out.content[0].text == "echo: ok"  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 async def test_no_hello_within_deadline_is_refused_and_killed(kit: Kit) -> None:
     silent = kit.chaos("silent", "--no-hello")
     healthy = kit.chaos("healthy")
@@ -179,6 +183,7 @@ async def test_ready_cap_bounds_an_extension_that_keeps_registering(kit: Kit) ->
     assert first
 
 
+@pytest.mark.slow
 async def test_refusals_do_not_delay_or_break_healthy_extensions(kit: Kit) -> None:
     paths = [
         kit.chaos("silent", "--no-hello"),

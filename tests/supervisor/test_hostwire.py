@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from supervisor import SDK_DIR
 from supervisor._hostwire import (
     OPTIONAL_METHODS,
     ErrorInfo,
@@ -31,7 +32,6 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
-from supervisor._spawn import SDK_DIR
 
 
 def line(obj: Any) -> bytes:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from supkit import CYCLE, EXAMPLES, Kit, capture_logs
+from helpers.paths import EXAMPLES
+from helpers.supkit import CYCLE, Kit, capture_logs
 
 from supervisor import EmitEvent, InterventionKind, SupervisorClient
 

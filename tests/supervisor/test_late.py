@@ -7,7 +7,7 @@ tools appear) or fails (``ExtensionCrashed``) after ``open_supervisor`` returned
 from __future__ import annotations
 
 import trio
-from supkit import CYCLE, Kit
+from helpers.supkit import CYCLE, Kit
 
 from supervisor import ExtensionCrashed, ExtensionStarted, SupervisorEvent
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 import trio
-from supkit import CHAOS, CYCLE, Kit, capture_logs
+from helpers.paths import CHAOS
+from helpers.supkit import CYCLE, Kit, capture_logs
 
 from supervisor import ManifestError, discover, load_manifest
 

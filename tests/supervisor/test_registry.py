@@ -15,16 +15,14 @@ SCHEMA = {"type": "object"}
 @dataclass
 class FakeOwner:
     name: str
-    index: int
     tools: dict[str, f.RegisterTool] = field(default_factory=dict)
     commands: dict[str, f.RegisterCommand] = field(default_factory=dict)
     listed: bool = True
 
 
-def owner(name: str, index: int, tools: list[str] = (), commands: list[str] = ()) -> FakeOwner:  # type: ignore[assignment]
+def owner(name: str, tools: list[str] = (), commands: list[str] = ()) -> FakeOwner:  # type: ignore[assignment]
     return FakeOwner(
         name,
-        index,
         {t: f.RegisterTool(name=t, description=f"{t} by {name}", schema=SCHEMA) for t in tools},
         {c: f.RegisterCommand(name=c, description=f"/{c} by {name}") for c in commands},
     )
@@ -36,8 +34,8 @@ def make() -> Registry[FakeOwner]:
 
 def test_first_loaded_wins_regardless_of_registration_order() -> None:
     reg = make()
-    a, b = owner("a", 0, ["echo", "a_only"], ["hi"]), owner("b", 1, ["echo", "b_only"], ["hi"])
-    assert reg.rebuild([b, a])  # handed over in any order: load index decides
+    a, b = owner("a", ["echo", "a_only"], ["hi"]), owner("b", ["echo", "b_only"], ["hi"])
+    assert reg.rebuild([a, b])  # handed over in load order: first loaded wins
     assert reg.tool_owner("echo") is a
     assert reg.command_owner("hi") is a
     assert reg.tool_owner("b_only") is b
@@ -53,8 +51,8 @@ def test_first_loaded_wins_regardless_of_registration_order() -> None:
 
 def test_builtins_win_and_every_clash_is_logged_once() -> None:
     reg = make()
-    a = owner("a", 0, ["bash", "read", "mine"], ["help", "ext", "reload-ext", "ok"])
-    b = owner("b", 1, ["mine"], ["ok"])
+    a = owner("a", ["bash", "read", "mine"], ["help", "ext", "reload-ext", "ok"])
+    b = owner("b", ["mine"], ["ok"])
     with structlog.testing.capture_logs() as logs:
         reg.rebuild([a, b])
         reg.rebuild([a, b])  # the same clashes again: not logged twice
@@ -82,7 +80,7 @@ def test_builtins_win_and_every_clash_is_logged_once() -> None:
 
 def test_unlisted_owner_hands_names_over_and_back() -> None:
     reg = make()
-    a, b = owner("a", 0, ["echo"]), owner("b", 1, ["echo"])
+    a, b = owner("a", ["echo"]), owner("b", ["echo"])
     reg.rebuild([a, b])
     a.listed = False  # e.g. quarantined or stopped
     assert reg.rebuild([a, b]) is True
@@ -95,7 +93,7 @@ def test_unlisted_owner_hands_names_over_and_back() -> None:
 
 def test_rebuild_reports_description_changes() -> None:
     reg = make()
-    a = owner("a", 0, ["echo"])
+    a = owner("a", ["echo"])
     reg.rebuild([a])
     a.tools["echo"] = f.RegisterTool(name="echo", description="new", schema=SCHEMA)
     assert reg.rebuild([a]) is True

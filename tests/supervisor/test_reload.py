@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
-from supkit import CYCLE, Kit, wait_for
+from helpers.supkit import CYCLE, Kit, wait_for
 
 from supervisor import (
     ExtensionGone,
@@ -133,6 +134,7 @@ async def _call_outcome(client: SupervisorClient, out: list[str]) -> None:
         out.append(block.text)
 
 
+@pytest.mark.slow
 async def test_calls_in_flight_during_reload_fail_cleanly_or_complete(kit: Kit) -> None:
     slow = kit.chaos("slow", "--tool-delay", "1")
     outcomes: list[str] = []

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
-
 import pytest
 
 from supervisor import SupervisorConfig
@@ -18,7 +16,7 @@ CFG = SupervisorConfig(
 )
 
 
-def run(crashes: deque[float], now: float = 100.0, **kw: object) -> Decision:
+def run(crashes: tuple[float, ...] = (), now: float = 100.0, **kw: object) -> Decision:
     args: dict[str, object] = {
         "name": "x",
         "policy": "on-failure",
@@ -28,6 +26,7 @@ def run(crashes: deque[float], now: float = 100.0, **kw: object) -> Decision:
         "crashes": crashes,
         "now": now,
         "config": CFG,
+        "jitter": 1.0,
     }
     args.update(kw)
     return decide(**args)  # type: ignore[arg-type]
@@ -39,11 +38,10 @@ def test_describe_exit() -> None:
 
 
 def test_refusal_is_final_and_not_a_crash() -> None:
-    crashes: deque[float] = deque()
-    d = run(crashes, refused="hello names 'y'")
+    d = run((5.0,), refused="hello names 'y'")
     assert d.verdict is Verdict.FAILED
     assert d.reason == "hello names 'y'"
-    assert not crashes
+    assert d.recent == (5.0,)
 
 
 @pytest.mark.parametrize(
@@ -57,43 +55,36 @@ def test_refusal_is_final_and_not_a_crash() -> None:
     ],
 )
 def test_policies(policy: str, code: int, verdict: Verdict) -> None:
-    assert run(deque(), policy=policy, returncode=code).verdict is verdict
+    assert run(policy=policy, returncode=code).verdict is verdict
 
 
-def test_backoff_doubles_with_jitter_up_to_the_ceiling() -> None:
-    crashes: deque[float] = deque()
+def test_backoff_doubles_up_to_the_ceiling_times_the_jitter() -> None:
     cfg = SupervisorConfig(
         home="/n", restart_backoff=1.0, restart_backoff_max=4.0, quarantine_crashes=10
     )
-    delays = [
-        decide(
-            name="x",
-            policy="always",
-            returncode=1,
-            refused=None,
-            early_exit=False,
-            crashes=crashes,
-            now=100.0 + i,
-            config=cfg,
-        ).delay
-        for i in range(5)
-    ]
-    for delay, base in zip(delays, [1, 2, 4, 4, 4], strict=True):
-        assert delay is not None
-        assert base * 0.8 <= delay <= base * 1.2
+    crashes: tuple[float, ...] = ()
+    delays = []
+    for i in range(5):
+        d = run(crashes, now=100.0 + i, policy="always", config=cfg, jitter=1.1)
+        crashes = d.recent
+        delays.append(d.delay)
+    assert delays == pytest.approx([1.1, 2.2, 4.4, 4.4, 4.4])
+    assert crashes == (100.0, 101.0, 102.0, 103.0, 104.0)
 
 
 def test_quarantine_after_n_crashes_in_the_window_only() -> None:
-    crashes: deque[float] = deque([0.0, 10.0])  # the first is outside a 60 s window
-    d = run(crashes, now=65.0)
+    before = (0.0, 10.0)  # the first is outside a 60 s window
+    d = run(before, now=65.0)
     assert d.verdict is Verdict.RESTART
-    d = run(crashes, now=66.0)
+    assert d.recent == (10.0, 65.0)
+    d = run(d.recent, now=66.0)
     assert d.verdict is Verdict.QUARANTINE
     assert "crashed 3 times in 60 s" in d.reason
     assert "corral ext enable x" in d.reason
+    assert before == (0.0, 10.0)  # pure: what it was given is unchanged
 
 
 def test_exit_before_hello_is_a_crash_that_says_so() -> None:
-    d = run(deque(), early_exit=True, returncode=7)
+    d = run(early_exit=True, returncode=7)
     assert d.verdict is Verdict.RESTART
     assert d.reason == "exited before sending hello (exit status 7)"

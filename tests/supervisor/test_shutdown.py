@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 import psutil
 import pytest
 import trio
-from supkit import CYCLE, Kit, alive, capture_logs, num_fds, wait_for
+from helpers.procs import alive, num_fds
+from helpers.supkit import CYCLE, Kit, capture_logs, wait_for
 
 from supervisor import (
     ExtensionCrashed,
@@ -90,6 +91,7 @@ async def test_children_and_daemons_do_not_survive(kit: Kit, flags: tuple[str, .
     assert _children() == []
 
 
+@pytest.mark.slow
 async def test_crashed_incarnation_leaves_nothing_behind(kit: Kit) -> None:
     spawner = kit.chaos("spawner", "--spawn", "2", "--crash-after", "1")
     with trio.fail_after(CYCLE):
@@ -109,6 +111,7 @@ async def test_crashed_incarnation_leaves_nothing_behind(kit: Kit) -> None:
     assert [p for p in second if alive(p)] == []
 
 
+@pytest.mark.slow
 async def test_no_zombies_and_no_leaked_fds(kit: Kit) -> None:
     paths = [
         kit.chaos("crashy", "--crash-after", "1"),  # loaded first: owns chaos_echo
@@ -149,6 +152,7 @@ async def test_cancelling_the_enclosing_scope_reaps_everything(kit: Kit) -> None
     assert _children() == []
 
 
+@pytest.mark.slow
 async def test_cancelled_during_startup_reaps_everything(kit: Kit) -> None:
     paths = [kit.chaos("slow", "--hello-delay", "5", "--spawn", "2")]
     with trio.fail_after(CYCLE):
@@ -278,6 +282,7 @@ async def test_acked_extension_that_lingers_is_cut_without_sigterm(kit: Kit) -> 
     assert _children() == []
 
 
+@pytest.mark.slow
 async def test_extensions_are_stopped_in_parallel(kit: Kit) -> None:
     paths = [kit.chaos(f"stubborn{i}", "--ignore-sigterm") for i in range(4)]
     cfg = kit.config(shutdown_grace=1.0, term_grace=0.5)

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import trio
-from supkit import CYCLE, EXAMPLES, Kit, cmdline, environ
+from helpers.paths import EXAMPLES
+from helpers.procs import cmdline, environ
+from helpers.supkit import CYCLE, Kit
 
 from supervisor import PROTOCOL_VERSION, CallTimeout, data_dir, identity_of
 

@@ -20,7 +20,9 @@ from typing import Any
 
 import pytest
 import trio
+from helpers.paths import TOOLHOST_FIXTURES as FIXTURES
 
+from supervisor import SDK_DIR
 from supervisor._hostwire import (
     ErrorResponse,
     HostErrorType,
@@ -37,9 +39,7 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
-from supervisor._spawn import SDK_DIR
 
-FIXTURES = Path(__file__).with_name("toolhost_fixtures")
 STEP = 20  # seconds: bound of one exchange; normal runs take milliseconds
 MiB = 1 << 20
 

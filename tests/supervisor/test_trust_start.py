@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from supkit import CYCLE, Kit, wait_for
+from helpers.supkit import CYCLE, Kit, wait_for
 
 from supervisor import (
     ExtensionCrashed,

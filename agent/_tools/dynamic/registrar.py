@@ -39,7 +39,7 @@ from .template import ToolDraft, check_compiles, check_draft, expected_spec, ren
 
 __all__ = ["SOURCE", "Approver", "DynamicTool", "DynamicTools", "verify_entry"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: The source tag of every dynamic tool.
 SOURCE = "dynamic"

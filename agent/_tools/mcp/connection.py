@@ -49,7 +49,7 @@ from .policy import McpPolicy
 
 __all__ = ["McpConnection", "McpLimits", "McpTool", "ServerState"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

@@ -51,7 +51,7 @@ __all__ = [
     "server_identity",
 ]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 #: Host variables every stdio server gets (the extensions' allowlist); anything
 #: else only when its entry names it in ``permissions.env`` or sets it in ``env``.

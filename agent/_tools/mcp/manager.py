@@ -44,7 +44,7 @@ from .trust import McpTrust
 
 __all__ = ["McpServers", "ServerStatus", "declared_servers", "open_mcp"]
 
-log = structlog.get_logger()
+log = structlog.get_logger(__name__)
 
 
 class ServerStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from sandbox_harness import ATTACKS, RUN_TIMEOUT, Identity, as_user
 
+from helpers.sandbox_harness import ATTACKS, RUN_TIMEOUT, Identity, as_user
 from supervisor import data_dir, identity_of, log_file, quarantine_file
 
 #: ``corral run`` with the offline model and a sandbox that must hold.

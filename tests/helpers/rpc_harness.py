@@ -19,7 +19,8 @@ from typing import Any
 
 import trio
 
-REPO = Path(__file__).resolve().parents[3]
+from helpers.paths import CHAOS, REPO
+
 #: The ``corral rpc`` command without the console script.
 RPC_ARGV = [sys.executable, "-c", "from agent._cli.rpc_cmd import rpc_cmd; rpc_cmd()"]
 
@@ -193,10 +194,6 @@ async def open_rpc(
                 await proc.wait()
             assert proc.stdout is not None
             await proc.stdout.aclose()
-
-
-EXAMPLES = REPO / "examples" / "extensions"
-CHAOS = EXAMPLES / "chaos" / "chaos.py"
 
 
 def write_script(tmp_path: Path, *turns: Frame, name: str = "script.jsonl") -> str:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import pytest
 import trio
 
+from helpers.paths import ATTACKS
 from supervisor import (
     ExtensionGone,
     ExtensionInfo,
@@ -34,7 +35,7 @@ from supervisor import (
     quarantine_file,
 )
 
-AGENT = Path(__file__).resolve().parent / "attacks" / "agent.py"
+AGENT = ATTACKS / "agent.py"
 #: Bound for one whole start/attack/stop cycle (far above normal runs).
 CYCLE = 60.0
 

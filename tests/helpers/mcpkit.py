@@ -1,4 +1,4 @@
-"""Helpers of the MCP tests: the fixture server (written with the SDK) as stdio or HTTP."""
+"""MCP servers for the tests: the fixture server (written with the SDK) as stdio or HTTP."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import mcp
 
 from agent._tools.mcp import ServerConfig
 from sandbox import Permissions
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "mcp_server.py"
+from .paths import MCP_SERVER as FIXTURE
+
 #: Where the SDK is installed: the confined server is shown only that, read-only.
 SITE = os.path.dirname(os.path.dirname(os.path.realpath(mcp.__file__)))
 

@@ -8,19 +8,17 @@ inline Python script written into a temp directory next to its ``extension.json`
 from __future__ import annotations
 
 import json
-import os
 import re
 import textwrap
-import typing
 from collections.abc import Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import psutil
 import structlog
 import trio
 
+from helpers.paths import CHAOS
 from supervisor import (
     ExtensionSpec,
     HostInfo,
@@ -33,10 +31,6 @@ from supervisor import (
     log_file,
     open_supervisor,
 )
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples" / "extensions"
-CHAOS = EXAMPLES / "chaos" / "chaos.py"
 
 #: Short deadlines so the suite stays quick; tests override single fields.
 FAST: dict[str, Any] = {
@@ -187,29 +181,3 @@ async def wait_for(
 def capture_logs() -> AbstractContextManager[list[MutableMapping[str, Any]]]:
     """``structlog.testing.capture_logs`` that keeps context-bound keys (``extension``)."""
     return structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars])
-
-
-def alive(pid: int) -> bool:
-    """True if ``pid`` names a live (not zombie) process."""
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-
-
-def cmdline(pid: int) -> list[str]:
-    """argv of a live process, from ``/proc``."""
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return [a.decode() for a in f.read().split(b"\0") if a]
-
-
-def environ(pid: int) -> dict[str, str]:
-    """Environment of a live process, from ``/proc``."""
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        items = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-    return dict(item.split("=", 1) for item in items if "=" in item)
-
-
-def num_fds() -> int:
-    """Open file descriptors of this (test) process."""
-    return typing.cast(int, psutil.Process(os.getpid()).num_fds())

@@ -11,36 +11,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import trio
 
-from agent._engine import AgentOptions
-from agent._events import (
+from agent import (
     AgentEvent,
+    AgentOptions,
     AssistantMessage,
+    TextContent,
     TextDelta,
     ToolCallEvent,
     ToolResultEvent,
     TurnEnd,
 )
-from agent._messages import TextContent
-
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples" / "extensions"
-CHAOS = EXAMPLES / "chaos" / "chaos.py"
-PROBE = Path(__file__).resolve().parent / "fixtures" / "probe_ext.py"
-
-
-def children() -> list[psutil.Process]:
-    """Live descendants of this test process."""
-    found = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.NoSuchProcess:
-            pass
-    return found
+from helpers.paths import CHAOS, PROBE, REPO
 
 
 def write_ext(base: Path, name: str, script: Path, args: list[str] | None = None) -> str:

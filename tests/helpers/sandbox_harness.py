@@ -31,10 +31,9 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-ATTACKS = HERE / "attacks"
-HOST_HELPER = HERE / "host_helper.py"
+from helpers.paths import ATTACKS, HOST_HELPER
+from helpers.paths import REPO as ROOT
+
 #: Upper bound on any one host run; generous, since a loaded CI box is slow.
 RUN_TIMEOUT = 90.0
 

@@ -1,0 +1,43 @@
+"""What the ``corral ext`` commands share: where installed extensions live, the error.
+
+Cancellation: nothing here awaits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from supervisor import corral_home
+
+from .safe_text import visible_lines
+from .trust import visible
+
+__all__ = ["UserError", "cell", "installed_dir", "is_git_url"]
+
+
+class UserError(click.ClickException):
+    """A mistake the user can fix; shown as one line, exit status 1."""
+
+    def format_message(self) -> str:
+        # Messages quote manifests, paths, logs and git: every line made terminal-safe.
+        return "\n".join(visible_lines(self.message))
+
+
+def installed_dir() -> Path:
+    """Where ``corral ext install`` puts extensions: ``$CORRAL_HOME/extensions``."""
+    return corral_home() / "extensions"
+
+
+def is_git_url(source: str) -> bool:
+    """Whether ``source`` names a git repository rather than an existing directory."""
+    if Path(source).exists():
+        return False
+    prefixes = ("http://", "https://", "git@", "ssh://", "git://", "file://")
+    return source.startswith(prefixes) or source.endswith(".git")
+
+
+def cell(value: object) -> str:
+    """``value`` as one terminal-safe table cell."""
+    return visible(str(value))

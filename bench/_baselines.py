@@ -1,0 +1,176 @@
+"""The baselines of bench_supervisor: a bare trio + msgspec ping-pong and the MCP SDK.
+
+* the raw child decodes each request and encodes a reply with ``json`` (what the
+  ``chaos`` extension does) and nothing else; :class:`RawChild` drives it from one
+  task, sequentially or with ``WINDOW`` requests in flight;
+* :func:`mcp_calls` times the MCP Python SDK's stdio client against
+  ``bench/mcp_echo_server.py`` (one ``echo`` tool).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import msgspec
+import trio
+from _common import median, stopwatch
+
+MCP_SERVER = Path(__file__).resolve().parent / "mcp_echo_server.py"
+WINDOW = 32
+ARGS = {"text": "hi"}
+
+#: The raw child: what chaos does per request (json in, json out), and nothing else.
+RAW_CHILD = """\
+import json, sys
+out = sys.stdout.buffer
+for line in sys.stdin.buffer:
+    req = json.loads(line)
+    text = "echo: " + req["args"]["text"]
+    reply = {"type": "tool_result", "id": req["id"], "content": [{"type": "text", "text": text}]}
+    out.write(json.dumps(reply, separators=(",", ":")).encode() + b"\\n")
+    out.flush()
+"""
+
+
+def rate(n: int, seconds: float) -> float:
+    return n / seconds if seconds > 0 else float("inf")
+
+
+async def rate_of(n: int, run: Callable[[int], Awaitable[None]]) -> float:
+    """Rate (per second) of one run of ``run(n)``."""
+    with stopwatch() as t:
+        await run(n)
+    return rate(n, t[0])
+
+
+async def rates(reps: int, n: int, run: Callable[[int], Awaitable[None]]) -> float:
+    """Median rate (per second) of ``reps`` runs of ``run(n)``."""
+    return median([await rate_of(n, run) for _ in range(reps)])
+
+
+# --- raw: trio + msgspec ping-pong -------------------------------------------------------
+
+
+class _RawReply(msgspec.Struct):
+    id: str
+
+
+_raw_decoder = msgspec.json.Decoder(_RawReply)
+_raw_encoder = msgspec.json.Encoder()
+
+
+def _raw_requests(start: int, count: int) -> bytes:
+    frames = (
+        _raw_encoder.encode(
+            {"type": "tool_call", "id": f"t{i}", "name": "chaos_echo", "args": ARGS}
+        )
+        for i in range(start, start + count)
+    )
+    return b"\n".join(frames) + b"\n"
+
+
+@typing.final
+class RawChild:
+    """The baseline: one task writes requests and reads replies, nothing in between."""
+
+    def __init__(self, proc: trio.Process) -> None:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        self._stdin = proc.stdin
+        self._stdout = proc.stdout
+        self._buf = bytearray()
+
+    async def _lines(self) -> list[bytes]:
+        """Every complete line received so far (waiting for at least one)."""
+        while True:
+            end = self._buf.rfind(b"\n")
+            if end >= 0:
+                lines = bytes(self._buf[:end]).split(b"\n")
+                del self._buf[: end + 1]
+                return lines
+            chunk = await self._stdout.receive_some(65536)
+            if not chunk:
+                raise EOFError("raw child closed its stdout")
+            self._buf += chunk
+
+    async def sequential(self, n: int) -> None:
+        """``n`` round trips, one at a time."""
+        for i in range(n):
+            await self._stdin.send_all(_raw_requests(i, 1))
+            for line in await self._lines():
+                _raw_decoder.decode(line)
+
+    async def pipelined(self, n: int) -> None:
+        """``n`` round trips with up to ``WINDOW`` in flight; each batch of replies
+        is refilled with one write."""
+        sent = min(WINDOW, n)
+        await self._stdin.send_all(_raw_requests(0, sent))
+        done = 0
+        while done < n:
+            lines = await self._lines()
+            for line in lines:
+                _raw_decoder.decode(line)
+            done += len(lines)
+            more = min(len(lines), n - sent)
+            if more:
+                await self._stdin.send_all(_raw_requests(sent, more))
+                sent += more
+
+
+@asynccontextmanager
+async def open_raw_child() -> AsyncIterator[RawChild]:
+    """Start the minimal echo child; on exit close its stdin and reap it (bounded)."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", RAW_CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        yield RawChild(proc)
+    finally:
+        with trio.CancelScope(shield=True):
+            assert proc.stdin is not None
+            await proc.stdin.aclose()
+            with trio.move_on_after(5):
+                await proc.wait()
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+# --- MCP: the Python SDK over stdio ------------------------------------------------------
+
+
+async def mcp_calls(warmup: int, reps: int, seq_n: int, conc_n: int) -> tuple[float, float]:
+    """Sequential and 32-concurrent ``tools/call`` per second (run under anyio)."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=[str(MCP_SERVER)])
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("echo", ARGS)
+        text = getattr(result.content[0], "text", None)
+        if text != "echo: hi":
+            raise RuntimeError(f"unexpected MCP echo result: {result!r}")
+
+        async def sequential(n: int) -> None:
+            for _ in range(n):
+                await session.call_tool("echo", ARGS)
+
+        async def concurrent(n: int) -> None:
+            async with anyio.create_task_group() as tg:
+                for _ in range(WINDOW):
+                    tg.start_soon(sequential, n // WINDOW)
+
+        with anyio.fail_after(300):
+            await sequential(warmup)
+            seq = await rates(reps, seq_n, sequential)
+            conc = await rates(reps, conc_n, concurrent)
+    return seq, conc

@@ -1,0 +1,223 @@
+"""The agent's handle on the supervisor: typed async methods.
+
+Each method builds one request of :data:`~supervisor._requests.Request`, hands it
+to the supervisor (which routes it at once and never blocks) and waits for the
+:class:`~supervisor._calls.Reply` it gets back. Events come through trio memory
+channels from :meth:`SupervisorClient.subscribe`. Every request is answered exactly
+once: with a value, or with a :class:`~supervisor._exceptions.SupervisorError`
+subclass.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Protocol
+
+import trio
+
+from ._api import (
+    CommandInfo,
+    CommandOutcome,
+    ExtensionInfo,
+    InterceptOutcome,
+    ReloadStats,
+    SupervisorEvent,
+    ToolInfo,
+    ToolOutcome,
+)
+from ._calls import Reply
+from ._requests import (
+    CallTool,
+    EmitEvent,
+    EnableExtension,
+    Intercept,
+    InvokeCommand,
+    ListExtensions,
+    Reload,
+    Request,
+    SetHostInfo,
+)
+
+__all__ = ["Backend", "SupervisorClient"]
+
+
+class Backend(Protocol):
+    """What the client needs of a supervisor (``_Supervisor`` in this process)."""
+
+    def submit(self, request: Request) -> Reply[Any]:
+        """Route ``request`` now (never blocks); its answer comes through the reply."""
+        ...
+
+    def subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
+        """A new event channel."""
+        ...
+
+    def tool_infos(self) -> list[ToolInfo]:
+        """Extension tools registered now."""
+        ...
+
+    def command_infos(self) -> list[CommandInfo]:
+        """Extension commands registered now."""
+        ...
+
+
+@typing.final
+class SupervisorClient:
+    """The agent's handle on the supervisor: typed async methods, events on channels.
+
+    Get one from :func:`supervisor.open_supervisor`. Methods can be called from any
+    task; they are safe to call concurrently.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        self._submit = backend.submit
+
+    def __repr__(self) -> str:
+        return f"<SupervisorClient {self._backend!r}>"
+
+    def tools(self) -> list[ToolInfo]:
+        """Extension tools currently registered (a snapshot)."""
+        return self._backend.tool_infos()
+
+    def commands(self) -> list[CommandInfo]:
+        """Extension commands currently registered (a snapshot)."""
+        return self._backend.command_infos()
+
+    def subscribe(self, buffer: int = 256) -> trio.MemoryReceiveChannel[SupervisorEvent]:
+        """A new channel receiving every later supervisor event.
+
+        A subscriber that falls ``buffer`` events behind loses the newest ones (they
+        are counted and logged); it never slows the supervisor down. Close the
+        channel to unsubscribe.
+        """
+        return self._backend.subscribe(buffer)
+
+    async def _send(self, request: Request) -> None:
+        self._submit(request)
+        await trio.lowlevel.checkpoint()
+
+    async def _ask(self, request: Request) -> Any:
+        # Deadlines are the supervisor's (they are policy); here we only wait.
+        reply = self._submit(request)
+        try:
+            return await reply.wait()
+        except trio.Cancelled:
+            reply.abandon()
+            raise
+
+    async def call_tool(self, name: str, args: dict[str, Any], *, call_id: str = "") -> ToolOutcome:
+        """Call an extension tool and wait for its result.
+
+        The supervisor applies its tool deadline (60 s by default, covering the write
+        of the request) and fails the call at once if the extension dies.
+
+        Raises:
+            UnknownTool: no extension offers ``name``.
+            ExtensionGone: the extension died or was stopped before answering.
+            CallTimeout: the deadline passed.
+
+        Cancellation: the call is abandoned; a late ``tool_result`` is dropped.
+        """
+        outcome: ToolOutcome = await self._ask(CallTool(name=name, args=args, call_id=call_id))
+        return outcome
+
+    async def invoke_command(self, name: str, args: str = "") -> CommandOutcome:
+        """Run an extension's slash command and return its response.
+
+        Raises:
+            UnknownCommand, ExtensionGone, CallTimeout.
+
+        Cancellation: the command is abandoned; a late response is dropped.
+        """
+        outcome: CommandOutcome = await self._ask(InvokeCommand(name=name, args=args))
+        return outcome
+
+    async def intercept_tool_call(
+        self, tool_id: str, tool_name: str, tool_args: dict[str, Any], *, builtin: bool = True
+    ) -> InterceptOutcome:
+        """Run the ``tool_call`` intercept chain. Never raises for extension faults.
+
+        Args:
+            tool_id: the model's call id.
+            tool_name: the tool called.
+            tool_args: the arguments as the model wrote them.
+            builtin: the call runs a built-in tool of the agent; then a block or
+                rewrite counts only from an extension whose ``intercept_builtin``
+                permission names the tool (or ``"*"``). Others are ignored, logged
+                once per extension and reported with ``applied=False``.
+
+        Cancellation: the chain stops where it is; subscribers not yet asked are not.
+        """
+        req = Intercept(
+            event="tool_call",
+            tool_id=tool_id,
+            tool_name=tool_name,
+            tool_args=tool_args,
+            builtin=builtin,
+        )
+        outcome: InterceptOutcome = await self._ask(req)
+        return outcome
+
+    async def intercept_turn_start(self, step: int) -> InterceptOutcome:
+        """Run the ``turn_start`` intercept chain.
+
+        Cancellation: as :meth:`intercept_tool_call`.
+        """
+        outcome: InterceptOutcome = await self._ask(Intercept(event="turn_start", step=step))
+        return outcome
+
+    async def intercept_assistant_message(self, text: str) -> InterceptOutcome:
+        """Run the ``assistant_message`` intercept chain.
+
+        Cancellation: as :meth:`intercept_tool_call`.
+        """
+        req = Intercept(event="assistant_message", text=text)
+        outcome: InterceptOutcome = await self._ask(req)
+        return outcome
+
+    async def emit(self, event: EmitEvent) -> None:
+        """Send a one-way lifecycle event to subscribed extensions.
+
+        Cancellation: the event may or may not have been queued.
+        """
+        await self._send(event)
+
+    async def reload(self) -> ReloadStats:
+        """Re-read manifests, start the new versions beside the running ones, swap.
+
+        The registry and the interception chain switch in one step once every new
+        version is ready or has given up; a new version that did not start leaves
+        the running one in place (:attr:`ReloadStats.kept_old`). Calls in flight on a
+        replaced extension complete or fail cleanly with :class:`ExtensionStopping`.
+
+        Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
+        """
+        stats: ReloadStats = await self._ask(Reload())
+        return stats
+
+    async def list_extensions(self) -> list[ExtensionInfo]:
+        """Status and stats of every known extension (psutil figures included).
+
+        Cancellation: the answer is dropped.
+        """
+        infos: list[ExtensionInfo] = await self._ask(ListExtensions())
+        return infos
+
+    async def enable(self, name: str) -> ExtensionInfo:
+        """Lift ``name``'s quarantine and start it again in this session.
+
+        Raises:
+            UnknownExtension: no such extension.
+
+        Cancellation: the start goes on; only the wait is abandoned.
+        """
+        info: ExtensionInfo = await self._ask(EnableExtension(name=name))
+        return info
+
+    async def set_host_info(self, provider: str, model: str, cwd: str) -> None:
+        """Set what later ``hello_ack`` frames report.
+
+        Cancellation: the update may or may not have been queued.
+        """
+        await self._send(SetHostInfo(provider=provider, model=model, cwd=cwd))

@@ -1,0 +1,300 @@
+"""One incarnation of a supervised child: serve its stdio, then one bounded cleanup.
+
+An :class:`Incarnation` holds one spawned process of an extension, its pipes and
+its exit, from spawn to reaped. :meth:`Incarnation.serve` runs, in one nursery,
+the stderr drain, the writer, the reader (the :class:`Conversation` spoken over
+stdio) and the deadline timer of the calls in flight, and waits for the process
+to exit. It always ends the same way, shielded and bounded, as trio's
+``run_process`` does:
+
+1. if the process is still running (:meth:`stop`, or the owner was cancelled), the
+   shutdown ladder: the conversation's goodbye and end of stdin, SIGTERM to the
+   group, SIGKILL to the group; each step bounded by a grace period; the process
+   is always reaped. This is the one kill path;
+2. the reader gets a moment to reach EOF (frames written just before the exit);
+3. the group's leftovers and the daemons that escaped it are found and killed
+   (see :mod:`supervisor._reap`), the pipes are closed and the sandbox releases
+   the plan.
+
+Nothing here knows the extension protocol: a :class:`Conversation` brings it, so
+another kind of child speaking NDJSON over stdio (a tool host) needs another
+conversation, not another lifecycle.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import typing
+from typing import Protocol
+
+import structlog
+import trio
+
+from sandbox import LaunchPlan, Sandbox
+
+from ._calls import PendingCalls
+from ._config import SupervisorConfig
+from ._exceptions import ExtensionGone, ExtensionStopping
+from ._io import StderrLog
+from ._lines import LineReader, LineWriter, Unsent
+from ._process import ChildProcess
+from ._reap import Claimed, descendants, find_leftovers, kill_and_wait, signal_all, signal_group
+from ._restart import describe_exit
+
+__all__ = ["Conversation", "Incarnation"]
+
+log = structlog.get_logger(__name__)
+
+_UNSENT = {
+    Unsent.BROKEN: "the extension is not reading its stdin (pipe closed)",
+    Unsent.FULL: "the extension is not reading its stdin (write backlog full)",
+    Unsent.CLOSED: "the extension is not running",
+}
+
+#: After the process exits, how long the reader may take to reach EOF on stdout (a
+#: grandchild can hold the pipe open forever).
+_EOF_AFTER_EXIT = 0.5
+
+
+class Conversation(Protocol):
+    """What an incarnation speaks over the child's stdio."""
+
+    #: Bytes the shutdown ladder writes before it closes stdin (may be empty).
+    goodbye: bytes
+    #: Set when the child said it is leaving; the ladder then kills it after
+    #: ``ack_grace`` instead of waiting out ``shutdown_grace``.
+    acked: trio.Event
+
+    async def converse(self, reader: LineReader) -> None:
+        """Read and handle the child's stdout until EOF."""
+        ...
+
+
+@typing.final
+class Incarnation:
+    """One spawned process, from spawn to reaped (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        proc: ChildProcess,
+        plan: LaunchPlan,
+        token: str,
+        *,
+        config: SupervisorConfig,
+        sandbox: Sandbox,
+        calls: PendingCalls,
+        stderr: StderrLog,
+    ) -> None:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        self._name = name
+        self._proc = proc
+        self._stdin: trio.lowlevel.FdStream = proc.stdin
+        self._stdout: trio.lowlevel.FdStream = proc.stdout
+        self._stderr_pipe: trio.lowlevel.FdStream = proc.stderr
+        self._plan = plan
+        #: The instance token in its environment (for the sweep of leftovers).
+        self._token = token
+        self._config = config
+        self._sandbox = sandbox
+        self._calls = calls
+        self._stderr = stderr
+        self._reaped = False
+        self.started_at = time.monotonic()
+        self._writer = LineWriter(self._stdin, config.write_backlog)
+        #: Cancelled by :meth:`stop`: ends the wait for the exit, and the ladder runs.
+        self._wait_scope = trio.CancelScope()
+        self._stopping = False
+        #: Where to leave the token instead of sweeping now (see :meth:`stop`).
+        self._sweep_into: list[str] | None = None
+        #: Processes to kill (and wait for) once the extension exits.
+        self._doomed: list[Claimed] = []
+
+    def __repr__(self) -> str:
+        return f"<Incarnation {self._name!r} pid={self.pid} returncode={self.returncode}>"
+
+    @property
+    def pid(self) -> int:
+        """The spawned process (under bwrap: bwrap itself)."""
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once reaped (negative: killed by that signal), else None."""
+        return self._proc.returncode
+
+    # --- control (never blocks) ----------------------------------------------------
+
+    def stop(self, *, sweep_into: list[str] | None = None) -> None:
+        """Run the shutdown ladder now (or as soon as :meth:`serve` waits).
+
+        Args:
+            sweep_into: leave this incarnation's token here for the caller to sweep
+                leftovers of many extensions in one pass, instead of sweeping now.
+        """
+        self._stopping = True
+        self._sweep_into = sweep_into
+        self._wait_scope.cancel()
+
+    def kill(self) -> None:
+        """SIGKILL the process group now (a refused handshake); :meth:`serve` reaps."""
+        signal_group(self._proc.pid, signal.SIGKILL)
+
+    def send(self, data: bytes) -> str | None:
+        """Queue a frame for stdin (never blocks); returns an error text when it cannot.
+
+        A frame that finds the writer idle goes straight to the pipe (see
+        :class:`~supervisor._lines.LineWriter`).
+        """
+        unsent = self._writer.write_nowait(data)
+        return None if unsent is None else _UNSENT[unsent]
+
+    # --- the owner's part --------------------------------------------------------------
+
+    async def serve(self, conversation: Conversation) -> int:
+        """Serve the process until it exits or is stopped; returns its exit status.
+
+        Every pending call fails at once when the process goes (see
+        :class:`~supervisor._calls.PendingCalls`).
+
+        Cancellation: runs the shutdown ladder (shielded, bounded by the grace
+        periods) and reaps every process before re-raising.
+        """
+        proc = self._proc
+        reader_done = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stderr.drain, self._stderr_pipe)
+                nursery.start_soon(self._writer.run)
+                nursery.start_soon(self._read_loop, conversation, reader_done)
+                nursery.start_soon(self._calls.run_timer)
+                try:
+                    with self._wait_scope:
+                        await proc.wait()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        if proc.returncode is None:
+                            await self._ladder(conversation)
+                        # Frames written just before exit are still in the pipe: let
+                        # the reader reach EOF, but not forever (a grandchild may
+                        # hold stdout).
+                        with trio.move_on_after(_EOF_AFTER_EXIT):
+                            await reader_done.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._reap()
+        rc = proc.returncode
+        assert rc is not None
+        return rc
+
+    async def _reap(self) -> None:
+        """Kill whatever is left of the incarnation and wait for it; bounded."""
+        proc = self._proc
+        # The extension is gone; its group (ordinary children) has no reason to live.
+        # Found before the group is killed, so that what is killed is waited for.
+        found: list[Claimed] = []
+        if self._sweep_into is not None:
+            self._sweep_into.append(self._token)
+        else:
+            found = await trio.to_thread.run_sync(find_leftovers, [self._token], [proc.pid])
+        signal_group(proc.pid, signal.SIGKILL)
+        doomed, self._doomed = [*self._doomed, *found], []
+        with trio.move_on_after(self._config.term_grace) as waited:
+            await kill_and_wait(doomed)
+            if proc.returncode is None:  # only if the ladder itself failed
+                await proc.wait()
+        if waited.cancelled_caught:
+            log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
+        self._writer.close()
+        self._reaped = True  # from here on the pipes may be closed
+        await proc.aclose()
+        self._sandbox.cleanup(self._plan)
+        self._fail_calls()
+
+    async def _ladder(self, conversation: Conversation) -> None:
+        """The shutdown ladder: goodbye + close stdin, SIGTERM, SIGKILL; always reaps.
+
+        A child that acknowledged the goodbye said it is done: it gets ``ack_grace``
+        to exit by itself and is then killed, instead of holding the stop up for
+        the rest of ``shutdown_grace`` while its runtime tears down. Bounded by
+        ``shutdown_grace + term_grace`` plus the time to reap a killed process.
+        Callers shield it.
+        """
+        proc = self._proc
+        self._calls.fail_all(ExtensionStopping, "the extension is being stopped")
+        cfg = self._config
+        if self._plan.backend != "bwrap":
+            # Taken before asking it to stop: once it exits, the daemons it adopted as
+            # a subreaper are handed to init, and one with a clean environment would
+            # be lost. (bwrap's PID namespace takes everything down by itself.)
+            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
+        with trio.move_on_after(cfg.shutdown_grace):
+            # A write cut short by the cancel leaves half a line: end it first.
+            broken = b"\n" if self._writer.busy else b""
+            self._writer.cancel()
+            try:
+                await self._stdin.send_all(broken + conversation.goodbye)
+                await self._stdin.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                pass
+            async with trio.open_nursery() as race:
+                race.start_soon(self._cut_after_ack, conversation.acked, race.cancel_scope)
+                await proc.wait()
+                race.cancel_scope.cancel()
+        if proc.returncode is not None:
+            return
+        if conversation.acked.is_set():
+            signal_group(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            return
+        log.warning("extension_sigterm", pid=proc.pid)
+        signal_group(proc.pid, signal.SIGTERM)
+        signal_all(self._doomed, signal.SIGTERM)
+        with trio.move_on_after(cfg.term_grace):
+            await proc.wait()
+        if proc.returncode is None:
+            log.warning("extension_sigkill", pid=proc.pid)
+            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
+        signal_group(proc.pid, signal.SIGKILL)
+        signal_all(self._doomed, signal.SIGKILL)
+        await proc.wait()
+
+    async def _cut_after_ack(self, acked: trio.Event, race: trio.CancelScope) -> None:
+        await acked.wait()
+        await trio.sleep(self._config.ack_grace)
+        race.cancel()
+
+    def _fail_calls(self) -> None:
+        """Fail every pending call: the process is going, nothing can answer them now."""
+        if self._stopping:
+            self._calls.fail_all(ExtensionStopping, "the extension was stopped")
+            return
+        rc = self._proc.returncode
+        if rc is None:
+            self._calls.fail_all(ExtensionGone, "the extension closed its stdout")
+            return
+        if not self._reaped:
+            self._stderr.feed_pending(self._stderr_pipe)
+        tail = self._stderr.tail[-1] if self._stderr.tail else ""
+        status, _ = describe_exit(rc)
+        msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")
+        self._calls.fail_all(ExtensionGone, msg, returncode=rc)
+
+    # --- the pipes ---------------------------------------------------------------------
+
+    async def _read_loop(self, conversation: Conversation, done: trio.Event) -> None:
+        reader = LineReader(self._stdout, self._config.max_frame_bytes)
+        try:
+            await conversation.converse(reader)
+        finally:
+            done.set()
+        # EOF: the extension is going away; nothing pending can be answered now. Its
+        # exit usually comes with the EOF: wait for it (briefly) so errors carry it.
+        if self._proc.returncode is None:
+            with trio.move_on_after(_EOF_AFTER_EXIT):
+                await self._proc.wait()
+        self._fail_calls()

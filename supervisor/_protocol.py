@@ -1,0 +1,334 @@
+"""The extension protocol over one incarnation's stdio: handshake, registration, routing.
+
+:class:`ExtensionProtocol` is the :class:`~supervisor._incarnation.Conversation`
+of an extension (seed phase 4, see ``docs/protocol.md``):
+
+* **handshake**: the first line must be a valid ``hello`` naming the manifest's
+  extension within ``handshake_timeout`` (raced against the exit: EOF ends the
+  wait); anything else refuses the extension (its group is killed). A valid one
+  is answered with ``hello_ack``;
+* **registration**: ``register_tool`` / ``register_command`` / ``subscribe`` frames
+  until ``ready``, or until a quiet period after the last one, capped; each
+  incarnation has its own timer, so waiting for ready can never hang;
+* **routing**: every later frame is matched on its type: replies resolve the
+  pending call with their id, ``notify`` becomes an event, ``shutdown_ack`` cuts
+  the shutdown ladder short. A bad line (not JSON, unknown type, oversize) is
+  logged with an excerpt, counted, and fails the call it names, if any.
+
+What the protocol changes in its extension (state, registrations) goes through
+the small :class:`Owner` interface, so the lifecycle stays the owner's.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import structlog
+import trio
+
+from . import _frames as f
+from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutcome
+from ._calls import CallKind, PendingCalls, Reply
+from ._config import HostInfo, SupervisorConfig
+from ._lines import LineReader, Oversize
+from ._version import VERSION
+
+__all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
+
+log = structlog.get_logger(__name__)
+
+#: The events an extension may intercept (``subscribe.intercept``).
+INTERCEPTABLE = frozenset({"tool_call", "turn_start", "assistant_message"})
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
+#: Bad frames logged per incarnation before logging goes quiet (they are still counted).
+_BAD_FRAME_LOG_LIMIT = 10
+
+
+@typing.final
+class Registrations:
+    """What one incarnation registered: tools, commands and subscriptions."""
+
+    __slots__ = ("commands", "events", "intercepts", "tools")
+
+    def __init__(self) -> None:
+        self.tools: dict[str, f.RegisterTool] = {}
+        self.commands: dict[str, f.RegisterCommand] = {}
+        self.events: frozenset[str] = frozenset()
+        self.intercepts: frozenset[str] = frozenset()
+
+    def __repr__(self) -> str:
+        return f"<Registrations tools={sorted(self.tools)} commands={sorted(self.commands)}>"
+
+
+class Owner(Protocol):
+    """What the protocol needs of its extension (:class:`~supervisor._extension.Extension`)."""
+
+    @property
+    def name(self) -> str:
+        """The manifest's name; ``hello`` must say the same."""
+        ...
+
+    def hello_accepted(self, registrations: Registrations) -> None:
+        """``hello`` was valid: registrations go to ``registrations`` from now on."""
+        ...
+
+    def ready(self, how: str) -> None:
+        """The extension is ready (``how``: a ``ready`` frame, the quiet period, the cap)."""
+        ...
+
+    def registrations_changed(self) -> None:
+        """A registration arrived after ready."""
+        ...
+
+
+class Host(Protocol):
+    """What the protocol needs of the supervisor."""
+
+    def host_info(self) -> HostInfo:
+        """What ``hello_ack`` reports."""
+        ...
+
+    def publish(self, event: SupervisorEvent) -> None:
+        """Send an event to every subscriber."""
+        ...
+
+
+class _Pipe(Protocol):
+    def send(self, data: bytes) -> str | None: ...
+
+    def kill(self) -> None: ...
+
+
+@typing.final
+class ExtensionProtocol:
+    """The extension protocol spoken with one incarnation (see the module docstring)."""
+
+    goodbye = f.encode_frame(f.Shutdown())
+
+    def __init__(
+        self,
+        owner: Owner,
+        pipe: _Pipe,
+        *,
+        calls: PendingCalls,
+        config: SupervisorConfig,
+        host: Host,
+    ) -> None:
+        self._owner = owner
+        self._name = owner.name
+        self._pipe = pipe
+        self._calls = calls
+        self._config = config
+        self._host = host
+        self.registrations = Registrations()
+        #: Set when the extension sent ``shutdown_ack``.
+        self.acked = trio.Event()
+        #: Why the handshake refused the extension, if it did.
+        self.refused: str | None = None
+        #: The extension's stdout ended before it sent ``hello``.
+        self.early_exit = False
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"<ExtensionProtocol {self._name!r} ready={self._ready} refused={self.refused!r}>"
+
+    async def converse(self, reader: LineReader) -> None:
+        """Handshake, registration, then route every frame until EOF.
+
+        Cancellation: stops reading where it is.
+        """
+        if await self._handshake(reader):
+            await self._registration(reader)
+            while (item := await reader.next()) is not None:
+                self._handle(item)
+
+    # --- start-up ------------------------------------------------------------------
+
+    def _refuse(self, reason: str) -> None:
+        self.refused = reason
+        log.error("extension_refused", reason=reason)
+        self._pipe.kill()
+
+    async def _handshake(self, reader: LineReader) -> bool:
+        timeout = self._config.handshake_timeout
+        item: bytes | Oversize | None = None
+        with trio.move_on_after(timeout):
+            item = await reader.next()
+            if item is None:
+                self.early_exit = True
+                return False
+        if item is None:
+            self._refuse(f"no hello within {timeout:g} s")
+            return False
+        if isinstance(item, Oversize):
+            self._refuse(f"first frame is larger than {self._config.max_frame_bytes} bytes")
+            return False
+        try:
+            frame = f.decode_ext_frame(item)
+        except f.FrameError as exc:
+            self._refuse(f"first frame is not a valid hello ({exc.detail}): {exc.excerpt}")
+            return False
+        if not isinstance(frame, f.Hello):
+            self._refuse(f"first frame must be hello, got {type(frame).__name__}")
+            return False
+        if frame.name != self._name:
+            self._refuse(f"hello names {frame.name!r} but the manifest names {self._name!r}")
+            return False
+        self._owner.hello_accepted(self.registrations)
+        info = self._host.host_info()
+        ack = f.HelloAck(
+            corral_version=VERSION,
+            zot_version=VERSION,
+            provider=info.provider,
+            model=info.model,
+            cwd=info.cwd,
+        )
+        self._pipe.send(f.encode_frame(ack))
+        return True
+
+    async def _registration(self, reader: LineReader) -> None:
+        cfg = self._config
+        cap = trio.current_time() + cfg.ready_cap
+        last = trio.current_time()
+        while not self._ready:
+            item: bytes | Oversize | None = None
+            with trio.move_on_at(min(cap, last + cfg.ready_quiet)) as scope:
+                item = await reader.next()
+            if scope.cancelled_caught:
+                self._mark_ready("quiet period" if trio.current_time() < cap else "cap")
+                return
+            if item is None:
+                return
+            self._handle(item)
+            last = trio.current_time()
+
+    def _mark_ready(self, how: str) -> None:
+        if not self._ready:
+            self._ready = True
+            self._owner.ready(how)
+
+    # --- routing ---------------------------------------------------------------------
+
+    def _bad_frame(self, message: str, excerpt: str, frame_id: str | None) -> None:
+        counts = self._calls.counts
+        counts["bad_frames"] += 1
+        n = counts["bad_frames"]
+        if n <= _BAD_FRAME_LOG_LIMIT or n % 1000 == 0:
+            log.warning("bad_frame", problem=message, excerpt=excerpt, count=n)
+        if frame_id is not None:
+            self._calls.violated(frame_id, message, excerpt)
+
+    def _handle(self, item: bytes | Oversize) -> None:
+        if isinstance(item, Oversize):
+            match = _ID_RE.search(item.head)
+            fid = match.group(1).decode("utf-8", "replace") if match else None
+            self._bad_frame(
+                f"line of {item.size} bytes exceeds the {self._config.max_frame_bytes}-byte limit",
+                f.excerpt(item.head),
+                fid,
+            )
+            return
+        if not item or item.isspace():
+            return
+        try:
+            frame = f.decode_ext_frame(item)
+        except f.FrameError as exc:
+            self._bad_frame(exc.detail, exc.excerpt, exc.frame_id)
+            return
+        match frame:
+            case f.ToolResult():
+                self._tool_result(frame)
+            case f.EventInterceptResponse():
+                reply = self._take(frame.id, CallKind.INTERCEPT)
+                if reply is not None:
+                    reply.set(frame)
+            case f.CommandResponse():
+                self._command_response(frame)
+            case f.Notify():
+                event = Notified(extension=self._name, level=frame.level, message=frame.message)
+                self._host.publish(event)
+            case f.RegisterTool() | f.RegisterCommand() | f.Subscribe():
+                self._register(frame)
+            case f.Ready():
+                self._mark_ready("ready frame")
+            case f.ShutdownAck():
+                log.debug("shutdown_ack")
+                self.acked.set()
+            case f.Hello():
+                self._bad_frame("hello sent twice", f.excerpt(item), None)
+
+    def _register(self, frame: f.RegisterTool | f.RegisterCommand | f.Subscribe) -> None:
+        regs = self.registrations
+        match frame:
+            case f.Subscribe():
+                unknown = set(frame.intercept) - INTERCEPTABLE
+                if unknown:
+                    log.warning("subscribe_unknown_intercept", events=sorted(unknown))
+                regs.events = frozenset(frame.events)
+                regs.intercepts = frozenset(e for e in frame.intercept if e in INTERCEPTABLE)
+            case f.RegisterTool():
+                problem = _tool_problem(frame)
+                if problem:
+                    log.warning("tool_rejected", tool=frame.name, problem=problem)
+                    return
+                regs.tools[frame.name] = frame
+            case f.RegisterCommand():
+                name = frame.name.lstrip("/")
+                if not name or any(c.isspace() for c in name):
+                    log.warning("command_rejected", command=frame.name, problem="invalid name")
+                    return
+                regs.commands[name] = f.RegisterCommand(name=name, description=frame.description)
+        if self._ready:
+            self._owner.registrations_changed()
+
+    def _take(self, rid: str, kind: CallKind) -> Reply[Any] | None:
+        reply = self._calls.take(rid, kind)
+        if reply is None:
+            self._bad_frame(f"reply to unknown id {rid!r}", rid, None)
+        return reply
+
+    def _tool_result(self, frame: f.ToolResult) -> None:
+        reply = self._take(frame.id, CallKind.TOOL)
+        if reply is None:
+            return
+        if frame.is_error:
+            self._calls.counts["errors"] += 1
+        reply.set(
+            ToolOutcome(
+                content=list(frame.content),
+                is_error=frame.is_error,
+                tool=reply.name,
+                extension=self._name,
+            )
+        )
+
+    def _command_response(self, frame: f.CommandResponse) -> None:
+        reply = self._take(frame.id, CallKind.COMMAND)
+        if reply is None:
+            return
+        if frame.action == "display" and frame.display:
+            self._host.publish(Displayed(extension=self._name, text=frame.display))
+        reply.set(
+            CommandOutcome(
+                action=frame.action,
+                prompt=frame.prompt,
+                insert=frame.insert,
+                display=frame.display,
+                error=frame.error,
+                extension=self._name,
+            )
+        )
+
+
+def _tool_problem(frame: f.RegisterTool) -> str:
+    """Why a tool registration is rejected ("" when it is fine)."""
+    if not _TOOL_NAME_RE.match(frame.name):
+        return "name is not an identifier"
+    schema: Mapping[str, Any] | None = frame.schema if isinstance(frame.schema, dict) else None
+    if schema is None or schema.get("type") != "object":
+        return "schema must be a JSON object schema with type: object"
+    return ""

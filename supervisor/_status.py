@@ -1,0 +1,119 @@
+"""What ``ext list`` shows: one :class:`ExtensionInfo` per extension and per manifest
+that did not load, with process figures from psutil (inspection only)."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import psutil
+
+from ._api import ExtensionInfo
+from ._extension import Extension
+from ._lifecycle import ExtensionState
+from ._manifest import Discovery
+
+__all__ = ["ProcessFigures", "discovery_infos", "extension_infos"]
+
+
+@typing.final
+class ProcessFigures:
+    """RSS, CPU and open fds per extension, summed over its process tree.
+
+    The tree matters: under bwrap the pid we spawned is bwrap itself, and the
+    extension runs below it. ``psutil.Process`` objects are kept between calls,
+    because ``cpu_percent`` measures since the previous call on the same object.
+    """
+
+    def __init__(self) -> None:
+        self._procs: dict[int, psutil.Process] = {}
+
+    def __repr__(self) -> str:
+        return f"<ProcessFigures tracked={len(self._procs)}>"
+
+    def measure(self, pids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """Figures per root pid (blocking: run it in a worker thread)."""
+        out: dict[int, dict[str, Any]] = {}
+        seen: set[int] = set()
+        for pid in pids:
+            try:
+                root = self._procs.get(pid)
+                if root is None:
+                    root = self._procs[pid] = psutil.Process(pid)
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                self._procs.pop(pid, None)
+                continue
+            rss = fds = 0
+            cpu = 0.0
+            for found in tree:
+                proc = self._procs.setdefault(found.pid, found)
+                try:
+                    with proc.oneshot():
+                        rss += proc.memory_info().rss
+                        fds += proc.num_fds() if hasattr(proc, "num_fds") else 0
+                        cpu += proc.cpu_percent(None)
+                except psutil.Error:
+                    self._procs.pop(found.pid, None)
+            out[pid] = {"rss": rss, "cpu": round(cpu, 1), "fds": fds}
+            seen.update(p.pid for p in tree)
+        for gone in set(self._procs) - seen:
+            del self._procs[gone]
+        return out
+
+
+def extension_infos(
+    exts: Sequence[Extension], figures: dict[int, dict[str, Any]], backend: str
+) -> list[ExtensionInfo]:
+    """The status of each extension; ``backend`` is shown for one never planned."""
+    out = []
+    for e in exts:
+        plan = e.plan
+        out.append(
+            ExtensionInfo(
+                name=e.name,
+                version=e.spec.manifest.version,
+                source=e.spec.source,
+                path=e.spec.dir,
+                state=e.state,
+                enabled=e.spec.manifest.enabled,
+                pid=e.pid if e.serving else None,
+                sandboxed=bool(plan and plan.sandboxed),
+                backend=plan.backend if plan else backend,
+                tools=sorted(e.tools),
+                commands=sorted(e.commands),
+                problem=e.problem,
+                stats=e.stats(figures.get(e.pid) if e.pid is not None else None),
+            )
+        )
+    return out
+
+
+def discovery_infos(discovery: Discovery) -> list[ExtensionInfo]:
+    """Manifests that did not load, and extensions shadowed by another of their name."""
+    infos = [
+        ExtensionInfo(
+            name=p.extension,
+            version="",
+            source="",
+            path=p.path,
+            state=ExtensionState.INVALID,
+            enabled=False,
+            problem=f"{p.field}: {p.message}" if p.field else p.message,
+        )
+        for p in discovery.problems
+    ]
+    infos += [
+        ExtensionInfo(
+            name=s.name,
+            version=s.manifest.version,
+            source=s.source,
+            path=s.dir,
+            state=ExtensionState.DUPLICATE,
+            enabled=s.manifest.enabled,
+            problem=f"shadowed by {w.dir} ({w.source})",
+        )
+        for s, w in discovery.duplicates
+    ]
+    return infos

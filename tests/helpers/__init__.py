@@ -1,0 +1,14 @@
+"""The test suite's helpers, in one package (``tests/`` is on ``sys.path``).
+
+* :mod:`helpers.paths`: where things are (repository, examples, fixtures);
+* :mod:`helpers.exports`: the one check that a package exports exactly ``__all__``;
+* :mod:`helpers.procs`: looking at processes (descendants, liveness, fds);
+* :mod:`helpers.supkit`: supervisors on temporary extensions (tests/supervisor);
+* :mod:`helpers.agentkit`: agent options, extension dirs, event collectors;
+* :mod:`helpers.rpc_harness`: ``corral rpc`` as a real process;
+* :mod:`helpers.mcpkit`: an MCP server written with the SDK, over stdio or HTTP;
+* :mod:`helpers.http_fakes`: fake model servers over real HTTP;
+* :mod:`helpers.sandbox_harness`, :mod:`helpers.trust_harness`,
+  :mod:`helpers.supervised`: hostile extensions against real sandboxes, as root and
+  as an unprivileged user.
+"""

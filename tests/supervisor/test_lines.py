@@ -1,0 +1,115 @@
+"""NDJSON lines: the one reader and the one writer, over memory streams and real pipes."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from supervisor import LineReader, LineWriter
+from supervisor._lines import Unsent
+
+
+async def read_lines(chunks: list[bytes], limit: int) -> list[Any]:
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    reader = LineReader(receive, limit, chunk=7)
+    out: list[Any] = []
+    async with trio.open_nursery() as nursery:
+
+        async def feed() -> None:
+            for chunk in chunks:
+                await send.send_all(chunk)
+                await trio.sleep(0)
+            await send.aclose()
+
+        nursery.start_soon(feed)
+        while (item := await reader.next()) is not None:
+            out.append(item if isinstance(item, bytes) else ("oversize", item.size, item.head))
+    return out
+
+
+async def test_line_reader_splits_joins_and_skips_oversize_lines() -> None:
+    with trio.fail_after(5):
+        got = await read_lines(
+            [b"ab", b"c\nde", b"f\n\n", b'{"id":"k","x":"', b"z" * 40, b'"}\nok\nlast'],
+            limit=20,
+        )
+    assert [g if isinstance(g, bytes) else (g[0], g[1], g[2][:15]) for g in got] == [
+        b"abc",
+        b"def",
+        b"",
+        ("oversize", 57, b'{"id":"k","x":"'),
+        b"ok",
+        b"last",
+    ]
+
+
+async def test_line_reader_oversize_at_end_of_input() -> None:
+    with trio.fail_after(5):
+        got = await read_lines([b"x" * 100], limit=10)
+    assert len(got) == 1
+    assert got[0][:2] == ("oversize", 100)
+    assert got[0][2] == b"x" * 14  # the start is kept (for the id), not the whole line
+
+
+async def test_a_line_of_exactly_the_limit_is_a_line_and_one_byte_more_is_not() -> None:
+    with trio.fail_after(5):
+        got = await read_lines([b"x" * 10 + b"\n" + b"y" * 11 + b"\nz\n"], limit=10)
+    assert got == [b"x" * 10, ("oversize", 11, b"y" * 11), b"z"]
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> bytes:
+    out = bytearray()
+    while chunk := await stream.receive_some(65536):
+        out += chunk
+    return bytes(out)
+
+
+async def test_writer_keeps_order_queued_or_awaited() -> None:
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    writer = LineWriter(send, backlog=1000)
+    lines = [f"{i}\n".encode() for i in range(300)]
+
+    async def run_then_close() -> None:
+        await writer.run()
+        await send.aclose()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            for line in lines[:100]:
+                assert writer.write_nowait(line) is None  # no fd: all queued, in order
+            assert writer.busy
+            nursery.start_soon(run_then_close)
+            for line in lines[100:]:
+                await writer.write(line)
+            writer.close()
+        got = await _drain(receive)
+    assert got == b"".join(lines)
+    assert not writer.busy
+    assert writer.write_nowait(b"late\n") is Unsent.CLOSED
+
+
+async def test_writer_fast_path_full_backlog_and_a_broken_pipe() -> None:
+    r, w = os.pipe()
+    reader = trio.lowlevel.FdStream(r)
+    writer = LineWriter(trio.lowlevel.FdStream(w), backlog=2)
+    with trio.fail_after(5):
+        # Idle and nothing queued: written at once, before any writer task runs.
+        assert writer.write_nowait(b"direct\n") is None
+        assert not writer.busy
+        assert await reader.receive_some(100) == b"direct\n"
+        # Nobody reads: the pipe fills, then the backlog does.
+        big = b"z" * 65536 + b"\n"
+        results = [writer.write_nowait(big) for _ in range(8)]
+        assert results[-1] is Unsent.FULL
+        assert writer.busy
+        await reader.aclose()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)  # its first write fails: the reader is gone
+        assert writer.broken
+        assert writer.write_nowait(b"more\n") is Unsent.BROKEN
+        with pytest.raises(trio.BrokenResourceError):
+            await writer.write(b"more\n")

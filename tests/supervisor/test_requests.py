@@ -1,0 +1,107 @@
+"""The request layer as data: the tagged union, the call bookkeeping, enums on the wire."""
+
+from __future__ import annotations
+
+import typing
+
+import msgspec
+import pytest
+import trio
+
+from supervisor import (
+    CallTimeout,
+    EmitEvent,
+    ExtensionGone,
+    ExtensionInfo,
+    ExtensionState,
+    ExtensionStopping,
+)
+from supervisor._calls import CallKind, PendingCalls, Reply
+from supervisor._requests import (
+    CallTool,
+    EnableExtension,
+    Intercept,
+    InvokeCommand,
+    ListExtensions,
+    Reload,
+    Request,
+    SetHostInfo,
+)
+
+EVERY_REQUEST: list[Request] = [
+    CallTool(name="weather", args={"city": "Lyon"}, call_id="c1"),
+    InvokeCommand(name="clock", args="utc"),
+    Intercept(event="tool_call", tool_id="t1", tool_name="bash", tool_args={"command": "ls"}),
+    EmitEvent(event="turn_end", step=2, stop="end_turn"),
+    Reload(),
+    ListExtensions(),
+    EnableExtension(name="weather"),
+    SetHostInfo(provider="offline", model="m", cwd="/w"),
+]
+
+
+def test_the_union_covers_every_request_and_each_round_trips_as_json() -> None:
+    assert {type(r) for r in EVERY_REQUEST} == set(typing.get_args(Request))
+    for request in EVERY_REQUEST:
+        line = msgspec.json.encode(request)
+        assert msgspec.json.decode(line, type=Request) == request
+    assert msgspec.json.decode(b'{"type": "reload"}', type=Request) == Reload()
+
+
+def test_extension_state_is_an_enum_that_encodes_as_before() -> None:
+    running = ExtensionState.RUNNING
+    info = ExtensionInfo(name="x", version="1", source="g", path="/x", state=running, enabled=True)
+    encoded = msgspec.json.encode(info)
+    assert b'"state":"running"' in encoded
+    assert msgspec.json.decode(encoded, type=ExtensionInfo).state is ExtensionState.RUNNING
+
+
+def _sent(calls: PendingCalls, kind: CallKind, name: str) -> Reply[typing.Any]:
+    reply: Reply[typing.Any] = Reply()
+    reply.kind, reply.name = kind, name
+    calls.add(PendingCalls.new_id(kind), reply)
+    return reply
+
+
+async def test_failing_every_call_keeps_type_message_and_status() -> None:
+    calls = PendingCalls("ext", dict.fromkeys(CallKind, 60.0))
+    tool = _sent(calls, CallKind.TOOL, "weather")
+    command = _sent(calls, CallKind.COMMAND, "clock")
+    assert tool.rid.startswith("t")
+    assert command.rid.startswith("c")
+    exited = "the extension exited (exit status 3); stderr: Error: x"
+    calls.fail_all(ExtensionGone, exited, returncode=3)
+    for reply, what in ((tool, "tool weather"), (command, "command /clock")):
+        with pytest.raises(ExtensionGone) as caught:
+            await reply.wait()
+        assert type(caught.value) is ExtensionGone
+        assert caught.value.what == what
+        assert caught.value.returncode == 3
+        assert str(caught.value) == f"{what} in extension 'ext': {exited}"
+    assert calls.counts["errors"] == 2
+    assert len(calls) == 0
+
+    stopping = _sent(calls, CallKind.INTERCEPT, "tool_call")
+    calls.fail_all(ExtensionStopping, "the extension is being stopped")
+    with pytest.raises(ExtensionStopping, match="intercept tool_call"):
+        await stopping.wait()
+
+
+async def test_a_reply_answers_once_and_an_abandoned_call_is_forgotten() -> None:
+    calls = PendingCalls("ext", dict.fromkeys(CallKind, 0.05))
+    late = _sent(calls, CallKind.TOOL, "slow")
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(calls.run_timer)
+            with pytest.raises(CallTimeout):
+                await late.wait()
+            nursery.cancel_scope.cancel()
+    late.set("too late")  # ignored: already answered
+    with pytest.raises(CallTimeout):
+        await late.wait()
+    assert calls.counts["timeouts"] == 1
+
+    left = _sent(calls, CallKind.TOOL, "abandoned")
+    left.abandon()
+    assert len(calls) == 0
+    assert calls.take(left.rid, CallKind.TOOL) is None
