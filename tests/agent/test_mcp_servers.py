@@ -25,6 +25,7 @@ from agent._providers.base import ToolSpec
 from agent._registry import ToolKind, ToolRegistry, ToolRunResult
 from agent._tools.mcp import (
     McpError,
+    McpLimits,
     McpServers,
     Origin,
     PolicyRefused,
@@ -57,13 +58,16 @@ def _text(result: ToolRunResult) -> str:
 
 @asynccontextmanager
 async def servers(
-    tmp_path: Path, allow: Sequence[str] = (), resolver: Any = None
+    tmp_path: Path,
+    allow: Sequence[str] = (),
+    resolver: Any = None,
+    limits: McpLimits | None = None,
 ) -> AsyncIterator[McpServers]:
     backend = sandbox.select_sandbox("auto")
     launcher = SandboxLauncher(backend, tmp_path / "home")
     policy = AddressPolicy(parse_allowance(a) for a in allow)
     guard = NetGuard(policy, resolver) if resolver is not None else NetGuard(policy)
-    async with open_mcp(launcher, guard) as found:
+    async with open_mcp(launcher, guard, limits=limits) as found:
         yield found
 
 
@@ -280,3 +284,14 @@ async def test_disconnecting_fails_a_pending_call_at_once(tmp_path: Path) -> Non
             assert result.is_error
             assert "MCP server fx went away during the call" in _text(result)
             assert found.servers() == []
+
+
+@pytest.mark.usefixtures("no_leaks")
+async def test_an_endless_line_ends_the_session_not_the_host(tmp_path: Path) -> None:
+    # 64 MiB without a newline, then it would wait forever: cut at the limit, stopped.
+    script = "head -c 67108864 /dev/zero | tr '\\0' x; exec sleep 300"
+    config = ServerConfig(command="/bin/sh", args=["-c", script])
+    with trio.fail_after(60):
+        async with servers(tmp_path, limits=McpLimits(max_line=1024 * 1024)) as found:
+            with pytest.raises(McpError, match="a line longer than 1048576 bytes"):
+                await found.connect(decl("flood", config))

@@ -86,8 +86,8 @@ class _Life:
         #: The calls in flight on this incarnation's session (cancelled when it ends).
         self.calls: set[trio.CancelScope] = set()
         self.died = trio.Event()
-        #: The exit status, when the process exited by itself (not stopped by us).
-        self.status: int | None = None
+        #: The server ended the session (closed its stdout or exited), not corral.
+        self.by_server = False
         self.death = ""
 
     def __repr__(self) -> str:
@@ -337,10 +337,12 @@ class McpConnection:
                     self.sandboxed = process.sandboxed
                     await self._serve_stdio(process, task_status)
             finally:
-                # Reaped and its stderr read by now; only a process that exited by
-                # itself has a death to report (one we stopped failed for another reason).
-                status = self._life.status
-                if process is not None and status is not None and not self._stopping:
+                # Reaped and its stderr read by now. A session the server ended has a
+                # death to report (its exit status may come after the end of stdout);
+                # one that corral ended (a timeout, a stop) failed for another reason.
+                status = process.returncode if process is not None else None
+                ended = self._life.by_server and not self._stopping
+                if process is not None and status is not None and ended:
                     self._record_death(process, status)
         else:
             await self._policy.check_http(self.name, config)
@@ -379,7 +381,8 @@ class McpConnection:
                 nursery.cancel_scope.cancel()
 
     async def _watch_exit(self, process: ServerProcess, read_in: Any) -> None:
-        self._life.status = await process.wait()
+        await process.wait()
+        self._life.by_server = True
         # The SDK fails every pending request once its read stream ends.
         read_in.close()
         self._wake.set()
@@ -399,13 +402,18 @@ class McpConnection:
         import mcp_types as types
         from mcp.shared.message import SessionMessage
 
-        buffer = b""
+        limit = self._limits.max_line
+        buffer = bytearray()
         try:
             while chunk := await process.stdout.receive_some(65536):
                 buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                if len(buffer) > self._limits.max_line:
-                    self.problem = f"a line longer than {self._limits.max_line} bytes"
+                # Only the new bytes are searched: a long line costs linear time.
+                end = buffer.rfind(b"\n", len(buffer) - len(chunk))
+                lines = bytes(buffer[:end]).split(b"\n") if end >= 0 else []
+                del buffer[: end + 1]
+                if len(buffer) > limit or any(len(line) > limit for line in lines):
+                    # Said as its death is: the SDK only sees its stream end.
+                    self._life.death = f"sent a line longer than {limit} bytes"
                     log.warning("mcp_line_too_long", server=self.name)
                     break
                 for line in lines:
@@ -423,6 +431,8 @@ class McpConnection:
                         )
                         item = exc
                     await read_in.send(item)
+            else:
+                self._life.by_server = True  # the end of its stdout
         except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError):
             pass
         except anyio.BrokenResourceError:
@@ -574,7 +584,7 @@ class McpConnection:
             )
         failed = isinstance(result, Exception)
         stdio = self.decl.config.transport is Transport.STDIO
-        if failed and stdio and not self._stopping and not life.died.is_set():
+        if failed and stdio and not (self._stopping or life.died.is_set() or life.death):
             # The SDK says "Connection closed" as soon as stdout ends; the exit status
             # and stderr, which follow within moments, say why.
             with trio.move_on_after(_DEATH_GRACE):

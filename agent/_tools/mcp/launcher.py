@@ -88,6 +88,11 @@ class ServerProcess(Protocol):
         """Where responses come from."""
         ...
 
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status once it was reaped (negative: killed by that signal)."""
+        ...
+
     def stderr_tail(self) -> list[str]:
         """The last lines of its stderr."""
         ...
@@ -190,6 +195,10 @@ class _Process:
     @property
     def stdout(self) -> trio.abc.ReceiveStream:
         return self._stdout
+
+    @property
+    def returncode(self) -> int | None:
+        return self._child.returncode
 
     def stderr_tail(self) -> list[str]:
         return list(self._tail)
