@@ -6,12 +6,14 @@ the agent (``mcp_connect``, :mod:`.tools`). The policy (:mod:`.policy`) is check
 before any process or socket opens; HTTP connections dial through the web tools'
 network guard (:mod:`.http`); stdio servers run confined behind a small launcher
 seam (:mod:`.launcher`). Each connection (:mod:`.connection`) speaks the official
-``mcp`` SDK on trio, bounds what it registers, and fails pending calls at once
-when its server dies. :func:`open_mcp` holds a session's servers (:mod:`.manager`).
+``mcp`` SDK on trio, bounds what it registers (:mod:`.bounds`), and fails pending
+calls at once when its server dies. :func:`open_mcp` holds a session's servers
+(:mod:`.manager`).
 """
 
 from __future__ import annotations
 
+from .bounds import McpLimits, bound_tools, convert_result
 from .config import (
     CONFIG_NAME,
     Origin,
@@ -22,7 +24,7 @@ from .config import (
     project_config_path,
     user_config_path,
 )
-from .connection import McpConnection, McpLimits, McpTool, ServerState
+from .connection import McpConnection, McpTool, ServerState
 from .errors import ConnectFailed, McpConfigError, McpError, PolicyRefused, ServerGone
 from .launcher import Backoff, SandboxLauncher, ServerLauncher, ServerProcess
 from .manager import McpServers, ServerStatus, declared_servers, open_mcp
@@ -57,6 +59,8 @@ __all__ = [
     "ServerState",
     "ServerStatus",
     "Transport",
+    "bound_tools",
+    "convert_result",
     "credential_headers",
     "declared_servers",
     "entry_digest",

@@ -14,33 +14,27 @@ fail with the HTTP error, which the model sees.
 read stream (the SDK then fails every pending request), and every call also races
 the end of the session it was sent on.
 
-**Discovered tools are bounded**: at most ``max_tools`` per server, descriptions
-cut at ``max_description`` characters (control characters removed), input schemas
-that are not object schemas or whose JSON is over ``max_schema`` bytes skipped,
-names that are not 1-64 letters, digits, ``_`` or ``-`` skipped, and names already
-taken by another tool (built-in, extension, dynamic, another server) skipped: a
-server cannot shadow an existing tool. Each skipped tool is named with its reason.
+**Discovered tools are bounded** (:func:`~.bounds.bound_tools`: count, names,
+description length, schema shape and size) and cannot take a name a built-in,
+extension or dynamic tool holds; each skipped tool is named with its reason.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-import re
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-import msgspec
 import structlog
 import trio
 
-from ..._messages import ImageContent, TextContent, image_problem
 from ..._providers.base import ToolSpec
 from ..._registry import Progress, ToolKind, ToolRunResult, error_result
 from ..child import exit_text
 from ..web import NetGuard
+from .bounds import McpLimits, bound_tools, convert_result
 from .config import Origin, ServerDecl, Transport, expanded
 from .errors import ConnectFailed, McpError, ServerGone
 from .http import guarded_client
@@ -51,30 +45,9 @@ __all__ = ["McpConnection", "McpLimits", "McpTool", "ServerState"]
 
 log = structlog.get_logger(__name__)
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _MAX_PAGES = 32
 #: After the session's stream ends, wait this long for the process's exit status.
 _DEATH_GRACE = 1.0
-
-
-class McpLimits(msgspec.Struct, frozen=True, kw_only=True):
-    """Bounds on what a server may register and how long things may take."""
-
-    #: Tools registered per server at most; the rest are dropped (and named).
-    max_tools: int = 128
-    #: Characters of a tool's description kept.
-    max_description: int = 1024
-    #: Bytes of a tool's input schema (as JSON) at most; larger ones are skipped.
-    max_schema: int = 16 * 1024
-    #: Characters of one call's text result kept.
-    max_result: int = 1024 * 1024
-    #: Longest line from a stdio server, in bytes (a longer one ends the session).
-    max_line: int = 16 * 1024 * 1024
-    #: Seconds to start, initialise and list tools.
-    connect_timeout: float = 30.0
-    #: Seconds one tool call may take.
-    call_timeout: float = 60.0
 
 
 @typing.final
@@ -115,11 +88,6 @@ class ServerState(enum.Enum):
     STOPPED = "stopped"
 
 
-def _clean(text: str, limit: int) -> str:
-    text = _CONTROL.sub("", text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 @typing.final
 class McpTool:
     """A tool discovered on an MCP server; source ``mcp:<server>``."""
@@ -147,48 +115,6 @@ class McpTool:
         Cancellation: the request is abandoned (the SDK tells the server).
         """
         return await self._connection.call(self._spec.name, args)
-
-
-def _convert(server: str, tool: str, result: Any, limit: int) -> ToolRunResult:
-    """An MCP ``CallToolResult`` as a tool result: text, checked images, notes."""
-    import mcp_types as types
-
-    content: list[TextContent | ImageContent] = []
-    for number, block in enumerate(result.content or [], start=1):
-        if isinstance(block, types.TextContent):
-            content.append(TextContent(text=block.text))
-        elif isinstance(block, types.ImageContent):
-            image = ImageContent(mime_type=block.mime_type, data=block.data)
-            problem = image_problem(image)
-            if problem is not None:
-                return error_result(
-                    f"MCP server {server}, tool {tool}: content block {number} is a bad image "
-                    f"({problem}); the result was dropped"
-                )
-            content.append(image)
-        elif isinstance(block, types.EmbeddedResource):
-            inner = block.resource
-            if isinstance(inner, types.TextResourceContents):
-                content.append(TextContent(text=f"[resource {inner.uri}]\n{inner.text}"))
-            else:
-                content.append(TextContent(text=f"[binary resource {inner.uri}, not shown]"))
-        elif isinstance(block, types.ResourceLink):
-            content.append(TextContent(text=f"[resource link {block.uri}]"))
-        else:
-            content.append(TextContent(text=f"[{getattr(block, 'type', 'unknown')} content]"))
-    if not content and result.structured_content is not None:
-        content.append(TextContent(text=json.dumps(result.structured_content, ensure_ascii=False)))
-    total = 0
-    for n, item in enumerate(content):
-        if isinstance(item, TextContent):
-            if total + len(item.text) > limit:
-                cut = max(limit - total, 0)
-                note = f"\n[cut: the result is longer than {limit} characters]"
-                content[n] = TextContent(text=item.text[:cut] + note)
-                content = content[: n + 1]
-                break
-            total += len(item.text)
-    return ToolRunResult(content=content, is_error=bool(result.is_error))
 
 
 @typing.final
@@ -514,45 +440,14 @@ class McpConnection:
         return tools
 
     def _register(self, listed: list[Any]) -> list[McpTool]:
-        limits = self._limits
         # Clashes between servers are settled by McpServers in connection order (the
         # registry may also still list this server's tools of its last incarnation).
         taken = {name: kind for name, kind in self._taken().items() if kind is not ToolKind.MCP}
-        kept: list[McpTool] = []
-        skipped: list[str] = []
+        specs, self.skipped = bound_tools(listed, self._limits, taken)
         self.offered = len(listed)
-        for tool in listed:
-            name = str(tool.name)
-            shown = _clean(name, 64)
-            if not _NAME.match(name):
-                skipped.append(f"{shown!r}: not a valid tool name")
-                continue
-            if len(kept) >= limits.max_tools:
-                skipped.append(f"{name}: over the limit of {limits.max_tools} tools")
-                continue
-            kind = taken.get(name)
-            if kind is not None or name in {t.spec.name for t in kept}:
-                what = kind.value if kind is not None else "another tool of this server"
-                skipped.append(f"{name}: the name is taken ({what})")
-                continue
-            schema = tool.input_schema
-            if not isinstance(schema, dict) or schema.get("type") != "object":
-                skipped.append(f"{name}: its input schema is not an object schema")
-                continue
-            size = len(json.dumps(schema))
-            if size > limits.max_schema:
-                skipped.append(
-                    f"{name}: its input schema is {size} bytes (at most {limits.max_schema})"
-                )
-                continue
-            description = _clean(str(tool.description or ""), limits.max_description)
-            kept.append(McpTool(self, ToolSpec(name=name, description=description, schema=schema)))
-        if len(skipped) > 20:
-            skipped = [*skipped[:20], f"… and {len(skipped) - 20} more"]
-        self.skipped = skipped
-        for line in skipped[:5]:
+        for line in self.skipped[:5]:
             log.warning("mcp_tool_skipped", server=self.name, why=line)
-        return kept
+        return [McpTool(self, spec) for spec in specs]
 
     # --- calls ------------------------------------------------------------------------
 
@@ -596,7 +491,7 @@ class McpConnection:
             )
         if failed:
             return error_result(f"MCP server {self.name}, tool {tool}: {result}")
-        return _convert(self.name, tool, result, self._limits.max_result)
+        return convert_result(self.name, tool, result, self._limits.max_result)
 
 
 def _connect_error(name: str, exc: BaseException) -> McpError:

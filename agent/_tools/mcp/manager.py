@@ -27,6 +27,7 @@ import trio
 from ..._audit import AuditLog, ToolAction
 from ..._registry import ToolKind
 from ..web import NetGuard
+from .bounds import McpLimits
 from .config import (
     Origin,
     ServerDecl,
@@ -36,7 +37,7 @@ from .config import (
     project_config_path,
     user_config_path,
 )
-from .connection import McpConnection, McpLimits, McpTool, ServerState
+from .connection import McpConnection, McpTool, ServerState
 from .errors import McpConfigError, McpError, PolicyRefused
 from .launcher import ServerLauncher
 from .policy import McpPolicy
