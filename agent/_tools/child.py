@@ -98,7 +98,6 @@ class Child:
         if hasattr(os, "pidfd_open"):
             with contextlib.suppress(OSError):
                 self._pidfd = os.pidfd_open(popen.pid)
-        self._exited = trio.Event()
 
     def __repr__(self) -> str:
         return f"<Child pid={self.pid} backend={self.plan.backend} returncode={self.returncode}>"
@@ -122,7 +121,6 @@ class Child:
                 self._popen.wait()
             else:
                 await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
-        self._exited.set()
         return self._popen.returncode
 
     def kill(self) -> None:
