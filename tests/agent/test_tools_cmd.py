@@ -130,6 +130,8 @@ async def test_rpc_get_tools_and_tools_clear(tmp_path: Path) -> None:
                 "builtin",
             )
             assert by_name["read"]["kind"] == "builtin"
+            # The harness runs --sandbox off: the model is not told otherwise.
+            assert "WITHOUT a sandbox" in by_name["new_tool"]["description"]
             cleared = await clear(rpc, "c1", kind="dynamic")
             assert cleared["success"], cleared
             assert cleared["data"] == {"kind": "dynamic", "removed": ["shout"]}

@@ -35,10 +35,11 @@ _DESCRIPTION = (
     "Create a new tool for yourself: a Python function you write, kept across sessions. "
     "`code` is the body of `def tool(args):` where `args` is a dict of the arguments; "
     "return a string or any JSON value, or `raise ToolError('...')` for a failure. "
-    "Only the Python standard library is available. Every call runs sandboxed: no "
-    "network, no files but a scratch directory ($HOME), 60 s and 1 MiB of output at most. "
-    "The tool is available from your next step."
+    "Only the Python standard library is available. Every call runs {where}, 60 s and "
+    "1 MiB of output at most. The tool is available from your next step."
 )
+_SANDBOXED = "sandboxed: no network, no files but a scratch directory ($HOME)"
+_UNSANDBOXED = "WITHOUT a sandbox (none available here), in a scratch directory ($HOME)"
 
 
 @typing.final
@@ -49,7 +50,9 @@ class NewTool:
         self._tools = tools
         self._spec = ToolSpec(
             name="new_tool",
-            description=_DESCRIPTION,
+            description=_DESCRIPTION.format(
+                where=_SANDBOXED if tools.runner.sandboxed else _UNSANDBOXED
+            ),
             schema={
                 "type": "object",
                 "properties": {
