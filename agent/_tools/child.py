@@ -3,8 +3,9 @@
 Dynamic tools (one run per call) and stdio MCP servers (long-lived) both start a
 program the agent does not trust. :func:`open_child` plans it with the
 :mod:`sandbox` package (the backend the session chose; without one, the ``none``
-backend, which still applies the request's limits), spawns it, and hands back
-its pipes as trio streams. Leaving the block stops it, whatever happened (normal
+backend, which still applies the request's limits), spawns it with
+:func:`supervisor.open_child` (the one child wrapper), and hands back its pipes as
+trio streams. Leaving the block stops it, whatever happened (normal
 exit, error, cancellation): the stop ladder of :class:`StopLadder` (stdin closed,
 a grace period, ``SIGTERM`` to the process group, a second grace, ``SIGKILL``),
 then ``SIGKILL`` to the group again so no background job survives, the process
@@ -18,10 +19,7 @@ the sandbox, whose pid namespace takes every process in it along.
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 import signal
-import subprocess
 import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,7 +29,8 @@ import structlog
 import trio
 
 from sandbox import LaunchPlan, LaunchRequest, Sandbox, select_sandbox
-from sandbox import spawn as sandbox_spawn
+from supervisor import ChildProcess, signal_group
+from supervisor import open_child as spawn_child
 
 __all__ = ["Child", "StopLadder", "exit_text", "open_child"]
 
@@ -62,42 +61,26 @@ def exit_text(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
-def _kill_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-def _stream(file: typing.IO[bytes] | None) -> trio.lowlevel.FdStream | None:
-    if file is None:
-        return None
-    stream = trio.lowlevel.FdStream(os.dup(file.fileno()))
-    file.close()
-    return stream
-
-
 @typing.final
 class Child:
-    """A started child: its pid, pipes and exit.
+    """A started child: its pid, pipes and exit (a :class:`supervisor.ChildProcess`
+    with the plan it was spawned from and the stop ladder).
 
     Attributes:
         pid: the process id (bwrap's, when sandboxed); also its process group.
         plan: what was spawned (backend, notes).
-        stdin: the child's stdin, or None when it was not piped.
-        stdout: the child's stdout, or None.
-        stderr: the child's stderr, or None.
+        stdin: the child's stdin.
+        stdout: the child's stdout.
+        stderr: the child's stderr.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], plan: LaunchPlan) -> None:
-        self._popen = popen
-        self.pid = popen.pid
+    def __init__(self, process: ChildProcess, plan: LaunchPlan) -> None:
+        self._process = process
+        self.pid = process.pid
         self.plan = plan
-        self.stdin = _stream(popen.stdin)
-        self.stdout = _stream(popen.stdout)
-        self.stderr = _stream(popen.stderr)
-        self._pidfd: int | None = None
-        if hasattr(os, "pidfd_open"):
-            with contextlib.suppress(OSError):
-                self._pidfd = os.pidfd_open(popen.pid)
+        self.stdin = process.stdin
+        self.stdout = process.stdout
+        self.stderr = process.stderr
 
     def __repr__(self) -> str:
         return f"<Child pid={self.pid} backend={self.plan.backend} returncode={self.returncode}>"
@@ -105,39 +88,24 @@ class Child:
     @property
     def returncode(self) -> int | None:
         """The exit status once reaped (negative: killed by that signal)."""
-        return self._popen.returncode
+        return self._process.returncode
 
     async def wait(self) -> int:
         """Wait for the child to exit and reap it; returns its status.
 
-        Waits on a pidfd where there is one (Linux), else in a worker thread.
-
         Cancellation: only the wait is abandoned; the child keeps running.
         """
-        if self._popen.returncode is None:
-            if self._pidfd is not None:
-                await trio.lowlevel.wait_readable(self._pidfd)
-                self._close_pidfd()
-                self._popen.wait()
-            else:
-                await trio.to_thread.run_sync(self._popen.wait, abandon_on_cancel=True)
-        return self._popen.returncode
+        return await self._process.wait()
 
     def kill(self) -> None:
         """``SIGKILL`` to the child's process group, which may outlive the child itself."""
-        _kill_group(self.pid, signal.SIGKILL)
-
-    def _close_pidfd(self) -> None:
-        if self._pidfd is not None:
-            trio.lowlevel.notify_closing(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
+        signal_group(self.pid, signal.SIGKILL)
 
     async def _wait_for(self, seconds: float) -> bool:
         if seconds > 0:
             with trio.move_on_after(seconds):
                 await self.wait()
-        return self._popen.returncode is not None
+        return self.returncode is not None
 
     async def _stop(self, ladder: StopLadder) -> None:
         """The stop ladder, then SIGKILL to the group and the reap (bounded)."""
@@ -145,18 +113,15 @@ class Child:
             with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
                 await self.stdin.aclose()
         if not await self._wait_for(ladder.close_grace) and ladder.term_grace > 0:
-            _kill_group(self.pid, signal.SIGTERM)
+            signal_group(self.pid, signal.SIGTERM)
             await self._wait_for(ladder.term_grace)
         # Even after a clean exit: background jobs may still hold the group.
-        _kill_group(self.pid, signal.SIGKILL)
+        self.kill()
         with trio.move_on_after(_REAP_GRACE):
             await self.wait()
-        if self._popen.returncode is None:
+        if self.returncode is None:
             log.error("child_not_reaped", pid=self.pid)
-        for stream in (self.stdin, self.stdout, self.stderr):
-            if stream is not None:
-                await stream.aclose()
-        self._close_pidfd()
+        await self._process.aclose()
 
 
 @asynccontextmanager
@@ -164,9 +129,6 @@ async def open_child(
     sandbox: Sandbox | None,
     request: LaunchRequest,
     *,
-    stdin: int = subprocess.PIPE,
-    stdout: int = subprocess.PIPE,
-    stderr: int = subprocess.PIPE,
     ladder: StopLadder | None = None,
 ) -> AsyncIterator[Child]:
     """Plan ``request`` with ``sandbox``, start it, and stop it when the block ends.
@@ -174,9 +136,6 @@ async def open_child(
     Args:
         sandbox: the backend (None: the ``none`` backend: unconfined, with limits).
         request: what to run; ``argv[0]`` must be absolute.
-        stdin: ``subprocess.PIPE`` or ``subprocess.DEVNULL``.
-        stdout: as ``stdin``.
-        stderr: as ``stdin``.
         ladder: how the child is asked to stop (default: killed at once).
 
     Raises:
@@ -190,13 +149,11 @@ async def open_child(
     backend = sandbox if sandbox is not None else await trio.to_thread.run_sync(_unconfined)
     plan = await trio.to_thread.run_sync(backend.plan, request)
     try:
-        popen = await trio.to_thread.run_sync(
-            functools.partial(sandbox_spawn, plan, stdin=stdin, stdout=stdout, stderr=stderr)
-        )
+        process = await spawn_child(plan)
     except BaseException:
         _release(backend, plan)
         raise
-    child = Child(popen, plan)
+    child = Child(process, plan)
     log.debug("child_started", name=request.name, pid=child.pid, backend=plan.backend)
     try:
         yield child
