@@ -365,11 +365,9 @@ async def report_extensions(host: AgentHost, renderer: HumanRenderer) -> None:
     if host.dynamic is not None:
         tool_problems += [str(r) for r in host.dynamic.refused]
         tool_problems += [host.dynamic.problem] if host.dynamic.problem else []
-    for problem in tool_problems:
-        if renderer.human:
+    if renderer.human:  # else they are logged where they arose, once
+        for problem in tool_problems:
             renderer.line(visible(f"warning: {problem}"))
-        else:
-            log.error("tool_problem", problem=problem)
     if bare and renderer.human:  # else the supervisor logged extension_unsandboxed
         try:
             why = getattr(select_sandbox(host.options.sandbox), "reason", "")

@@ -276,9 +276,12 @@ def _declared(project: str) -> list[ServerDecl]:
         (project_config_path(project), Origin.PROJECT),
     ):
         try:
-            found += load_config(path, origin)
+            decls, bad = load_config(path, origin)
         except McpConfigError as exc:
             raise ToolsCLIError(str(exc)) from None
+        for problem in bad:  # the rest is still listed and managed
+            click.echo(visible(f"warning: {problem}"), err=True)
+        found += decls
     return found
 
 
@@ -382,10 +385,14 @@ async def ask_mcp_trust(
     home, cwd = await trio.to_thread.run_sync(_where, options)
     trust = McpTrust(home)
     try:
-        decls = await trio.to_thread.run_sync(load_config, project_config_path(cwd), Origin.PROJECT)
+        decls, bad = await trio.to_thread.run_sync(
+            load_config, project_config_path(cwd), Origin.PROJECT
+        )
     except McpConfigError as exc:
         renderer.line(renderer.style(visible(f"! {exc}"), "red"))
         return
+    for problem in bad:  # not started; the well-formed ones are still asked about
+        renderer.line(renderer.style(visible(f"! {problem}"), "red"))
     for decl in decls:
         try:
             if await trio.to_thread.run_sync(trust.problem, decl) is None:

@@ -59,13 +59,15 @@ def _write(path: Path, servers: dict[str, Any]) -> Path:
         ({"command": "/bin/true", "permissions": {"network": "yes"}}, "network"),
     ],
 )
-def test_a_malformed_entry_names_the_file_and_server(
+def test_a_malformed_entry_names_the_file_and_server_and_spares_the_others(
     tmp_path: Path, entry: dict[str, Any], why: str
 ) -> None:
-    path = _write(tmp_path / "mcp.json", {"files": entry})
-    with pytest.raises(McpConfigError, match=why) as caught:
-        load_config(path, Origin.USER)
-    assert str(path) in str(caught.value)
+    path = _write(tmp_path / "mcp.json", {"files": entry, "good": {"command": "/bin/true"}})
+    decls, (problem,) = load_config(path, Origin.USER)
+    assert [d.name for d in decls] == ["good"]
+    assert why in str(problem)
+    assert str(path) in str(problem)
+    assert problem.server == "files" or "server name" in str(problem)
 
 
 def test_the_file_shape_mcp_users_know(tmp_path: Path) -> None:
@@ -78,7 +80,8 @@ def test_the_file_shape_mcp_users_know(tmp_path: Path) -> None:
             "extra": {"command": "/bin/true", "someOtherClientsField": {"x": 1}},
         },
     )
-    decls = load_config(path, Origin.USER)
+    decls, problems = load_config(path, Origin.USER)
+    assert problems == []
     assert [d.name for d in decls] == ["files", "docs", "extra"]
     assert [d.config.transport.value for d in decls] == ["stdio", "http", "stdio"]
     docs = expanded(decls[1], {"DOCS_KEY": "k1"})
@@ -93,10 +96,11 @@ def test_the_file_shape_mcp_users_know(tmp_path: Path) -> None:
 
 
 def test_bad_names_and_unsafe_files_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(McpConfigError, match="server name 'mcp:evil'"):
-        load_config(
-            _write(tmp_path / "a.json", {"mcp:evil": {"command": "/bin/true"}}), Origin.USER
-        )
+    evil = {"mcp:evil": {"command": "/bin/true"}, "bad\x1b]0;T\x07": {"command": "/bin/true"}}
+    decls, problems = load_config(_write(tmp_path / "a.json", evil), Origin.USER)
+    assert decls == []
+    assert "server name 'mcp:evil'" in str(problems[0])
+    assert "server name 'bad\\x1b]0;T\\x07'" in str(problems[1])  # shown escaped
     shared = _write(tmp_path / "b.json", {"ok": {"command": "/bin/true"}})
     shared.chmod(0o666)
     with pytest.raises(McpConfigError, match="others may write it"):
@@ -104,7 +108,7 @@ def test_bad_names_and_unsafe_files_are_refused(tmp_path: Path) -> None:
     (tmp_path / "c.json").write_text("{not json")
     with pytest.raises(McpConfigError, match="not a valid mcpServers file"):
         load_config(tmp_path / "c.json", Origin.USER)
-    assert load_config(tmp_path / "missing.json", Origin.USER) == []
+    assert load_config(tmp_path / "missing.json", Origin.USER) == ([], [])
 
 
 def test_a_project_server_needs_trust_and_asks_again_when_changed(tmp_path: Path) -> None:
@@ -121,7 +125,7 @@ def test_a_project_server_needs_trust_and_asks_again_when_changed(tmp_path: Path
     assert why.endswith("corral tools mcp trust tool")
 
     (decl,) = [
-        d for d in load_config(project_config_path(project), Origin.PROJECT) if d.name == "tool"
+        d for d in load_config(project_config_path(project), Origin.PROJECT)[0] if d.name == "tool"
     ]
     trust.trust(decl)
     assert os.stat(trust.path).st_mode & 0o077 == 0

@@ -150,12 +150,13 @@ def check_config(config: ServerConfig) -> str | None:
     return None
 
 
-def load_config(path: Path, origin: Origin) -> list[ServerDecl]:
-    """The servers declared in ``path`` (none when it does not exist).
+def load_config(path: Path, origin: Origin) -> tuple[list[ServerDecl], list[McpConfigError]]:
+    """The servers declared in ``path`` (none when it does not exist), and a problem
+    for each malformed entry: one bad entry never takes the others down.
 
     Raises:
-        McpConfigError: the file is unsafe (not the user's, writable by others),
-            not JSON, or an entry is malformed; the message names the file and entry.
+        McpConfigError: the file itself is unsafe (not the user's, writable by
+            others) or not JSON; the message names the file.
     """
     where = str(path)
     try:
@@ -163,26 +164,32 @@ def load_config(path: Path, origin: Origin) -> list[ServerDecl]:
     except OSError as exc:
         raise McpConfigError(where, exc.strerror or str(exc)) from exc
     if data is None:
-        return []
+        return [], []
     try:
         servers = _file_decoder.decode(data).servers
     except msgspec.DecodeError as exc:
         raise McpConfigError(where, f"not a valid mcpServers file: {exc}") from None
     out: list[ServerDecl] = []
+    problems: list[McpConfigError] = []
     for name, raw in servers.items():
         why = check_server_name(name)
         if why is not None:
-            raise McpConfigError(where, f"server name {name!r}: {why}")
+            problems.append(McpConfigError(where, f"server name {name!r}: {why}; skipped"))
+            continue
         try:
             config = _server_decoder.decode(raw)
         except msgspec.DecodeError as exc:
-            raise McpConfigError(where, f"server {name}: {exc}", server=name) from None
+            problems.append(McpConfigError(where, f"server {name}: {exc}; skipped", server=name))
+            continue
         problem = check_config(config)
         if problem is not None:
-            raise McpConfigError(where, f"server {name}: {problem}", server=name)
+            problems.append(
+                McpConfigError(where, f"server {name}: {problem}; skipped", server=name)
+            )
+            continue
         if not config.disabled:
             out.append(ServerDecl(name=name, config=config, origin=origin, path=where))
-    return out
+    return out, problems
 
 
 def user_config_path(home: str | Path) -> Path:

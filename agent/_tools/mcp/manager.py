@@ -85,10 +85,11 @@ def declared_servers(
         (project_config_path(project), Origin.PROJECT),
     ):
         try:
-            decls = load_config(path, origin)
+            decls, bad = load_config(path, origin)
         except McpConfigError as exc:
             problems.append(str(exc))
             continue
+        problems += [str(exc) for exc in bad]
         for decl in decls:
             if decl.name in chosen:
                 problems.append(
