@@ -1,10 +1,12 @@
 """The tool registry: built-in tools plus the tools extensions registered.
 
 The registry is rebuilt in place whenever the supervisor's set of extension tools
-changes (a reload, a restart, a quarantine): :meth:`ToolRegistry.sync` compares the
-supervisor's snapshot with what it holds and rebuilds only on a difference, so the
-loop can call it before every model call at no real cost. Built-ins win name
-clashes (the supervisor cannot know about them); every clash is logged.
+changes (a reload, a restart, a quarantine) or a :class:`ToolSet` (dynamic tools,
+MCP servers) changes its generation: :meth:`ToolRegistry.sync` compares snapshots
+and rebuilds only on a difference, so the loop can call it before every model call
+at no real cost. Name clashes are won by built-ins, then extension tools, then the
+tool sets in the order given (dynamic before MCP); a stale or hostile entry never
+shadows a real tool. Every clash is logged. Each tool has a :class:`ToolKind`.
 
 Extension tools (and a tool host's, which the supervisor runs the same way) run
 through :meth:`SupervisorClient.call_tool`; their failures (the extension died,
@@ -19,6 +21,7 @@ display form, a call preview) are passed along.
 from __future__ import annotations
 
 import collections
+import enum
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
@@ -38,8 +41,10 @@ __all__ = [
     "Progress",
     "Tool",
     "ToolCaller",
+    "ToolKind",
     "ToolRegistry",
     "ToolRunResult",
+    "ToolSet",
     "error_result",
     "text_result",
 ]
@@ -73,6 +78,19 @@ def error_result(text: str) -> ToolRunResult:
     return ToolRunResult(content=[TextContent(text=text)], is_error=True)
 
 
+class ToolKind(enum.Enum):
+    """Where a tool comes from; names the set a UI lists or clears at once."""
+
+    #: corral's own (``read``, ``bash``, ``new_tool`` ...).
+    BUILTIN = "builtin"
+    #: Registered by an extension (its source is the extension's name).
+    EXTENSION = "extension"
+    #: Written by the agent with ``new_tool`` (source ``dynamic``).
+    DYNAMIC = "dynamic"
+    #: Discovered on an MCP server (source ``mcp:<server>``).
+    MCP = "mcp"
+
+
 class Tool(Protocol):
     """A tool the model can call."""
 
@@ -93,6 +111,24 @@ class Tool(Protocol):
 
         Cancellation: the tool stops; what it started is stopped and reaped.
         """
+        ...
+
+
+class ToolSet(Protocol):
+    """Tools that come and go outside the supervisor (dynamic tools, MCP servers)."""
+
+    @property
+    def kind(self) -> ToolKind:
+        """The kind of every tool of the set."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever :meth:`tools` would return something else."""
+        ...
+
+    def tools(self) -> Sequence[Tool]:
+        """The set's tools now, in order."""
         ...
 
 
@@ -290,13 +326,21 @@ class ExtensionTool:
 
 @typing.final
 class ToolRegistry:
-    """Built-in tools first, then extension tools in the supervisor's order."""
+    """Built-in tools, then extension tools in the supervisor's order, then the tool sets."""
 
-    def __init__(self, builtins: Sequence[Tool], caller: ToolCaller | None = None) -> None:
+    def __init__(
+        self,
+        builtins: Sequence[Tool],
+        caller: ToolCaller | None = None,
+        sets: Sequence[ToolSet] = (),
+    ) -> None:
         self._builtins = list(builtins)
         self._caller = caller
+        self._sets = list(sets)
         self._tools: dict[str, Tool] = {t.spec.name: t for t in self._builtins}
+        self._kinds = dict.fromkeys(self._tools, ToolKind.BUILTIN)
         self._ext_snapshot: list[ToolInfo] = []
+        self._generations = [-1] * len(self._sets)
         self._specs = [t.spec for t in self._tools.values()]
         self.generation = 0
 
@@ -304,33 +348,42 @@ class ToolRegistry:
         return f"<ToolRegistry tools={len(self._tools)} generation={self.generation}>"
 
     def sync(self, ext_tools: list[ToolInfo] | None = None) -> bool:
-        """Rebuild from the extension tools (``caller.tools()`` when None) if they changed.
+        """Rebuild from the extension tools (``caller.tools()`` when None) and the tool sets.
+
+        Only when something changed.
 
         Returns:
             True when the registry was rebuilt.
         """
         if ext_tools is None:
-            if self._caller is None:
-                return False
-            ext_tools = self._caller.tools()
-        if ext_tools == self._ext_snapshot:
+            ext_tools = self._caller.tools() if self._caller is not None else []
+        generations = [s.generation for s in self._sets]
+        if ext_tools == self._ext_snapshot and generations == self._generations:
             return False
         tools: dict[str, Tool] = {t.spec.name: t for t in self._builtins}
-        for info in ext_tools:
-            taken = tools.get(info.name)
-            if taken is not None:
+        kinds = dict.fromkeys(tools, ToolKind.BUILTIN)
+
+        def add(tool: Tool, kind: ToolKind) -> None:
+            name = tool.spec.name
+            if name in tools:
                 log.warning(
-                    "tool_name_clash",
-                    tool=info.name,
-                    extension=info.extension,
-                    kept=taken.source,
+                    "tool_name_clash", tool=name, source=tool.source, kept=tools[name].source
                 )
-                continue
+                return
+            tools[name] = tool
+            kinds[name] = kind
+
+        for info in ext_tools:
             if self._caller is not None:
-                tools[info.name] = ExtensionTool(info, self._caller)
+                add(ExtensionTool(info, self._caller), ToolKind.EXTENSION)
+        for tool_set in self._sets:
+            for tool in tool_set.tools():
+                add(tool, tool_set.kind)
         self._tools = tools
+        self._kinds = kinds
         self._specs = [t.spec for t in tools.values()]
         self._ext_snapshot = list(ext_tools)
+        self._generations = generations
         self.generation += 1
         log.debug("tool_registry_rebuilt", tools=list(tools), generation=self.generation)
         return True
@@ -352,8 +405,12 @@ class ToolRegistry:
         return list(self._specs)
 
     def sources(self) -> dict[str, str]:
-        """Tool name to ``"builtin"`` or extension name."""
+        """Tool name to ``"builtin"``, extension name, ``"dynamic"`` or ``"mcp:<server>"``."""
         return {name: tool.source for name, tool in self._tools.items()}
+
+    def kinds(self) -> dict[str, ToolKind]:
+        """Tool name to its :class:`ToolKind`."""
+        return dict(self._kinds)
 
     def names(self) -> list[str]:
         """Tool names, in order."""
