@@ -2,8 +2,11 @@
 
 A :class:`Reply` is the one object a request costs: the caller's one-shot answer
 slot and, for a call sent to an extension, the pending call's record (id, kind,
-name, start time). :class:`PendingCalls` is the bookkeeping of one extension: ids,
-deadlines, counters and latencies. It never touches a pipe.
+name, start time). A tool host's call may stream ``part`` s before its answer
+(:attr:`Reply.on_part`), and a protocol may chain a follow-up to an answer
+(:attr:`Reply.then`) without a task of its own. :class:`PendingCalls` is the
+bookkeeping of one extension: ids, deadlines, counters and latencies. It never
+touches a pipe.
 
 Deadlines are enforced by :meth:`PendingCalls.run_timer`, one task per
 incarnation, instead of a cancel scope in every caller: each kind of call has one
@@ -19,7 +22,7 @@ import math
 import time
 import typing
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 import structlog
@@ -47,10 +50,17 @@ class CallKind(enum.Enum):
     COMMAND = "command"
     #: ``event_intercept``, answered by ``event_intercept_response`` (``intercept_timeout``).
     INTERCEPT = "intercept"
+    #: A tool host's optional method (``format_tool_result``, ...; ``hook_timeout``).
+    HOOK = "hook"
 
 
 _PREFIX = {kind: kind.value[0] for kind in CallKind}
-_WHAT = {CallKind.TOOL: "tool ", CallKind.COMMAND: "command /", CallKind.INTERCEPT: "intercept "}
+_WHAT = {
+    CallKind.TOOL: "tool ",
+    CallKind.COMMAND: "command /",
+    CallKind.INTERCEPT: "intercept ",
+    CallKind.HOOK: "",
+}
 
 
 @typing.final
@@ -62,7 +72,18 @@ class Reply(Generic[T]):
     call (:meth:`PendingCalls.add`), so a caller that gives up forgets it there.
     """
 
-    __slots__ = ("_calls", "_error", "_event", "_value", "kind", "name", "rid", "t0")
+    __slots__ = (
+        "_calls",
+        "_error",
+        "_event",
+        "_value",
+        "kind",
+        "name",
+        "on_part",
+        "rid",
+        "t0",
+        "then",
+    )
 
     def __init__(self) -> None:
         self._event = trio.Event()
@@ -75,6 +96,12 @@ class Reply(Generic[T]):
         #: The tool or command name, or the intercepted event.
         self.name = ""
         self.t0 = 0.0
+        #: Receives each streamed ``{"part": payload}`` chunk of a tool host's call,
+        #: in order, before the answer (never blocks; None: parts are dropped).
+        self.on_part: Callable[[dict[str, Any]], None] | None = None
+        #: Called once with this reply when it is answered (value or error): a
+        #: protocol's follow-up, run in the answering task. It must not raise.
+        self.then: Callable[[Reply[T]], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Reply {self.rid or '-'} done={self.done}>"
@@ -89,17 +116,31 @@ class Reply(Generic[T]):
         """The call for errors and logs, e.g. ``"tool weather"`` or ``"command /clock"``."""
         return _WHAT[self.kind] + self.name
 
+    @property
+    def value(self) -> T | None:
+        """The value it was answered with (None until then, or when it failed)."""
+        return self._value
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error it was answered with, if any."""
+        return self._error
+
     def set(self, value: T) -> None:
         """Answer with a value (ignored if already answered)."""
         if not self._event.is_set():
             self._value = value
             self._event.set()
+            if self.then is not None:
+                self.then(self)
 
     def fail(self, error: BaseException) -> None:
         """Answer with an error (ignored if already answered)."""
         if not self._event.is_set():
             self._error = error
             self._event.set()
+            if self.then is not None:
+                self.then(self)
 
     def abandon(self) -> None:
         """The caller stopped waiting (it was cancelled): forget the call and answer it."""
@@ -159,6 +200,11 @@ class PendingCalls:
         if deadline < self._timer_target:
             self._timer_wake.set()
 
+    def peek(self, rid: str, kind: CallKind) -> Reply[Any] | None:
+        """The pending call ``rid`` of ``kind``, left pending (None: unknown id)."""
+        reply = self._pending.get(rid)
+        return reply if reply is not None and reply.kind is kind else None
+
     def take(self, rid: str, kind: CallKind) -> Reply[Any] | None:
         """Remove and return the call an answer of ``kind`` is for (None: unknown id)."""
         reply = self._pending.get(rid)
@@ -168,6 +214,11 @@ class PendingCalls:
         reply._calls = None
         self._latencies.append(time.perf_counter() - reply.t0)
         return reply
+
+    def take_any(self, rid: str) -> Reply[Any] | None:
+        """Remove and return call ``rid`` whatever its kind (None: unknown id)."""
+        reply = self._pending.get(rid)
+        return None if reply is None else self.take(rid, reply.kind)
 
     def violated(self, rid: str, message: str, excerpt: str) -> None:
         """The extension answered call ``rid`` with a frame the protocol forbids."""

@@ -34,16 +34,26 @@ from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutc
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
 from ._lines import LineReader, Oversize
+from ._requests import CallTool, PreviewToolCall
 from ._version import VERSION
 
-__all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
+__all__ = [
+    "ID_RE",
+    "INTERCEPTABLE",
+    "ChildProtocol",
+    "ExtensionProtocol",
+    "Owner",
+    "Registrations",
+    "tool_problem",
+]
 
 log = structlog.get_logger(__name__)
 
 #: The events an extension may intercept (``subscribe.intercept``).
 INTERCEPTABLE = frozenset({"tool_call", "turn_start", "assistant_message"})
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-_ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
+#: Finds the id in the head of a line too long to decode.
+ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
 #: Bad frames logged per incarnation before logging goes quiet (they are still counted).
 _BAD_FRAME_LOG_LIMIT = 10
 
@@ -103,11 +113,54 @@ class _Pipe(Protocol):
     def kill(self) -> None: ...
 
 
+class ChildProtocol:
+    """What the protocol of every kind of supervised child keeps and does alike:
+    its owner, the pipe, the calls, the refusal and the early exit, its registrations.
+    """
+
+    def __init__(
+        self, owner: Owner, pipe: _Pipe, calls: PendingCalls, config: SupervisorConfig
+    ) -> None:
+        self._owner = owner
+        self._name = owner.name
+        self._pipe = pipe
+        self._calls = calls
+        self._config = config
+        self.registrations = Registrations()
+        #: Set when the child acknowledged the goodbye.
+        self.acked = trio.Event()
+        #: Why start-up refused the child, if it did.
+        self.refused: str | None = None
+        #: The child's stdout ended before its start-up was over.
+        self.early_exit = False
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} {self._name!r} ready={self._ready} refused={self.refused!r}>"
+        )
+
+    def _refuse(self, reason: str) -> None:
+        """Refuse the child: it is killed, and not restarted."""
+        self.refused = reason
+        log.error("extension_refused", reason=reason)
+        self._pipe.kill()
+
+    def _oversize(self, item: Oversize) -> tuple[str, str | None]:
+        """What is wrong with an oversize line, and the id in its head (if any)."""
+        match = ID_RE.search(item.head)
+        fid = match.group(1).decode("utf-8", "replace") if match else None
+        limit = self._config.max_frame_bytes
+        return f"line of {item.size} bytes exceeds the {limit}-byte limit", fid
+
+
 @typing.final
-class ExtensionProtocol:
+class ExtensionProtocol(ChildProtocol):
     """The extension protocol spoken with one incarnation (see the module docstring)."""
 
     goodbye = f.encode_frame(f.Shutdown())
+    #: What an exit before the handshake says it missed.
+    first_step = "sending hello"
 
     def __init__(
         self,
@@ -118,23 +171,21 @@ class ExtensionProtocol:
         config: SupervisorConfig,
         host: Host,
     ) -> None:
-        self._owner = owner
-        self._name = owner.name
-        self._pipe = pipe
-        self._calls = calls
-        self._config = config
+        super().__init__(owner, pipe, calls, config)
         self._host = host
-        self.registrations = Registrations()
-        #: Set when the extension sent ``shutdown_ack``.
-        self.acked = trio.Event()
-        #: Why the handshake refused the extension, if it did.
-        self.refused: str | None = None
-        #: The extension's stdout ended before it sent ``hello``.
-        self.early_exit = False
-        self._ready = False
 
-    def __repr__(self) -> str:
-        return f"<ExtensionProtocol {self._name!r} ready={self._ready} refused={self.refused!r}>"
+    # --- what the owner sends ----------------------------------------------------------
+
+    def tool_call(self, rid: str, req: CallTool) -> bytes:
+        """The ``tool_call`` frame for call ``rid``."""
+        return f.encode_frame(f.ToolCall(id=rid, name=req.name, args=req.args))
+
+    def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
+        """Extensions have no call previews."""
+        reply.set(None)
+
+    def host_changed(self) -> None:
+        """Extensions learn the host in ``hello_ack`` only."""
 
     async def converse(self, reader: LineReader) -> None:
         """Handshake, registration, then route every frame until EOF.
@@ -147,11 +198,6 @@ class ExtensionProtocol:
                 self._handle(item)
 
     # --- start-up ------------------------------------------------------------------
-
-    def _refuse(self, reason: str) -> None:
-        self.refused = reason
-        log.error("extension_refused", reason=reason)
-        self._pipe.kill()
 
     async def _handshake(self, reader: LineReader) -> bool:
         timeout = self._config.handshake_timeout
@@ -224,13 +270,8 @@ class ExtensionProtocol:
 
     def _handle(self, item: bytes | Oversize) -> None:
         if isinstance(item, Oversize):
-            match = _ID_RE.search(item.head)
-            fid = match.group(1).decode("utf-8", "replace") if match else None
-            self._bad_frame(
-                f"line of {item.size} bytes exceeds the {self._config.max_frame_bytes}-byte limit",
-                f.excerpt(item.head),
-                fid,
-            )
+            problem, fid = self._oversize(item)
+            self._bad_frame(problem, f.excerpt(item.head), fid)
             return
         if not item or item.isspace():
             return
@@ -271,7 +312,7 @@ class ExtensionProtocol:
                 regs.events = frozenset(frame.events)
                 regs.intercepts = frozenset(e for e in frame.intercept if e in INTERCEPTABLE)
             case f.RegisterTool():
-                problem = _tool_problem(frame)
+                problem = tool_problem(frame)
                 if problem:
                     log.warning("tool_rejected", tool=frame.name, problem=problem)
                     return
@@ -324,7 +365,7 @@ class ExtensionProtocol:
         )
 
 
-def _tool_problem(frame: f.RegisterTool) -> str:
+def tool_problem(frame: f.RegisterTool) -> str:
     """Why a tool registration is rejected ("" when it is fine)."""
     if not _TOOL_NAME_RE.match(frame.name):
         return "name is not an identifier"

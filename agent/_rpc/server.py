@@ -288,9 +288,8 @@ class _Server:
         elif isinstance(event, ToolResultEvent):
             source = self._sources.pop(event.id, None)
             if source is not None:
-                event = AttributedToolResult(
-                    id=event.id, is_error=event.is_error, content=event.content, extension=source
-                )
+                fields = msgspec.structs.asdict(event)
+                event = AttributedToolResult(**fields, extension=source)
         await self._send(encode_line(event))
 
     async def _respond(
