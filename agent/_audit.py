@@ -9,7 +9,13 @@ plus when, in which session and which working directory::
      "args":{"command":"echo GUARDED: ls"},"time":"2026-01-01T10:00:00Z","session":"work",
      "cwd":"/src","model_args":{"command":"ls"}}
 
-(one line in the file; wrapped here).
+(one line in the file; wrapped here). Changes to the tool set that the agent or a
+configuration made (``new_tool``, a dynamic tool removed, an MCP server connected
+or disconnected) are recorded too, as :class:`ToolAuditRecord` lines, with the
+code of a new tool in full::
+
+    {"action":"new_tool","tool":"word_count","source":"dynamic","digest":"sha256:…",
+     "code":"return len(args['text'].split())","time":"…","session":"work","cwd":"/src"}
 
 The file is append-only: corral never rewrites or truncates it. It is created with
 mode 0600 (and put back to 0600 if it was widened), opened with ``O_APPEND`` and
@@ -24,6 +30,7 @@ The transcript carries the same records on its messages; the audit log outlives
 
 from __future__ import annotations
 
+import enum
 import os
 import stat
 import typing
@@ -37,7 +44,15 @@ import trio
 
 from ._messages import InterventionRecord, now_iso
 
-__all__ = ["AuditLog", "AuditRecord", "audit_path", "read_audit", "select_records"]
+__all__ = [
+    "AuditLog",
+    "AuditRecord",
+    "ToolAction",
+    "ToolAuditRecord",
+    "audit_path",
+    "read_audit",
+    "select_records",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +76,47 @@ class AuditRecord(InterventionRecord, frozen=True, kw_only=True, omit_defaults=T
     model_args: dict[str, Any] | None = None
 
 
+class ToolAction(enum.Enum):
+    """A change to the tool set."""
+
+    #: ``new_tool`` created a dynamic tool (``replace: true`` replaced one).
+    NEW_TOOL = "new_tool"
+    #: A dynamic tool was removed (``corral tools rm``, ``tools_clear``).
+    REMOVE_TOOL = "remove_tool"
+    #: An MCP server was connected and its tools registered.
+    MCP_CONNECT = "mcp_connect"
+    #: An MCP server was disconnected.
+    MCP_DISCONNECT = "mcp_disconnect"
+
+
+class ToolAuditRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One line of the audit log about the tool set.
+
+    Attributes:
+        action: what changed.
+        tool: the tool's (or the MCP server's) name.
+        source: ``dynamic`` or ``mcp:<server>``.
+        digest: ``sha256:<hex>`` of a dynamic tool's code.
+        code: a new dynamic tool's code, in full.
+        detail: more, in words (the MCP server's command or URL, the tools it gave).
+        time: when (UTC, RFC 3339).
+        session: the session name, or ``""``.
+        cwd: the agent's working directory.
+    """
+
+    action: ToolAction
+    tool: str
+    source: str
+    digest: str = ""
+    code: str | None = None
+    detail: str = ""
+    time: str
+    session: str = ""
+    cwd: str = ""
+
+
 _decoder = msgspec.json.Decoder(AuditRecord)
+_tool_decoder = msgspec.json.Decoder(ToolAuditRecord)
 
 
 def audit_path(home: Path) -> Path:
@@ -108,6 +163,36 @@ class AuditLog:
             + b"\n"
             for r in records
         ]
+        await self._append(lines)
+
+    async def record_tool(
+        self,
+        action: ToolAction,
+        tool: str,
+        source: str,
+        *,
+        digest: str = "",
+        code: str | None = None,
+        detail: str = "",
+    ) -> None:
+        """Append a change to the tool set (see :class:`ToolAuditRecord`).
+
+        Cancellation: shielded, as :meth:`record`.
+        """
+        record = ToolAuditRecord(
+            action=action,
+            tool=tool,
+            source=source,
+            digest=digest,
+            code=code,
+            detail=detail,
+            time=now_iso(),
+            session=self.session,
+            cwd=self.cwd,
+        )
+        await self._append([_encoder.encode(record) + b"\n"])
+
+    async def _append(self, lines: list[bytes]) -> None:
         with trio.CancelScope(shield=True):
             try:
                 await trio.to_thread.run_sync(self._write, lines)
@@ -129,7 +214,7 @@ class AuditLog:
             os.close(fd)
 
 
-def read_audit(path: Path) -> tuple[list[AuditRecord], int]:
+def read_audit(path: Path) -> tuple[list[AuditRecord | ToolAuditRecord], int]:
     """The records of the audit log at ``path``, oldest first, and how many lines failed.
 
     A missing file is an empty log.
@@ -141,7 +226,7 @@ def read_audit(path: Path) -> tuple[list[AuditRecord], int]:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], 0
-    records: list[AuditRecord] = []
+    records: list[AuditRecord | ToolAuditRecord] = []
     bad = 0
     for raw in data.split(b"\n"):
         if not raw.strip():
@@ -149,7 +234,10 @@ def read_audit(path: Path) -> tuple[list[AuditRecord], int]:
         try:
             records.append(_decoder.decode(raw))
         except msgspec.DecodeError:
-            bad += 1
+            try:
+                records.append(_tool_decoder.decode(raw))
+            except msgspec.DecodeError:
+                bad += 1
     return records, bad
 
 
@@ -161,13 +249,13 @@ def _when(stamp: str) -> datetime | None:
 
 
 def select_records(
-    records: list[AuditRecord],
+    records: list[AuditRecord | ToolAuditRecord],
     *,
     session: str | None = None,
     extension: str | None = None,
     since: datetime | None = None,
     last: int | None = None,
-) -> list[AuditRecord]:
+) -> list[AuditRecord | ToolAuditRecord]:
     """The records matching every filter given, oldest first; ``last`` keeps the newest N.
 
     ``since`` must be timezone-aware; records whose time does not parse are kept out
@@ -177,7 +265,7 @@ def select_records(
         r
         for r in records
         if (session is None or r.session == session)
-        and (extension is None or r.extension == extension)
+        and (extension is None or getattr(r, "extension", None) == extension)
     ]
     if since is not None:
         chosen = [r for r in chosen if (t := _when(r.time)) is not None and t >= since]

@@ -85,21 +85,36 @@ class ToolCallEvent(_E, frozen=True, tag="tool_call", omit_defaults=True):
     ran_args: dict[str, Any] | None = None
     rewritten_by: list[str] = []
     blocked_by: str | None = None
+    #: corral addition: the tool host's one-line rendering of the call (its
+    #: ``format_tool_call_preview``), present when it made one.
+    preview: str | None = None
 
 
 class ToolProgress(_E, frozen=True, tag="tool_progress"):
-    """A progress line from a running tool."""
+    """A progress line from a running tool.
+
+    A tool host's streamed ``part`` comes with its ``payload`` as ``part`` (corral
+    addition, absent otherwise) and as ``text`` (a string as is, anything else as
+    compact JSON).
+    """
 
     id: str
     text: str
+    part: Any = msgspec.UNSET
 
 
-class ToolResultEvent(_E, frozen=True, tag="tool_result"):
-    """A tool finished."""
+class ToolResultEvent(_E, frozen=True, tag="tool_result", omit_defaults=True):
+    """A tool finished.
+
+    ``display`` (corral addition, present when there is one) is what the tool host's
+    ``to_display_format`` made of the result for people; ``content`` is what the
+    model sees.
+    """
 
     id: str
     is_error: bool
     content: list[TextContent | ImageContent]
+    display: Any = None
 
 
 class AssistantMessage(_E, frozen=True, tag="assistant_message"):
@@ -121,6 +136,16 @@ class UsageTotals(msgspec.Struct, frozen=True, kw_only=True):
     cache_read: int = 0
     cache_write: int = 0
     cost_usd: float = 0.0
+
+    def plus(self, usage: UsageTotals | Any) -> UsageTotals:
+        """These totals with one call's ``usage`` (anything with the same counters) added."""
+        return UsageTotals(
+            input=self.input + usage.input,
+            output=self.output + usage.output,
+            cache_read=self.cache_read + usage.cache_read,
+            cache_write=self.cache_write + usage.cache_write,
+            cost_usd=self.cost_usd + usage.cost_usd,
+        )
 
 
 class Usage(_E, frozen=True, tag="usage"):

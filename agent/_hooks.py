@@ -64,7 +64,10 @@ def intervention_records(
     ]
 
 
-def call_event(call: ProviderToolCall, outcome: InterceptOutcome) -> ToolCallEvent:
+def call_event(
+    call: ProviderToolCall, outcome: InterceptOutcome, preview: str | None = None
+) -> ToolCallEvent:
+    """The ``tool_call`` event: the model's call, who intervened, the host's preview."""
     if outcome.block:
         return ToolCallEvent(
             id=call.id, name=call.name, args=call.args, blocked_by=outcome.blocked_by
@@ -76,4 +79,5 @@ def call_event(call: ProviderToolCall, outcome: InterceptOutcome) -> ToolCallEve
         args=call.args,
         ran_args=outcome.args if rewritten_by else None,
         rewritten_by=rewritten_by,
+        preview=preview,
     )

@@ -11,6 +11,7 @@ queueing, abort and ``done`` on top.
 from __future__ import annotations
 
 import os
+import re
 import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -52,15 +53,19 @@ from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
 from ._providers.base import Provider, ProviderSettings
 from ._providers.factory import make_provider
-from ._registry import Tool, ToolRegistry
+from ._registry import Tool, ToolRegistry, ToolSet
 from ._sessions import SessionHeader, SessionStore, latest_session
 from ._tools import BUILTIN_TOOLS
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
+from ._tools.dynamic import DYNAMIC_TOOLS, DynamicTools, NewTool, dynamic_tools
 from ._tools.files import EditTool, ReadTool, WriteTool
 from ._tools.selection import select_tools
 from ._tools.web import WEB_TOOLS, WebConfig, web_tools
 from ._transcript import Transcript
+
+if typing.TYPE_CHECKING:
+    from ._tools.mcp import McpServers
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -73,8 +78,11 @@ __all__ = [
 
 log = structlog.get_logger(__name__)
 
-#: Built-in tools that are off unless asked for (``--tools +web``), in the same order.
-OPTIONAL_TOOLS = WEB_TOOLS
+#: The tools of ``--tools +mcp`` (kept here so that naming them imports nothing).
+_MCP_TOOLS = ("mcp_connect", "mcp_disconnect", "mcp_list")
+#: Built-in tools that are off unless asked for (``--tools +web``, ``+dynamic``, ``+mcp``).
+OPTIONAL_TOOLS = (*WEB_TOOLS, *DYNAMIC_TOOLS, *_MCP_TOOLS)
+_GROUPS = {"web": WEB_TOOLS, "dynamic": DYNAMIC_TOOLS, "mcp": _MCP_TOOLS}
 
 
 class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,6 +120,14 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     tools: list[str] | None = None
     #: Settings of the web tools; None reads them from ``CORRAL_*`` variables.
     web: WebConfig | None = None
+    #: The dynamic tools' catalog file (``*.json``: the JSON store); None:
+    #: ``$CORRAL_HOME/state/dynamic-tools.db``. Dynamic tools are on with ``+dynamic``.
+    dynamic_catalog: str | None = None
+    #: Start the MCP servers of ``$CORRAL_HOME/mcp.json`` and (trusted) ``./.corral/mcp.json``.
+    mcp_servers: bool = True
+    #: Exceptions to the MCP network guard (``127.0.0.1:8080``, ``10.0.0.0/8``), added
+    #: to those of ``CORRAL_MCP_ALLOW``.
+    mcp_allow: list[str] = []
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -168,6 +184,10 @@ class AgentHost:
         options: what the session was opened with.
         home: corral's home for this session.
         bash: the ``bash`` tool (to report whether it is sandboxed).
+        dynamic: the dynamic tools (None unless ``+dynamic``); ``chat`` sets its
+            ``approver``.
+        mcp: the MCP servers (None when there are none and ``+mcp`` is off).
+        mcp_problems: declared MCP servers that did not start, one line each.
     """
 
     def __init__(
@@ -178,12 +198,18 @@ class AgentHost:
         options: AgentOptions,
         home: Path,
         bash: BashTool | None,
+        dynamic: DynamicTools | None = None,
+        mcp: McpServers | None = None,
+        mcp_problems: list[str] | None = None,
     ) -> None:
         self.engine = engine
         self.supervisor = supervisor
         self.options = options
         self.home = home
         self.bash = bash
+        self.dynamic = dynamic
+        self.mcp = mcp
+        self.mcp_problems = mcp_problems or []
 
     def __repr__(self) -> str:
         return f"<AgentHost {self.engine!r}>"
@@ -251,9 +277,12 @@ class AgentHost:
 
 
 def _builtin_tools(
-    options: AgentOptions, workspace: Workspace, sandbox: Sandbox | None
+    options: AgentOptions,
+    workspace: Workspace,
+    sandbox: Sandbox | None,
+    extra: dict[str, Tool],
 ) -> tuple[list[Tool], BashTool | None]:
-    wanted = select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, {"web": WEB_TOOLS})
+    wanted = _wanted(options)
     required = options.sandbox == SandboxMode.REQUIRED
     bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
     made: dict[str, Tool] = {
@@ -261,11 +290,56 @@ def _builtin_tools(
         "write": WriteTool(workspace),
         "edit": EditTool(workspace),
         "bash": bash,
+        **extra,
     }
     if any(name in wanted for name in WEB_TOOLS):
         web = options.web if options.web is not None else WebConfig.from_env()
         made.update(web_tools(web, sandbox=sandbox, require_sandbox=required))
     return [made[name] for name in wanted], (bash if "bash" in wanted else None)
+
+
+def _wanted(options: AgentOptions) -> list[str]:
+    return select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, _GROUPS)
+
+
+def _mcp_allowances(options: AgentOptions) -> list[str]:
+    env = [e for e in re.split(r"[,\s]+", os.environ.get("CORRAL_MCP_ALLOW", "")) if e]
+    return [*env, *options.mcp_allow]
+
+
+@asynccontextmanager
+async def _open_mcp(
+    options: AgentOptions, home: Path, cwd: str, sandbox: Sandbox | None, audit: AuditLog
+) -> AsyncIterator[tuple[McpServers | None, list[str]]]:
+    """The session's MCP servers, when ``+mcp`` is on or a config file declares some.
+
+    The MCP modules (and the SDK) are imported only then.
+    """
+    declared_files = options.mcp_servers and (
+        (home / "mcp.json").exists() or (Path(cwd) / ".corral" / "mcp.json").exists()
+    )
+    if not declared_files and not any(n in _wanted(options) for n in _MCP_TOOLS):
+        yield None, []
+        return
+    from ._tools.mcp import McpTrust, SandboxLauncher, declared_servers, open_mcp
+    from ._tools.web import AddressPolicy, NetGuard, WebConfigError, parse_allowance
+
+    try:
+        policy = AddressPolicy(parse_allowance(a) for a in _mcp_allowances(options))
+    except ValueError as exc:
+        raise WebConfigError("CORRAL_MCP_ALLOW / --mcp-allow", str(exc)) from None
+    required = options.sandbox == SandboxMode.REQUIRED
+    launcher = SandboxLauncher(sandbox, home, require_sandbox=required)
+    async with open_mcp(launcher, NetGuard(policy), audit=audit) as servers:
+        problems: list[str] = []
+        if declared_files:
+            decls, problems = await trio.to_thread.run_sync(
+                declared_servers, home, cwd, McpTrust(home)
+            )
+            problems += await servers.start_declared(decls)
+        for problem in problems:
+            log.warning("mcp_server_skipped", problem=problem)
+        yield servers, problems
 
 
 def _select_sandbox(mode: str) -> Sandbox | None:
@@ -370,7 +444,6 @@ async def open_agent(
         transcript = await _open_transcript(options, home, cwd, provider.name, model)
         try:
             sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
-            builtins, bash = _builtin_tools(options, Workspace(cwd, corral_home=str(home)), sandbox)
             config = SupervisorConfig(
                 home=str(home),
                 sandbox=SandboxMode(options.sandbox),
@@ -379,14 +452,42 @@ async def open_agent(
             )
             host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
             session = transcript.store.name if transcript.store is not None else ""
-            async with open_supervisor(
-                config,
-                ext_paths=list(options.ext_paths),
-                project_dir=cwd,
-                discover=options.discover,
-                host=host_info,
-            ) as client:
-                registry = ToolRegistry(builtins, client)
+            audit = AuditLog(audit_path(home), session=session, cwd=cwd)
+            wanted = _wanted(options)
+            dynamic: DynamicTools | None = None
+            extra: dict[str, Tool] = {}
+            if "new_tool" in wanted:
+                dynamic = dynamic_tools(
+                    home,
+                    sandbox=sandbox,
+                    catalog=options.dynamic_catalog,
+                    audit=audit,
+                    reserved=[*BUILTIN_TOOLS, *OPTIONAL_TOOLS],
+                    require_sandbox=options.sandbox == SandboxMode.REQUIRED,
+                )
+                await dynamic.sync()
+                extra["new_tool"] = NewTool(dynamic)
+            async with (
+                open_supervisor(
+                    config,
+                    ext_paths=list(options.ext_paths),
+                    project_dir=cwd,
+                    discover=options.discover,
+                    host=host_info,
+                ) as client,
+                _open_mcp(options, home, cwd, sandbox, audit) as (mcp, mcp_problems),
+            ):
+                if mcp is not None:
+                    from ._tools.mcp import mcp_tools
+
+                    extra.update(mcp_tools(mcp))
+                workspace = Workspace(cwd, corral_home=str(home))
+                builtins, bash = _builtin_tools(options, workspace, sandbox, extra)
+                sets: list[ToolSet] = [s for s in (dynamic, mcp) if s is not None]
+                registry = ToolRegistry(builtins, client, sets)
+                for tool_set in (dynamic, mcp):
+                    if tool_set is not None:
+                        tool_set.lookup = registry.kinds
                 registry.sync()
                 loop = AgentLoop(
                     provider=provider,
@@ -400,7 +501,7 @@ async def open_agent(
                     append_system_prompt=options.append_system_prompt,
                     compact_threshold=compact_threshold,
                     max_tokens=options.provider_settings.max_tokens,
-                    audit=AuditLog(audit_path(home), session=session, cwd=cwd),
+                    audit=audit,
                 )
                 infos = await client.list_extensions()
                 # A late extension may still subscribe: do not stream text unchecked.
@@ -411,7 +512,14 @@ async def open_agent(
                 except SupervisorError as exc:
                     log.warning("session_start_not_sent", error=str(exc))
                 yield AgentHost(
-                    engine=loop, supervisor=client, options=options, home=home, bash=bash
+                    engine=loop,
+                    supervisor=client,
+                    options=options,
+                    home=home,
+                    bash=bash,
+                    dynamic=dynamic,
+                    mcp=mcp,
+                    mcp_problems=mcp_problems,
                 )
         finally:
             await transcript.aclose()

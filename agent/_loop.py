@@ -440,14 +440,7 @@ class AgentLoop:
             await self._tell(EmitEvent(event="assistant_message", text=visible))
 
     async def _count(self, usage: ProviderUsage, emit: Emit) -> None:
-        t = self._totals
-        self._totals = UsageTotals(
-            input=t.input + usage.input,
-            output=t.output + usage.output,
-            cache_read=t.cache_read + usage.cache_read,
-            cache_write=t.cache_write + usage.cache_write,
-            cost_usd=t.cost_usd + usage.cost_usd,
-        )
+        self._totals = self._totals.plus(usage)
         await emit(
             Usage(
                 input=usage.input,
@@ -463,27 +456,34 @@ class AgentLoop:
 
     async def _run_tools(self, calls: list[ProviderToolCall], emit: Emit) -> None:
         vetted: list[InterceptOutcome | None] = [None] * len(calls)
+        previews: list[str | None] = [None] * len(calls)
         results: list[ToolResultContent | None] = [None] * len(calls)
 
         async def vet(index: int) -> None:
-            vetted[index] = await self._vet(calls[index])
+            call = calls[index]
+            vetted[index] = outcome = await self._vet(call)
+            if not outcome.block:  # a tool host's one-line rendering of what runs
+                args = call.args if outcome.args is None else outcome.args
+                previews[index] = await self._registry.preview(call.name, args)
 
         async def run(index: int) -> None:
             call, outcome = calls[index], vetted[index]
             assert outcome is not None
-            result = await self._run_one(call, outcome, emit)
+            r = await self._run_one(call, outcome, emit)
             results[index] = ToolResultContent(
-                call_id=call.id, is_error=result.is_error, content=result.content
+                call_id=call.id, is_error=r.is_error, content=r.content, native=r.native
             )
             await emit(
-                ToolResultEvent(id=call.id, is_error=result.is_error, content=result.content)
+                ToolResultEvent(
+                    id=call.id, is_error=r.is_error, content=r.content, display=r.display
+                )
             )
 
         try:
             await _each(len(calls), vet)
-            for call, outcome in zip(calls, vetted, strict=True):
+            for call, outcome, preview in zip(calls, vetted, previews, strict=True):
                 assert outcome is not None
-                await emit(call_event(call, outcome))
+                await emit(call_event(call, outcome, preview))
             await _each(len(calls), run)
         finally:
             done: list[Block] = [
@@ -540,8 +540,8 @@ class AgentLoop:
             names = ", ".join(self._registry.names()) or "none"
             return error_result(f"unknown tool {call.name!r}; available tools: {names}")
 
-        async def progress(text: str) -> None:
-            await emit(ToolProgress(id=call.id, text=text))
+        async def progress(text: str, part: Any = msgspec.UNSET, /) -> None:
+            await emit(ToolProgress(id=call.id, text=text, part=part))
 
         try:
             return await tool.run(call.id, args, progress)

@@ -32,6 +32,7 @@ __all__ = [
     "ImageContent",
     "InterventionRecord",
     "Message",
+    "NativeContent",
     "Role",
     "TextContent",
     "ToolCallContent",
@@ -72,14 +73,30 @@ class ToolCallContent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type
     args: dict[str, Any]
 
 
+class NativeContent(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool result in a provider's own shape (a tool host's ``format_tool_result``
+    envelope): a provider that speaks ``format`` sends ``content`` as it is."""
+
+    #: ``openai.chat_completions`` or ``openai.responses``.
+    format: str
+    content: Any
+
+
 class ToolResultContent(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="tool_result"
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="type",
+    tag="tool_result",
+    omit_defaults=True,
 ):
-    """What a tool returned for ``call_id``."""
+    """What a tool returned for ``call_id``; ``native`` (when present) is the same
+    result in a provider's own shape, and ``content`` its text for the others."""
 
     call_id: str
     is_error: bool
     content: list[TextContent | ImageContent]
+    native: NativeContent | None = None
 
 
 Block = TextContent | ImageContent | ToolCallContent | ToolResultContent
@@ -180,6 +197,7 @@ def _wire_block(block: Block) -> Block:
             call_id=block.call_id,
             is_error=block.is_error,
             content=[b for b in inner if isinstance(b, TextContent | ImageContent)],
+            native=block.native,
         )
     return block
 

@@ -1,4 +1,4 @@
-"""The typed tool builder and the two tool-host runners, measured raw (no supervisor yet).
+"""The typed tool builder and the two tool-host runners, measured raw (no supervisor).
 
 Run from the repository root::
 
@@ -20,8 +20,7 @@ Run from the repository root::
    flight, through each runner over plain pipes, beside an extension ``tool_call``
    to the same echo tool through the extension SDK (``corral_ext``, a thread per
    call like the runner). The issue's 1.5x target is for calls through the
-   supervisor, which comes when tool hosts are wired in; these rows show the
-   runners' own share.
+   supervisor (``bench/bench_toolhost.py``); these rows show the runners' own share.
 
 Children run in their own session with corral's small environment; repetitions
 of the compared variants alternate so load from elsewhere hits each alike, and

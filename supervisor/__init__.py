@@ -1,4 +1,4 @@
-"""corral's supervisor: runs extensions as supervised subprocesses.
+"""corral's supervisor: runs extensions and tool hosts as supervised subprocesses.
 
 Open one with :func:`open_supervisor`; talk to it through the
 :class:`SupervisorClient` it yields.
@@ -23,6 +23,7 @@ from ._api import (
     InterceptOutcome,
     Intervention,
     InterventionKind,
+    NativeResult,
     Notified,
     Quarantined,
     ReloadStats,
@@ -42,6 +43,7 @@ from ._config import (
     identity_of,
     log_file,
     quarantine_file,
+    ui_file,
 )
 from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
 from ._exceptions import (
@@ -62,13 +64,16 @@ from ._exceptions import (
     UnknownTool,
 )
 from ._frames import PROTOCOL_VERSION, ImageBlock, TextBlock
+from ._hostwire import NativeFormat
 from ._lifecycle import ExtensionState
 from ._lines import LineReader, LineWriter, Oversize
 from ._manifest import (
     MANIFEST_NAME,
+    ChildKind,
     Discovery,
     ExtensionSpec,
     Manifest,
+    Runtime,
     Source,
     discover,
     load_manifest,
@@ -76,6 +81,7 @@ from ._manifest import (
 from ._process import ChildProcess, open_child
 from ._reap import signal_group
 from ._requests import EmitEvent
+from ._sdk import corral_tools as toolkit
 from ._spawn import SDK_DIR
 from ._supervisor import open_supervisor
 from ._trust import (
@@ -98,6 +104,7 @@ __all__ = [
     "VERSION",
     "CallFailed",
     "CallTimeout",
+    "ChildKind",
     "ChildProcess",
     "CommandInfo",
     "CommandOutcome",
@@ -128,12 +135,15 @@ __all__ = [
     "LineWriter",
     "Manifest",
     "ManifestError",
+    "NativeFormat",
+    "NativeResult",
     "Notified",
     "Oversize",
     "ProtocolViolation",
     "Quarantined",
     "ReloadStats",
     "RestartPolicy",
+    "Runtime",
     "Source",
     "SupervisorClient",
     "SupervisorClosed",
@@ -168,7 +178,9 @@ __all__ = [
     "open_supervisor",
     "quarantine_file",
     "signal_group",
+    "toolkit",
     "trust_command",
+    "ui_file",
 ]
 
 

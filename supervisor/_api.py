@@ -16,6 +16,7 @@ import msgspec
 
 from ._frames import CommandAction, ContentBlock, NotifyLevel
 from ._lifecycle import ExtensionState
+from ._manifest import ChildKind
 
 __all__ = [
     "CommandInfo",
@@ -32,6 +33,7 @@ __all__ = [
     "InterceptOutcome",
     "Intervention",
     "InterventionKind",
+    "NativeResult",
     "Notified",
     "Quarantined",
     "ReloadStats",
@@ -49,12 +51,13 @@ InterceptKind = Literal["tool_call", "turn_start", "assistant_message"]
 
 
 class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """A tool an extension registered."""
+    """A tool an extension (or a tool host: ``kind``) registered."""
 
     name: str
     description: str
     schema: dict[str, Any]
     extension: str
+    kind: ChildKind = ChildKind.EXTENSION
 
 
 class CommandInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,13 +68,29 @@ class CommandInfo(msgspec.Struct, frozen=True, kw_only=True):
     extension: str
 
 
-class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """Result of a tool call, attributed to the extension that ran it."""
+class NativeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A tool result in a provider's own shape (a tool host's ``format_tool_result``
+    envelope): ``content`` goes to a provider that speaks ``format`` as it is."""
+
+    #: ``openai.chat_completions`` or ``openai.responses``.
+    format: str
+    content: Any
+
+
+class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Result of a tool call, attributed to the extension that ran it.
+
+    A tool host may add two renderings (``None`` when it has none): ``native``, the
+    result in a provider's own shape (``content`` is then its text for every other
+    provider), and ``display``, what ``to_display_format`` made of it for people.
+    """
 
     content: list[ContentBlock]
     is_error: bool
     tool: str
     extension: str
+    native: NativeResult | None = None
+    display: Any = None
 
 
 class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,7 +203,11 @@ class ExtensionStats(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """Status of one extension as the supervisor sees it."""
+    """Status of one extension (or tool host) as the supervisor sees it.
+
+    ``ui_elements`` are what a tool host's ``get_ui_elements`` answered (as sent;
+    display them as untrusted data).
+    """
 
     name: str
     version: str
@@ -199,6 +222,8 @@ class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
     commands: list[str] = []
     problem: str = ""
     stats: ExtensionStats = ExtensionStats()
+    kind: ChildKind = ChildKind.EXTENSION
+    ui_elements: list[Any] = []
 
 
 # --- events ---------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 A :class:`Reply` is the one object a request costs: the caller's one-shot answer
 slot and, for a call sent to an extension, the pending call's record (id, kind,
-name, start time). :class:`PendingCalls` is the bookkeeping of one extension: ids,
-deadlines, counters and latencies. It never touches a pipe.
+name, start time). A tool host's call may stream ``part`` s before its answer
+(:attr:`Reply.on_part`), and a protocol may chain a follow-up to an answer
+(:attr:`Reply.then`) without a task of its own. :class:`PendingCalls` is the
+bookkeeping of one extension: ids, deadlines, counters and latencies. It never
+touches a pipe.
 
 Deadlines are enforced by :meth:`PendingCalls.run_timer`, one task per
 incarnation, instead of a cancel scope in every caller: each kind of call has one
@@ -47,6 +50,8 @@ class CallKind(enum.Enum):
     COMMAND = "command"
     #: ``event_intercept``, answered by ``event_intercept_response`` (``intercept_timeout``).
     INTERCEPT = "intercept"
+    #: A tool host's optional method (``format_tool_result``, ...; ``hook_timeout``).
+    HOOK = "hook"
 
     # Members are singletons compared by identity: hash them by identity too, in C
     # (Enum's own __hash__ is a Python function, and kinds are looked up on every call).
@@ -54,7 +59,12 @@ class CallKind(enum.Enum):
 
 
 _PREFIX = {kind: kind.value[0] for kind in CallKind}
-_WHAT = {CallKind.TOOL: "tool ", CallKind.COMMAND: "command /", CallKind.INTERCEPT: "intercept "}
+_WHAT = {
+    CallKind.TOOL: "tool ",
+    CallKind.COMMAND: "command /",
+    CallKind.INTERCEPT: "intercept ",
+    CallKind.HOOK: "",
+}
 
 
 #: What spins for a reply (see :meth:`Reply.wait`): reads the extension's stdout
@@ -97,9 +107,11 @@ class Reply(Generic[T]):
         "_value",
         "kind",
         "name",
+        "on_part",
         "rid",
         "spin",
         "t0",
+        "then",
     )
 
     def __init__(self) -> None:
@@ -116,6 +128,12 @@ class Reply(Generic[T]):
         self.t0 = 0.0
         #: Set by the sender when the caller may spin for the answer (see :meth:`wait`).
         self.spin: Spin | None = None
+        #: Receives each streamed ``{"part": payload}`` chunk of a tool host's call,
+        #: in order, before the answer (never blocks; None: parts are dropped).
+        self.on_part: Callable[[dict[str, Any]], None] | None = None
+        #: Called once with this reply when it is answered (value or error): a
+        #: protocol's follow-up, run in the answering task. It must not raise.
+        self.then: Callable[[Reply[T]], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Reply {self.rid or '-'} done={self.done}>"
@@ -130,6 +148,16 @@ class Reply(Generic[T]):
         """The call for errors and logs, e.g. ``"tool weather"`` or ``"command /clock"``."""
         return _WHAT[self.kind] + self.name
 
+    @property
+    def value(self) -> T | None:
+        """The value it was answered with (None until then, or when it failed)."""
+        return self._value
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error it was answered with, if any."""
+        return self._error
+
     def _resolve(self) -> None:
         self._done = True
         self.spin = None
@@ -137,6 +165,8 @@ class Reply(Generic[T]):
         if task is not None:
             self._task = None
             trio.lowlevel.reschedule(task)
+        if self.then is not None:
+            self.then(self)
 
     def set(self, value: T) -> None:
         """Answer with a value (ignored if already answered)."""
@@ -239,6 +269,11 @@ class PendingCalls:
         if deadline < self._timer_target:
             self._timer_wake.set()
 
+    def peek(self, rid: str, kind: CallKind) -> Reply[Any] | None:
+        """The pending call ``rid`` of ``kind``, left pending (None: unknown id)."""
+        reply = self._pending.get(rid)
+        return reply if reply is not None and reply.kind is kind else None
+
     def take(self, rid: str, kind: CallKind) -> Reply[Any] | None:
         """Remove and return the call an answer of ``kind`` is for (None: unknown id)."""
         reply = self._pending.get(rid)
@@ -248,6 +283,11 @@ class PendingCalls:
         reply._calls = None
         self._latencies.append(self._now() - reply.t0)
         return reply
+
+    def take_any(self, rid: str) -> Reply[Any] | None:
+        """Remove and return call ``rid`` whatever its kind (None: unknown id)."""
+        reply = self._pending.get(rid)
+        return None if reply is None else self.take(rid, reply.kind)
 
     def violated(self, rid: str, message: str, excerpt: str) -> None:
         """The extension answered call ``rid`` with a frame the protocol forbids."""

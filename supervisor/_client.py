@@ -11,6 +11,7 @@ subclass.
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import trio
@@ -26,6 +27,7 @@ from ._api import (
     ToolOutcome,
 )
 from ._calls import Reply
+from ._exceptions import SupervisorError
 from ._requests import (
     CallTool,
     EmitEvent,
@@ -33,6 +35,7 @@ from ._requests import (
     Intercept,
     InvokeCommand,
     ListExtensions,
+    PreviewToolCall,
     Reload,
     Request,
     SetHostInfo,
@@ -97,20 +100,39 @@ class SupervisorClient:
         self._submit(request)
         await trio.lowlevel.checkpoint()
 
-    async def _ask(self, request: Request) -> Any:
+    async def _ask(
+        self, request: Request, on_part: Callable[[dict[str, Any]], None] | None = None
+    ) -> Any:
         # Deadlines are the supervisor's (they are policy); here we only wait.
         reply = self._submit(request)
+        # Set before the first checkpoint: no part can have arrived yet.
+        reply.on_part = on_part
         try:
             return await reply.wait()
         except trio.Cancelled:
             reply.abandon()
             raise
 
-    async def call_tool(self, name: str, args: dict[str, Any], *, call_id: str = "") -> ToolOutcome:
-        """Call an extension tool and wait for its result.
+    async def call_tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        *,
+        call_id: str = "",
+        on_part: Callable[[dict[str, Any]], None] | None = None,
+    ) -> ToolOutcome:
+        """Call an extension (or tool host) tool and wait for its result.
 
         The supervisor applies its tool deadline (60 s by default, covering the write
         of the request) and fails the call at once if the extension dies.
+
+        Args:
+            name: the tool.
+            args: its arguments.
+            call_id: the model's id for the call (logs).
+            on_part: receives each streamed chunk of a tool host's call as
+                ``{"part": payload}``, in order, before the result (called in the
+                supervisor's reading task: it must not block).
 
         Raises:
             UnknownTool: no extension offers ``name``.
@@ -119,14 +141,23 @@ class SupervisorClient:
 
         Cancellation: the call is abandoned; a late ``tool_result`` is dropped.
         """
-        # _ask, inlined: this is the hot path of every extension tool call.
-        reply = self._submit(CallTool(name=name, args=args, call_id=call_id))
-        try:
-            outcome: ToolOutcome = await reply.wait()
-        except trio.Cancelled:
-            reply.abandon()
-            raise
+        req = CallTool(name=name, args=args, call_id=call_id)
+        outcome: ToolOutcome = await self._ask(req, on_part)
         return outcome
+
+    async def preview_tool_call(self, name: str, args: dict[str, Any]) -> str | None:
+        """The one-line preview of a call its tool host makes, or None (render your own).
+
+        Never raises for the host's faults: a host without the method, a slow or a
+        broken one, or a tool of an extension, all give None.
+
+        Cancellation: the answer is dropped.
+        """
+        try:
+            preview: str | None = await self._ask(PreviewToolCall(name=name, args=args))
+        except SupervisorError:
+            return None
+        return preview
 
     async def invoke_command(self, name: str, args: str = "") -> CommandOutcome:
         """Run an extension's slash command and return its response.

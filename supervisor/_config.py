@@ -26,6 +26,7 @@ __all__ = [
     "identity_of",
     "log_file",
     "quarantine_file",
+    "ui_file",
 ]
 
 RestartPolicy = Literal["on-failure", "always", "never"]
@@ -76,6 +77,11 @@ def choice_file(home: str | Path, identity: str) -> Path:
     return Path(home) / "state" / "enabled" / identity
 
 
+def ui_file(home: str | Path, identity: str) -> Path:
+    """A tool host's last ``get_ui_elements`` answer (JSON), for ``corral ext list --json``."""
+    return Path(home) / "state" / "ui" / f"{identity}.json"
+
+
 def log_file(home: str | Path, identity: str) -> Path:
     """An extension's stderr log (rotated to ``<log>.1``)."""
     return Path(home) / "logs" / f"ext-{identity}.log"
@@ -99,7 +105,8 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
     #: corral's home: ``extensions/``, ``logs/``, ``data/``, ``state/`` live under it.
     home: str = msgspec.field(default_factory=lambda: str(corral_home()))
-    #: The first frame must be a valid ``hello`` within this time.
+    #: The first frame must be a valid ``hello`` within this time (a tool host: its
+    #: start-up, ``get_config_schema`` to ``get_tool_schemas``, must be done by then).
     handshake_timeout: float = 10.0
     #: Starting (not reloading) waits this long at most for an extension's ``hello``;
     #: one still silent then is *late*: it goes on starting (and joins, announced by
@@ -116,6 +123,10 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     command_timeout: float = 60.0
     #: Deadline of each subscriber in an intercept chain (then: allow).
     intercept_timeout: float = 5.0
+    #: Deadline of a tool host's optional method (a format, a preview, tags; then:
+    #: corral's own rendering). A tool host's start-up (``init`` and the methods
+    #: after it) has ``handshake_timeout``.
+    hook_timeout: float = 5.0
     #: After ``shutdown`` and closing stdin, wait this long for a voluntary exit.
     shutdown_grace: float = 2.0
     #: After ``shutdown_ack``, the extension has this long to exit before it is killed.

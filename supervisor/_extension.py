@@ -1,4 +1,4 @@
-"""One extension: the owner task of its processes, across restarts.
+"""One supervised child (an extension or a tool host): the owner task of its processes.
 
 :meth:`Extension.run` is the only task that spawns the extension's processes; it
 is started with ``nursery.start`` and reports started once the first incarnation
@@ -13,7 +13,7 @@ The parts, each in its own module:
   table; every move below is checked there;
 * one incarnation (:mod:`supervisor._incarnation`): spawn → serve → one shielded,
   bounded cleanup (ladder, reap, sweep);
-* the protocol (:mod:`supervisor._protocol`): handshake, registration, routing.
+* the protocol its kind speaks (:mod:`supervisor._talk`).
 
 An exit we did not ask for is a crash: pending calls fail at once, and the
 restart policy (:mod:`supervisor._restart`), backoff and quarantine decide what
@@ -26,7 +26,7 @@ import random
 import time
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 import trio
@@ -34,21 +34,23 @@ import trio
 from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
 
 from . import _frames as f
-from ._api import ExtensionCrashed, ExtensionStats, Quarantined, SupervisorEvent
+from ._api import ExtensionStats, Quarantined
 from ._calls import CallKind, PendingCalls, Reply
-from ._config import HostInfo, SupervisorConfig, log_file, quarantine_file
+from ._config import SupervisorConfig, log_file, quarantine_file
 from ._exceptions import ExtensionGone, ExtensionStopping
 from ._incarnation import Incarnation
 from ._io import StderrLog
 from ._lifecycle import LISTED, SERVING, ExtensionState, Lifecycle
-from ._manifest import ExtensionSpec
+from ._manifest import ChildKind, ExtensionSpec
 from ._process import open_child
-from ._protocol import ExtensionProtocol, Registrations
-from ._requests import CallTool, Intercept, InvokeCommand
-from ._restart import Verdict, decide, describe_exit
+from ._protocol import Registrations
+from ._requests import CallTool, Intercept, InvokeCommand, PreviewToolCall
+from ._restart import Verdict, crash_event, decide
 from ._spawn import launch_request
+from ._talk import Host, Talk, open_talk
+from ._toolhost import HostSession
 
-__all__ = ["Extension", "ExtensionHost"]
+__all__ = ["Extension"]
 
 log = structlog.get_logger(__name__)
 
@@ -59,30 +61,11 @@ _ALIVE = frozenset({S.STARTING, S.REGISTERING, S.RUNNING})
 _ENDED = frozenset({S.FAILED, S.QUARANTINED, S.UNTRUSTED})
 
 
-class ExtensionHost(Protocol):
-    """What an extension needs of its supervisor."""
-
-    def host_info(self) -> HostInfo:
-        """What ``hello_ack`` reports (provider, model, cwd)."""
-        ...
-
-    def publish(self, event: SupervisorEvent) -> None:
-        """Send an event to every subscriber (never blocks)."""
-        ...
-
-    def extension_changed(self, ext: Extension) -> None:
-        """``ext`` became ready, changed its registrations, or left the registry."""
-        ...
-
-    def trust_problem(self, spec: ExtensionSpec) -> str | None:
-        """Why ``spec`` may not start now (None: it may). Blocking: reads the disk."""
-        ...
-
-
 class _Exit(typing.NamedTuple):
     returncode: int | None
     refused: str | None
-    early_exit: bool
+    #: What it exited before doing ("sending hello"), or None.
+    early_exit: str | None
 
 
 @typing.final
@@ -94,7 +77,7 @@ class Extension:
         spec: ExtensionSpec,
         config: SupervisorConfig,
         sandbox: Sandbox,
-        host: ExtensionHost,
+        host: Host,
     ) -> None:
         self._spec = spec
         self._config = config
@@ -118,6 +101,7 @@ class Extension:
                 CallKind.TOOL: config.tool_timeout,
                 CallKind.COMMAND: config.command_timeout,
                 CallKind.INTERCEPT: config.intercept_timeout,
+                CallKind.HOOK: config.hook_timeout,
             },
         )
         self._stderr = StderrLog(
@@ -132,7 +116,9 @@ class Extension:
         self._stop_requested = False
         self._sweep_into: list[str] | None = None
         self._inc: Incarnation | None = None
-        self._talk: ExtensionProtocol | None = None  # the incarnation's protocol
+        self._talk: Talk | None = None
+        #: A tool host's state and UI elements (they outlive an incarnation).
+        self._session = HostSession()
         self._backoff: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
@@ -149,6 +135,16 @@ class Extension:
     def spec(self) -> ExtensionSpec:
         """The manifest as discovery loaded it."""
         return self._spec
+
+    @property
+    def kind(self) -> ChildKind:
+        """What it speaks: an extension or a tool host."""
+        return self._spec.kind
+
+    @property
+    def ui_elements(self) -> list[Any]:
+        """A tool host's ``get_ui_elements``, as it last answered (untrusted data)."""
+        return self._session.ui_elements
 
     @property
     def state(self) -> ExtensionState:
@@ -306,6 +302,7 @@ class Extension:
         """Before a new run (``enable``): forget the crash history and the spawn pins."""
         assert not self._active
         self._crashes = ()
+        self._session = HostSession()
         self._pins = list(self._spec.pins)
         if self._lifecycle.state in _ENDED:
             self._lifecycle.move(S.STOPPED)  # FAILED/QUARANTINED/UNTRUSTED -> STOPPED
@@ -384,20 +381,20 @@ class Extension:
         log.info("extension_spawned", pid=proc.pid, backend=plan.backend, sandboxed=plan.sandboxed)
         if self._stop_requested:
             self._stop_incarnation()
-        talk = ExtensionProtocol(self, inc, calls=self._calls, config=self._config, host=self._host)
+        talk = open_talk(self, inc, self._calls, self._config, self._host, self._session)
         self._talk = talk
         try:
             returncode = await inc.serve(talk)
         finally:
             self._inc = self._talk = None
-        return _Exit(returncode, talk.refused, talk.early_exit)
+        return _Exit(returncode, talk.refused, talk.first_step if talk.early_exit else None)
 
     def _refuse_start(self, reason: str) -> None:
         self._problem = reason
         self._stderr.note(f"refused: {reason}")
         log.error("extension_refused", reason=reason)
         self._lifecycle.move(S.FAILED)  # STOPPED/BACKOFF -> FAILED
-        self._report_crash(None, None, reason, [], None)
+        self._host.publish(crash_event(self.name, None, reason, [], None))
         self._host.extension_changed(self)
 
     # --- what the protocol reports (see supervisor._protocol.Owner) ------------------
@@ -427,32 +424,24 @@ class Extension:
         """A registration arrived after ready."""
         self._host.extension_changed(self)
 
-    # --- after an exit we did not ask for ----------------------------------------------
+    def note(self, text: str, *, problem: bool = False) -> None:
+        """Write ``text`` to its log file (``ext logs``); a ``problem`` (something it
+        sent is wrong) is also its status until it is ready again."""
+        self._stderr.note(f"protocol error: {text}" if problem else text)
+        if problem:
+            self._problem = text
 
-    def _report_crash(
-        self,
-        returncode: int | None,
-        sig: str | None,
-        reason: str,
-        tail: list[str],
-        restart_in: float | None,
-    ) -> None:
-        self._host.publish(
-            ExtensionCrashed(
-                extension=self.name,
-                returncode=returncode,
-                signal=sig,
-                reason=reason,
-                stderr_tail=tail,
-                restart_in=restart_in,
-            )
-        )
+    def host_changed(self) -> None:
+        """The provider or model changed (a tool host asks its tags again)."""
+        if self._talk is not None and self.serving:
+            self._talk.host_changed()
+
+    # --- after an exit we did not ask for ----------------------------------------------
 
     def _after_exit(self, exit_: _Exit) -> float | None:
         """Carry out the restart policy's decision; None means "do not restart"."""
         tail = self._stderr.flush_tail()
         code = exit_.returncode
-        _, sig = describe_exit(code)
         d = decide(
             name=self.name,
             policy=self._spec.manifest.restart,
@@ -476,17 +465,17 @@ class Extension:
                 restart_in=round(d.delay or 0, 3),
                 stderr_tail=tail,
             )
-            self._report_crash(code, sig, d.reason, tail, d.delay)
+            self._host.publish(crash_event(self.name, code, d.reason, tail, d.delay))
             return d.delay
         if d.verdict is Verdict.FAILED:
             self._problem = d.reason
             self._lifecycle.move(S.FAILED)  # STARTING -> FAILED (refused)
             log.error("extension_refused", reason=d.reason, returncode=code)
-            self._report_crash(code, sig, d.reason, tail, None)
+            self._host.publish(crash_event(self.name, code, d.reason, tail, None))
         elif d.verdict is Verdict.STOPPED:
             self._problem = "" if code == 0 and not exit_.early_exit else d.reason
             self._lifecycle.move(S.STOPPED)  # STARTING/REGISTERING/RUNNING -> STOPPED
-            self._report_crash(code, sig, d.reason, tail, None)
+            self._host.publish(crash_event(self.name, code, d.reason, tail, None))
         else:
             log.error("extension_quarantined", reason=d.reason, stderr_tail=tail)
             self._quarantine(d.reason, d.crashes)
@@ -518,14 +507,23 @@ class Extension:
         """
         if self._opened(reply, CallKind.TOOL, req.name):
             rid = PendingCalls.new_id(CallKind.TOOL)
-            self._send_call(rid, f.ToolCall(id=rid, name=req.name, args=req.args), reply)
+            talk = self._talk
+            self._send(rid, b"" if talk is None else talk.tool_call(rid, req), reply)
+
+    def preview_tool_call(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
+        """Answer ``reply`` with the tool host's one-line preview of a call, or None."""
+        talk = self._talk
+        if talk is None or not self.serving:
+            reply.set(None)
+        else:
+            talk.preview(req, reply)
 
     def invoke_command(self, req: InvokeCommand, reply: Reply[Any]) -> None:
         """Send ``command_invoked`` and answer ``reply`` with a :class:`CommandOutcome`."""
         if self._opened(reply, CallKind.COMMAND, req.name):
             rid = PendingCalls.new_id(CallKind.COMMAND)
             frame = f.CommandInvoked(id=rid, name=req.name, args=req.args.strip())
-            self._send_call(rid, frame, reply)
+            self._send(rid, f.encode_frame(frame), reply)
 
     def intercept(
         self,
@@ -547,7 +545,7 @@ class Extension:
                 tool_args=args,
                 text=text,
             )
-            self._send_call(rid, frame, reply)
+            self._send(rid, f.encode_frame(frame), reply)
 
     def _opened(self, reply: Reply[Any], kind: CallKind, name: str) -> bool:
         """Count a call; False (and ``reply`` answered) when it cannot be sent now."""
@@ -562,9 +560,12 @@ class Extension:
             return False
         return True
 
-    def _send_call(self, rid: str, frame: f.HostFrame, reply: Reply[Any]) -> None:
+    def _send(self, rid: str, line: bytes, reply: Reply[Any]) -> None:
         talk = self._talk
-        error = "the extension is not running" if talk is None else talk.call(rid, frame, reply)
+        if talk is None or not line:
+            error: str | None = "the extension is not running"
+        else:
+            error = talk.call(rid, line, reply)
         if error is not None:
             self._calls.counts["errors"] += 1
             reply.fail(ExtensionGone(self.name, reply.what, error))

@@ -11,17 +11,19 @@ belongs to a pending call is the caller's business.
 
 The helpers at the end read the values of particular methods: the tool list of
 ``get_tool_schemas``, the ``{success, result}`` / ``{success: false, error}`` shape
-of ``execute_tool`` and the text-or-envelope answer of ``format_tool_result``.
+of ``execute_tool`` (and its result as content blocks) and the text-or-envelope
+answer of ``format_tool_result``.
 """
 
 from __future__ import annotations
 
 import enum
+import typing
 from typing import Any, Final, final
 
 import msgspec
 
-from ._frames import excerpt
+from ._frames import ContentBlock, TextBlock, excerpt
 
 __all__ = [
     "OPTIONAL_METHODS",
@@ -48,6 +50,8 @@ __all__ = [
     "decode_host_message",
     "decode_tool_schemas",
     "encode_request",
+    "native_text",
+    "result_content",
 ]
 
 TOOLHOST_PROTOCOL_VERSION: Final = 1
@@ -355,7 +359,9 @@ def decode_tool_schemas(value: Any) -> tuple[list[ToolSchema], list[SchemaProble
             (s for s in (raw.parameters, raw.input_schema, raw.schema) if s is not None), None
         )
         if not isinstance(schema, dict) or schema.get("type") != "object":
-            detail = f"schema is not a JSON object schema (type: object): {_preview(schema)!r}"
+            detail = (
+                f"schema is not a JSON object schema (type: object): {excerpt(_preview(schema))}"
+            )
             problems.append(SchemaProblem(index=index, name=raw.name, detail=detail))
             continue
         tools.append(ToolSchema(name=raw.name, description=raw.description, parameters=schema))
@@ -391,6 +397,40 @@ def decode_formatted_result(value: Any) -> str | ProviderNativeToolResult | None
         except msgspec.ValidationError:
             pass  # an unknown format is compatibility text like any other object
     return _encoder.encode(value).decode()
+
+
+def result_content(result: Any) -> list[ContentBlock]:
+    """A successful ``execute_tool`` result as content blocks.
+
+    Text is one text block (``null``: an empty one); a list of ``{"type": "text"}`` /
+    ``{"type": "image"}`` blocks is those blocks; any other JSON is its compact text.
+    """
+    if isinstance(result, str):
+        return [TextBlock(text=result)]
+    if result is None:
+        return [TextBlock(text="")]
+    if isinstance(result, list) and result and all(_is_block(b) for b in result):
+        try:
+            return msgspec.convert(result, list[ContentBlock])
+        except msgspec.ValidationError:
+            pass  # not quite blocks: shown as the JSON it is
+    return [TextBlock(text=_encoder.encode(result).decode())]
+
+
+def _is_block(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") in ("text", "image")
+
+
+def native_text(content: Any) -> str:
+    """The text of a ``provider_native_tool_result``'s content, for every other provider:
+    a string as is, a list of parts with ``text`` joined by lines, anything else as JSON."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict)]
+        if texts and len(texts) == len(content) and all(isinstance(t, str) for t in texts):
+            return "\n".join(typing.cast(list[str], texts))
+    return _encoder.encode(content).decode()
 
 
 def _preview(value: Any) -> bytes:

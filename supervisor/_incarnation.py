@@ -102,6 +102,7 @@ class Incarnation:
         self._sandbox = sandbox
         self._calls = calls
         self._stderr = stderr
+        self._reaped = False
         self.started_at = time.monotonic()
         self._writer = LineWriter(self._stdin, config.write_backlog)
         #: Cancelled by :meth:`stop`: ends the wait for the exit, and the ladder runs.
@@ -209,6 +210,7 @@ class Incarnation:
         if waited.cancelled_caught:
             log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
         self._writer.close()
+        self._reaped = True  # from here on the pipes may be closed
         await proc.aclose()
         self._sandbox.cleanup(self._plan)
         self._fail_calls()
@@ -269,6 +271,8 @@ class Incarnation:
         if rc is None:
             self._calls.fail_all(ExtensionGone, "the extension closed its stdout")
             return
+        if not self._reaped:
+            self._stderr.feed_pending(self._stderr_pipe)
         tail = self._stderr.tail[-1] if self._stderr.tail else ""
         status, _ = describe_exit(rc)
         msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")

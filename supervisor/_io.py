@@ -115,3 +115,16 @@ class StderrLog:
             if not chunk:
                 return
             self.feed(bytes(chunk))
+
+    def feed_pending(self, stream: trio.lowlevel.FdStream) -> None:
+        """Feed what ``stream`` holds right now, without waiting (the drain may be
+        parked): once the process has exited, everything it wrote is in the pipe,
+        so a crash report gets its real last line."""
+        while True:
+            try:
+                chunk = os.read(stream.fileno(), _CHUNK)
+            except OSError:  # nothing more now (EAGAIN), or the pipe is gone
+                return
+            if not chunk:
+                return
+            self.feed(chunk)

@@ -1,14 +1,22 @@
-"""Extension manifests (``extension.json``) and discovery.
+"""Manifests (``extension.json``) of every kind of supervised child, and discovery.
+
+A manifest declares one supervised child: an extension (``"kind": "extension"``, the
+default) or a tool host (``"kind": "tool-host"``, seed ``tool-host-protocol.md``).
+Both are discovered, trusted, sandboxed and supervised the same way; the kind only
+decides what is spoken over the child's stdio (see ``docs/toolkit.md``). A tool host
+runs one of corral's runners (``"runtime": "python"`` or ``"node"``) or its own
+program (``exec``), and gets its ``config`` object with ``init``.
 
 A manifest is validated field by field; every problem is a
 :class:`~supervisor._exceptions.ManifestError` naming the file and the field.
 Discovery order is ``--ext`` paths, then ``./.corral/extensions``, then
-``$CORRAL_HOME/extensions``; the first extension of a name wins and later ones are
-reported as duplicates, never started.
+``$CORRAL_HOME/extensions``; the first of a name wins (whatever its kind) and later
+ones are reported as duplicates, never started.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import os
 import re
@@ -24,9 +32,11 @@ from ._exceptions import ManifestError
 
 __all__ = [
     "MANIFEST_NAME",
+    "ChildKind",
     "Discovery",
     "ExtensionSpec",
     "Manifest",
+    "Runtime",
     "Source",
     "discover",
     "load_manifest",
@@ -39,11 +49,37 @@ _FIELD_RE = re.compile(r"at `\$\.?([^`]*)`")
 Source = Literal["cli", "project", "global"]
 
 
+class ChildKind(enum.StrEnum):
+    """What a manifest declares: which protocol its child speaks over stdio."""
+
+    #: An extension (seed extensions-phase4: hello, registrations, tool calls, hooks).
+    EXTENSION = "extension"
+    #: A tool host (seed tool-host-protocol v1: init, get_tool_schemas, execute_tool).
+    TOOL_HOST = "tool-host"
+
+
+class Runtime(enum.StrEnum):
+    """The tool-host runners corral ships (``runtime`` in a tool host's manifest)."""
+
+    #: ``python -m corral_toolhost``: serves ``corral_tools`` tools from Python modules.
+    PYTHON = "python"
+    #: ``node host.mjs``: serves JavaScript tool modules.
+    NODE = "node"
+
+
 class Manifest(msgspec.Struct, frozen=True, kw_only=True):
     """The contents of ``extension.json`` (the seed's fields plus corral's own)."""
 
     name: str
-    exec: str
+    #: The program; required for an extension, and for a tool host without ``runtime``.
+    exec: str = ""
+    #: corral: what the child speaks (an extension unless it says otherwise).
+    kind: ChildKind = ChildKind.EXTENSION
+    #: corral, tool hosts: one of corral's runners instead of an ``exec`` of its own.
+    runtime: Runtime | None = None
+    #: corral, tool hosts: the object sent with ``init`` (checked against the host's
+    #: ``get_config_schema`` first).
+    config: dict[str, Any] = {}
     version: str = ""
     args: list[str] = []
     language: str = ""
@@ -68,7 +104,8 @@ class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: Absolute path of ``extension.json``.
     manifest_path: str
     source: Source
-    #: Absolute path of the executable (``exec`` resolved against ``dir``).
+    #: Absolute path of the executable (``exec`` resolved against ``dir``); for a tool
+    #: host run by one of corral's runners, ``dir`` itself.
     exec_path: str
     #: Name plus a hash of the directory's real path; keys the extension's state.
     identity: str
@@ -85,6 +122,11 @@ class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
     def name(self) -> str:
         """The extension's name."""
         return self.manifest.name
+
+    @property
+    def kind(self) -> ChildKind:
+        """What the child speaks."""
+        return self.manifest.kind
 
 
 class Discovery(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,15 +191,8 @@ def load_manifest(
         raise ManifestError(
             where, "name", f"{manifest.name!r} is not a valid name (letters, digits, . _ -)"
         )
-    if not manifest.exec.strip():
-        raise ManifestError(where, "exec", "must not be empty")
     ext_dir = p.parent
-    exec_path = Path(manifest.exec)
-    if not exec_path.is_absolute():
-        exec_path = ext_dir / exec_path
-    exec_path = exec_path.absolute()
-    if not exec_path.is_file():
-        raise ManifestError(where, "exec", f"{manifest.exec!r} does not exist ({exec_path})")
+    exec_path = _exec_path(manifest, ext_dir, where)
     try:
         checked = check_permissions(
             manifest.permissions,
@@ -187,6 +222,28 @@ def load_manifest(
         unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
         pins=checked.pins,
     )
+
+
+def _exec_path(manifest: Manifest, ext_dir: Path, where: str) -> Path:
+    """The program to run, checked against the kind: ``exec``, or a runner's directory."""
+    host = manifest.kind is ChildKind.TOOL_HOST
+    if not host and (manifest.runtime is not None or manifest.config):
+        field = "runtime" if manifest.runtime is not None else "config"
+        raise ManifestError(where, field, 'only a tool host has one (add "kind": "tool-host")')
+    if host and manifest.runtime is not None:
+        if manifest.exec:
+            raise ManifestError(where, "exec", "a tool host has either runtime or exec, not both")
+        return ext_dir.absolute()  # the runner is corral's; it runs in the directory
+    if not manifest.exec.strip():
+        hint = ' (or "runtime": "python" / "node" for a tool host)' if host else ""
+        raise ManifestError(where, "exec", "is required and must not be empty" + hint)
+    exec_path = Path(manifest.exec)
+    if not exec_path.is_absolute():
+        exec_path = ext_dir / exec_path
+    exec_path = exec_path.absolute()
+    if not exec_path.is_file():
+        raise ManifestError(where, "exec", f"{manifest.exec!r} does not exist ({exec_path})")
+    return exec_path
 
 
 def _scan(root: Path) -> list[Path]:

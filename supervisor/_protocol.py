@@ -35,16 +35,26 @@ from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutc
 from ._calls import CallKind, PendingCalls, Reply, callers_waiting
 from ._config import HostInfo, SupervisorConfig
 from ._lines import MORE, LineReader, Oversize
+from ._requests import CallTool, PreviewToolCall
 from ._version import corral_version
 
-__all__ = ["INTERCEPTABLE", "ExtensionProtocol", "Owner", "Registrations"]
+__all__ = [
+    "ID_RE",
+    "INTERCEPTABLE",
+    "ChildProtocol",
+    "ExtensionProtocol",
+    "Owner",
+    "Registrations",
+    "tool_problem",
+]
 
 log = structlog.get_logger(__name__)
 
 #: The events an extension may intercept (``subscribe.intercept``).
 INTERCEPTABLE = frozenset({"tool_call", "turn_start", "assistant_message"})
 _TOOL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
-_ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
+#: Finds the id in the head of a line too long to decode.
+ID_RE = re.compile(rb'"id"\s*:\s*"([^"]{1,128})"')
 #: Bad frames logged per incarnation before logging goes quiet (they are still counted).
 _BAD_FRAME_LOG_LIMIT = 10
 
@@ -104,52 +114,56 @@ class _Pipe(Protocol):
     def kill(self) -> None: ...
 
 
-@typing.final
-class ExtensionProtocol:
-    """The extension protocol spoken with one incarnation (see the module docstring)."""
-
-    goodbye = f.encode_frame(f.Shutdown())
+class ChildProtocol:
+    """What the protocol of every kind of supervised child keeps and does alike:
+    its owner, the pipe, the calls, the refusal and the early exit, its registrations.
+    """
 
     def __init__(
-        self,
-        owner: Owner,
-        pipe: _Pipe,
-        *,
-        calls: PendingCalls,
-        config: SupervisorConfig,
-        host: Host,
+        self, owner: Owner, pipe: _Pipe, calls: PendingCalls, config: SupervisorConfig
     ) -> None:
         self._owner = owner
         self._name = owner.name
         self._pipe = pipe
         self._calls = calls
         self._config = config
-        self._host = host
-        # Bound here, not only in the owner task's context: a caller spinning for
-        # its answer handles frames in its own task (see spin).
-        self._log = log.bind(extension=owner.name)
         self.registrations = Registrations()
-        #: Set when the extension sent ``shutdown_ack``.
+        #: Set when the child acknowledged the goodbye.
         self.acked = trio.Event()
-        #: Why the handshake refused the extension, if it did.
+        #: Why start-up refused the child, if it did.
         self.refused: str | None = None
-        #: The extension's stdout ended before it sent ``hello``.
+        #: The child's stdout ended before its start-up was over.
         self.early_exit = False
         self._ready = False
-        #: The reader while frames are routed (see :meth:`spin`).
+        #: The reader while lines are routed (see :meth:`spin`).
         self._routing: LineReader | None = None
+        # Bound here, not only in the owner task's context: a caller spinning for
+        # its answer handles lines in its own task (see spin).
+        self._log = log.bind(extension=owner.name)
 
     def __repr__(self) -> str:
-        return f"<ExtensionProtocol {self._name!r} ready={self._ready} refused={self.refused!r}>"
+        return (
+            f"<{type(self).__name__} {self._name!r} ready={self._ready} refused={self.refused!r}>"
+        )
 
-    async def converse(self, reader: LineReader) -> None:
-        """Handshake, registration, then route every frame until EOF.
+    def _refuse(self, reason: str) -> None:
+        """Refuse the child: it is killed, and not restarted."""
+        self.refused = reason
+        self._log.error("extension_refused", reason=reason)
+        self._pipe.kill()
+
+    def _handle(self, item: bytes | Oversize) -> None:
+        """Act on one line once start-up is over (each kind its own)."""
+        raise NotImplementedError
+
+    async def _route(self, reader: LineReader) -> None:
+        """Route every line until EOF (after start-up).
+
+        The pipe is read directly (see :class:`~supervisor._lines.LineReader`), and
+        a caller waiting for an answer may read it too (:meth:`spin`).
 
         Cancellation: stops reading where it is.
         """
-        if not await self._handshake(reader):
-            return
-        await self._registration(reader)
         self._routing = reader
         handle = self._handle
         try:
@@ -164,21 +178,16 @@ class ExtensionProtocol:
         finally:
             self._routing = None
 
-    @property
-    def routing(self) -> bool:
-        """Past registration: every frame is routed (and :meth:`spin` may read)."""
-        return self._routing is not None
-
-    def call(self, rid: str, frame: f.HostFrame, reply: Reply[Any]) -> str | None:
+    def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:
         """Send a request and track it as ``rid``; an error text when it cannot be sent.
 
-        With other calls in flight, more frames follow in this scheduler pass (their
-        callers were woken together): the frame waits for one write with theirs. A
+        With other calls in flight, more lines follow in this scheduler pass (their
+        callers were woken together): the line waits for one write with theirs. A
         lone call is written at once and may :meth:`spin` for its answer.
         """
         calls = self._calls
         alone = not calls and not callers_waiting()
-        error = self._pipe.send(f.encode_frame(frame), coalesce=not alone)
+        error = self._pipe.send(line, coalesce=not alone)
         if error is None:
             calls.add(rid, reply)
             if alone and self._routing is not None and self._config.reply_spin > 0:
@@ -186,12 +195,12 @@ class ExtensionProtocol:
         return error
 
     def spin(self, reply: Reply[Any]) -> None:
-        """Read and handle frames without waiting until ``reply`` is answered, for up to
+        """Read and handle lines without waiting until ``reply`` is answered, for up to
         ``reply_spin`` seconds (see :meth:`Reply.wait <supervisor._calls.Reply.wait>`).
 
         It runs in the caller's task while the reader task waits for the pipe to
         become readable: both take lines from the one reader, and neither awaits in
-        the middle of a line, so each frame is handled exactly once, in order.
+        the middle of a line, so each line is handled exactly once, in order.
         """
         reader = self._routing
         if reader is None:
@@ -210,12 +219,57 @@ class ExtensionProtocol:
             if clock() >= deadline:
                 return
 
-    # --- start-up ------------------------------------------------------------------
+    def _oversize(self, item: Oversize) -> tuple[str, str | None]:
+        """What is wrong with an oversize line, and the id in its head (if any)."""
+        match = ID_RE.search(item.head)
+        fid = match.group(1).decode("utf-8", "replace") if match else None
+        limit = self._config.max_frame_bytes
+        return f"line of {item.size} bytes exceeds the {limit}-byte limit", fid
 
-    def _refuse(self, reason: str) -> None:
-        self.refused = reason
-        self._log.error("extension_refused", reason=reason)
-        self._pipe.kill()
+
+@typing.final
+class ExtensionProtocol(ChildProtocol):
+    """The extension protocol spoken with one incarnation (see the module docstring)."""
+
+    goodbye = f.encode_frame(f.Shutdown())
+    #: What an exit before the handshake says it missed.
+    first_step = "sending hello"
+
+    def __init__(
+        self,
+        owner: Owner,
+        pipe: _Pipe,
+        *,
+        calls: PendingCalls,
+        config: SupervisorConfig,
+        host: Host,
+    ) -> None:
+        super().__init__(owner, pipe, calls, config)
+        self._host = host
+
+    # --- what the owner sends ----------------------------------------------------------
+
+    def tool_call(self, rid: str, req: CallTool) -> bytes:
+        """The ``tool_call`` frame for call ``rid``."""
+        return f.encode_frame(f.ToolCall(id=rid, name=req.name, args=req.args))
+
+    def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
+        """Extensions have no call previews."""
+        reply.set(None)
+
+    def host_changed(self) -> None:
+        """Extensions learn the host in ``hello_ack`` only."""
+
+    async def converse(self, reader: LineReader) -> None:
+        """Handshake, registration, then route every frame until EOF.
+
+        Cancellation: stops reading where it is.
+        """
+        if await self._handshake(reader):
+            await self._registration(reader)
+            await self._route(reader)
+
+    # --- start-up ------------------------------------------------------------------
 
     async def _handshake(self, reader: LineReader) -> bool:
         timeout = self._config.handshake_timeout
@@ -288,13 +342,8 @@ class ExtensionProtocol:
 
     def _handle(self, item: bytes | Oversize) -> None:
         if isinstance(item, Oversize):
-            match = _ID_RE.search(item.head)
-            fid = match.group(1).decode("utf-8", "replace") if match else None
-            self._bad_frame(
-                f"line of {item.size} bytes exceeds the {self._config.max_frame_bytes}-byte limit",
-                f.excerpt(item.head),
-                fid,
-            )
+            problem, fid = self._oversize(item)
+            self._bad_frame(problem, f.excerpt(item.head), fid)
             return
         if not item or item.isspace():
             return
@@ -335,7 +384,7 @@ class ExtensionProtocol:
                 regs.events = frozenset(frame.events)
                 regs.intercepts = frozenset(e for e in frame.intercept if e in INTERCEPTABLE)
             case f.RegisterTool():
-                problem = _tool_problem(frame)
+                problem = tool_problem(frame)
                 if problem:
                     self._log.warning("tool_rejected", tool=frame.name, problem=problem)
                     return
@@ -390,7 +439,7 @@ class ExtensionProtocol:
         )
 
 
-def _tool_problem(frame: f.RegisterTool) -> str:
+def tool_problem(frame: f.RegisterTool) -> str:
     """Why a tool registration is rejected ("" when it is fine)."""
     if not _TOOL_NAME_RE.match(frame.name):
         return "name is not an identifier"

@@ -1,9 +1,10 @@
 """Which extension owns which tool and command name.
 
-Pure bookkeeping, rebuilt from the extensions in load order whenever a registration
-changes. Built-in names always win; among extensions the first loaded wins
-(load order, not registration timing, so the outcome is deterministic). Every
-clash is logged once.
+Pure bookkeeping, rebuilt from the extensions (and tool hosts) in load order
+whenever a registration changes. Built-in names always win; among extensions the
+first loaded wins (load order, not registration timing, so the outcome is
+deterministic). Every clash is logged once, in corral's log and in the log of the
+one that lost (``ext logs``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import structlog
 
 from . import _frames as f
 from ._api import CommandInfo, ToolInfo
+from ._manifest import ChildKind
 
 __all__ = ["Owner", "Registry"]
 
@@ -29,6 +31,9 @@ class Owner(Protocol):
     def name(self) -> str: ...
 
     @property
+    def kind(self) -> ChildKind: ...
+
+    @property
     def tools(self) -> Mapping[str, f.RegisterTool]: ...
 
     @property
@@ -37,6 +42,10 @@ class Owner(Protocol):
     @property
     def listed(self) -> bool:
         """Its registrations count (running, or restarting after a crash)."""
+        ...
+
+    def note(self, text: str) -> None:
+        """Write ``text`` to its own log."""
         ...
 
 
@@ -80,19 +89,20 @@ class Registry(typing.Generic[OwnerT]):
         item: object,
     ) -> None:
         if name in reserved:
-            self._log_once(kind, name, owner.name, "built-in")
+            self._log_once(kind, name, owner, "built-in")
             return
         held = table.get(name)
         if held is not None:
-            self._log_once(kind, name, owner.name, held[0].name)
+            self._log_once(kind, name, owner, held[0].name)
             return
         table[name] = (owner, item)
 
-    def _log_once(self, kind: str, name: str, loser: str, winner: str) -> None:
-        key = (f"{kind}:{name}", loser, winner)
+    def _log_once(self, kind: str, name: str, loser: OwnerT, winner: str) -> None:
+        key = (f"{kind}:{name}", loser.name, winner)
         if key not in self._logged:
             self._logged.add(key)
-            log.warning("name_clash", kind=kind, name=name, shadowed=loser, winner=winner)
+            log.warning("name_clash", kind=kind, name=name, shadowed=loser.name, winner=winner)
+            loser.note(f"{kind} {name!r} not registered: the name is taken by {winner}")
 
     def tool_owner(self, name: str) -> OwnerT | None:
         """The extension that runs tool ``name``."""
@@ -107,7 +117,13 @@ class Registry(typing.Generic[OwnerT]):
     def tool_infos(self) -> list[ToolInfo]:
         """Every extension tool, in load order."""
         return [
-            ToolInfo(name=name, description=t.description, schema=t.schema, extension=owner.name)
+            ToolInfo(
+                name=name,
+                description=t.description,
+                schema=t.schema,
+                extension=owner.name,
+                kind=owner.kind,
+            )
             for name, (owner, t) in self._tools.items()
         ]
 

@@ -11,6 +11,7 @@ through the :class:`~supervisor._calls.Reply` it returns:
 request             what                                       answer
 ==================  =========================================  ==================
 ``CallTool``        run an extension tool                      ``ToolOutcome``
+``PreviewToolCall`` a tool host's one-line preview of a call    ``str | None``
 ``InvokeCommand``   run an extension slash command             ``CommandOutcome``
 ``Intercept``       consult the intercept chain for one event  ``InterceptOutcome``
 ``EmitEvent``       a lifecycle event for subscribed ones      none (one-way)
@@ -41,6 +42,7 @@ __all__ = [
     "Intercept",
     "InvokeCommand",
     "ListExtensions",
+    "PreviewToolCall",
     "Reload",
     "Request",
     "SetHostInfo",
@@ -57,6 +59,14 @@ class CallTool(_Req, frozen=True, tag="call_tool"):
     name: str
     args: dict[str, Any]
     call_id: str = ""
+
+
+class PreviewToolCall(_Req, frozen=True, tag="preview_tool_call"):
+    """The one-line preview of a call a tool host's ``format_tool_call_preview`` makes
+    (None: the owner has none, and the caller renders the call its own way)."""
+
+    name: str
+    args: dict[str, Any]
 
 
 class InvokeCommand(_Req, frozen=True, tag="invoke_command"):
@@ -119,6 +129,7 @@ class SetHostInfo(_Req, frozen=True, tag="set_host_info"):
 
 Request = (
     CallTool
+    | PreviewToolCall
     | InvokeCommand
     | Intercept
     | EmitEvent

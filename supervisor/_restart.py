@@ -14,9 +14,10 @@ from collections.abc import Sequence
 
 import msgspec
 
+from ._api import ExtensionCrashed
 from ._config import RestartPolicy, SupervisorConfig
 
-__all__ = ["Decision", "Verdict", "decide", "describe_exit"]
+__all__ = ["Decision", "Verdict", "crash_event", "decide", "describe_exit"]
 
 
 class Verdict(enum.Enum):
@@ -53,13 +54,28 @@ def describe_exit(returncode: int | None) -> tuple[str, str | None]:
     return f"exit status {returncode}", None
 
 
+def crash_event(
+    name: str, returncode: int | None, reason: str, tail: list[str], restart_in: float | None
+) -> ExtensionCrashed:
+    """The event announcing an exit (or a refusal, ``returncode`` None)."""
+    sig = describe_exit(returncode)[1] if returncode is not None else None
+    return ExtensionCrashed(
+        extension=name,
+        returncode=returncode,
+        signal=sig,
+        reason=reason,
+        stderr_tail=tail,
+        restart_in=restart_in,
+    )
+
+
 def decide(
     *,
     name: str,
     policy: RestartPolicy,
     returncode: int | None,
     refused: str | None,
-    early_exit: bool,
+    early_exit: str | None,
     crashes: Sequence[float],
     now: float,
     config: SupervisorConfig,
@@ -72,7 +88,8 @@ def decide(
         policy: the manifest's ``restart``.
         returncode: exit status (negative: killed by that signal).
         refused: why the handshake refused the extension, if it did.
-        early_exit: it exited before sending ``hello``.
+        early_exit: what it exited before doing (``"sending hello"``; a tool host:
+            ``"answering init"``), or None.
         crashes: monotonic times of earlier crashes (the previous ``recent``).
         now: the current monotonic time.
         config: backoff and quarantine settings.
@@ -82,7 +99,7 @@ def decide(
     status, _ = describe_exit(returncode)
     if refused is not None:
         return Decision(verdict=Verdict.FAILED, reason=refused, recent=tuple(crashes))
-    reason = f"exited before sending hello ({status})" if early_exit else status
+    reason = f"exited before {early_exit} ({status})" if early_exit else status
     clean = returncode == 0
     if policy == "never" or (clean and policy == "on-failure"):
         return Decision(verdict=Verdict.STOPPED, reason=reason, recent=tuple(crashes))

@@ -4,7 +4,9 @@
 interpreter, the allowlisted environment, the data directory); the sandbox turns it
 into a :class:`~sandbox.LaunchPlan`; :func:`~supervisor._process.open_child`
 starts the plan in its own session and process group, with the limits applied in
-the child before ``exec``.
+the child before ``exec``. Every kind of child goes through here: a tool host with a
+``runtime`` runs one of corral's runners from the SDK directory (bound read-only),
+in its own directory, with the same environment allowlist as an extension.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from sandbox import LaunchRequest, Pin, host_environment
 from ._config import SupervisorConfig
 from ._config import data_dir as data_dir_of
 from ._frames import PROTOCOL_VERSION
-from ._manifest import ExtensionSpec
+from ._manifest import ExtensionSpec, Runtime
 
 __all__ = ["INSTANCE_VAR", "SDK_DIR", "interpreter_argv", "launch_request"]
 
@@ -35,13 +37,35 @@ _JS_LANGS = frozenset({"javascript", "js", "node", "nodejs"})
 _JS_EXTS = (".js", ".mjs", ".cjs")
 
 
+#: The Node tool-host runner.
+_HOST_MJS = str(Path(SDK_DIR) / "host.mjs")
+
+
 def _is_python(spec: ExtensionSpec) -> bool:
+    runtime = spec.manifest.runtime
+    if runtime is not None:
+        return runtime is Runtime.PYTHON
     return spec.manifest.language.lower() in _PY_LANGS or spec.exec_path.endswith(".py")
 
 
 def _is_node(spec: ExtensionSpec) -> bool:
+    runtime = spec.manifest.runtime
+    if runtime is not None:
+        return runtime is Runtime.NODE
     lang = spec.manifest.language.lower()
     return lang in _JS_LANGS or spec.exec_path.endswith(_JS_EXTS)
+
+
+def _program(spec: ExtensionSpec) -> list[str]:
+    """What the interpreter runs: the manifest's program, or corral's runner."""
+    match spec.manifest.runtime:
+        case Runtime.PYTHON:
+            # -m runs the runner from its compiled bytecode (a script is compiled anew).
+            return ["-m", "corral_toolhost"]
+        case Runtime.NODE:
+            return [_HOST_MJS]
+        case None:
+            return [spec.exec_path]
 
 
 def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]:
@@ -49,17 +73,18 @@ def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]
 
     Python extensions run with ``config.python`` (the host's own interpreter by
     default); JavaScript ones with the real path of ``node``; anything else is
-    executed directly.
+    executed directly. A tool host with a ``runtime`` runs corral's runner for it.
     """
+    args = [*_program(spec), *spec.manifest.args]
     if _is_python(spec):
-        return [os.path.abspath(config.python), spec.exec_path, *spec.manifest.args]
+        return [os.path.abspath(config.python), *args]
     if _is_node(spec):
         node = config.node or shutil.which("node")
         if node is None:
             # Fall back to executing the script (its shebang) and let spawn fail clearly.
-            return [spec.exec_path, *spec.manifest.args]
-        return [os.path.realpath(node), spec.exec_path, *spec.manifest.args]
-    return [spec.exec_path, *spec.manifest.args]
+            return args if spec.manifest.runtime is None else ["node", *args]
+        return [os.path.realpath(node), *args]
+    return args
 
 
 def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:
@@ -102,7 +127,7 @@ def launch_request(
         ext_dir=spec.dir,
         data_dir=data_dir,
         permissions=spec.manifest.permissions,
-        runtime_paths=[SDK_DIR] if _is_python(spec) else [],
+        runtime_paths=[SDK_DIR] if _is_python(spec) or spec.manifest.runtime else [],
         # Only an interpreter corral chose brings its installation into the sandbox.
         interpreter=argv[0] if argv[0] != spec.exec_path else "",
         pins=list(spec.pins if pins is None else pins),

@@ -88,6 +88,8 @@ def extension_infos(
                 commands=sorted(e.commands),
                 problem=e.problem,
                 stats=e.stats(figures.get(e.pid) if e.pid is not None else None),
+                kind=e.kind,
+                ui_elements=list(e.ui_elements),
             )
         )
     return out
@@ -116,6 +118,7 @@ def discovery_infos(discovery: Discovery) -> list[ExtensionInfo]:
             state=ExtensionState.DUPLICATE,
             enabled=s.manifest.enabled,
             problem=f"shadowed by {w.dir} ({w.source})",
+            kind=s.kind,
         )
         for s, w in discovery.duplicates
     ]

@@ -67,6 +67,7 @@ from ._requests import (
     Intercept,
     InvokeCommand,
     ListExtensions,
+    PreviewToolCall,
     Reload,
     Request,
     SetHostInfo,
@@ -156,7 +157,7 @@ class _Supervisor:
     def __repr__(self) -> str:
         return f"<Supervisor extensions={len(self._exts)} closed={self._closed}>"
 
-    # --- what extensions need (ExtensionHost) -------------------------------------
+    # --- what supervised children need (supervisor._talk.Host) -------------------
 
     def host_info(self) -> HostInfo:
         """What ``hello_ack`` reports now."""
@@ -369,6 +370,12 @@ class _Supervisor:
                     reply.fail(UnknownTool(req.name))
                 else:
                     owner.call_tool(req, reply)
+            case PreviewToolCall():
+                powner = self._registry.tool_owner(req.name)
+                if powner is None:
+                    reply.set(None)
+                else:
+                    powner.preview_tool_call(req, reply)
             case InvokeCommand():
                 cowner = self._registry.command_owner(req.name)
                 if cowner is None:
@@ -393,6 +400,8 @@ class _Supervisor:
                 self._start_answering(functools.partial(self._enable, req.name), reply)
             case SetHostInfo():
                 self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
+                for ext in self._exts:
+                    ext.host_changed()
                 reply.set(None)
 
     def _start_answering(

@@ -332,7 +332,10 @@ class TrustStore:
         """
         root = os.path.realpath(spec.dir)
         exe = os.path.realpath(spec.exec_path)
-        outside = () if exe.startswith(root.rstrip("/") + "/") else (exe,)
+        # A tool host run by corral's runner has no program of its own (exec_path is
+        # its directory); the runner is corral's code, not the extension's.
+        inside = exe.startswith(root.rstrip("/") + "/") or spec.manifest.runtime is not None
+        outside = () if inside else (exe,)
         return digest_tree(root, self.limits, also=outside)
 
     def verify(self, spec: ExtensionSpec) -> TrustVerdict:

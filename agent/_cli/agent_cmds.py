@@ -10,6 +10,7 @@ is reused by ``corral rpc``.
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -205,7 +206,8 @@ _OPTIONS = [
         "builtin_tools",
         metavar="LIST",
         help="Comma-separated built-in tools to offer (default: read,write,edit,bash); "
-        "+NAME/-NAME change the default set: --tools +web adds web_fetch and web_search.",
+        "+NAME/-NAME change the default set: --tools +web adds web_fetch and web_search, "
+        "+dynamic new_tool and the tools it made, +mcp mcp_connect/_disconnect/_list.",
     ),
     click.option(
         "--searxng",
@@ -218,6 +220,18 @@ _OPTIONS = [
         multiple=True,
         help="Let web_fetch reach this address or network despite the SSRF guard, e.g. "
         "127.0.0.1:8080 or 10.0.0.0/8 (repeatable; also $CORRAL_WEB_ALLOW).",
+    ),
+    click.option(
+        "--mcp-allow",
+        metavar="ADDR",
+        multiple=True,
+        help="Let MCP HTTP servers at this address or network be reached despite the "
+        "guard, e.g. 127.0.0.1:8931 (repeatable; also $CORRAL_MCP_ALLOW).",
+    ),
+    click.option(
+        "--no-mcp-servers",
+        is_flag=True,
+        help="Do not start the MCP servers of $CORRAL_HOME/mcp.json and .corral/mcp.json.",
     ),
 ]
 
@@ -249,6 +263,8 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         builtin_tools: str | None,
         searxng: str | None,
         web_allow: tuple[str, ...],
+        mcp_allow: tuple[str, ...],
+        no_mcp_servers: bool,
         max_tokens: int,
         connect_timeout: float,
         read_timeout: float,
@@ -293,6 +309,9 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             tools=tools,
             web=web,
             provider_settings=settings,
+            dynamic_catalog=os.environ.get("CORRAL_DYNAMIC_CATALOG") or None,
+            mcp_servers=not no_mcp_servers,
+            mcp_allow=list(mcp_allow),
         )
         return f(*args, options=options, **kwargs)
 
@@ -340,6 +359,13 @@ async def report_extensions(host: AgentHost, renderer: HumanRenderer) -> None:
                 )
         elif info.pid is not None and not info.sandboxed:
             bare.append(info.name)
+    tool_problems = list(host.mcp_problems)
+    if host.dynamic is not None:
+        tool_problems += [str(r) for r in host.dynamic.refused]
+        tool_problems += [host.dynamic.problem] if host.dynamic.problem else []
+    if renderer.human:  # else they are logged where they arose, once
+        for problem in tool_problems:
+            renderer.line(visible(f"warning: {problem}"))
     if bare and renderer.human:  # else the supervisor logged extension_unsandboxed
         try:
             why = getattr(select_sandbox(host.options.sandbox), "reason", "")

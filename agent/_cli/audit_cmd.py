@@ -1,5 +1,8 @@
 """``corral audit``: who blocked or rewrote what, from the audit log under ``$CORRAL_HOME``.
 
+Changes to the tool set (a dynamic tool created or removed, an MCP server
+connected) are listed too, with their source in the EXTENSION column.
+
 The table shows one record per line, oldest first; ``--json`` prints the records
 exactly as stored (one JSON object per line), for ``jq`` and scripts. Everything an
 extension wrote (reasons, arguments, text) is shown with control characters made
@@ -18,7 +21,7 @@ import msgspec
 
 from supervisor import InterventionKind, corral_home
 
-from .._audit import AuditRecord, audit_path, read_audit, select_records
+from .._audit import AuditRecord, ToolAuditRecord, audit_path, read_audit, select_records
 from .helptext import epilog
 from .render import clip
 from .safe_text import visible
@@ -75,12 +78,16 @@ def _detail(record: AuditRecord) -> str:
     return f"text shown: {_json(record.text)}"
 
 
-def _table(records: list[AuditRecord]) -> list[str]:
+def _row(r: AuditRecord | ToolAuditRecord) -> list[str]:
+    if isinstance(r, ToolAuditRecord):
+        detail = " ".join(part for part in (r.tool, r.digest[:19], r.detail) if part)
+        return [r.time, r.session or "-", r.source, r.action.value, "-", clip(detail, 120)]
+    return [r.time, r.session or "-", r.extension, r.event, _action(r), clip(_detail(r), 120)]
+
+
+def _table(records: list[AuditRecord | ToolAuditRecord]) -> list[str]:
     head = ["TIME", "SESSION", "EXTENSION", "EVENT", "ACTION", "DETAIL"]
-    rows = [head] + [
-        [r.time, r.session or "-", r.extension, r.event, _action(r), clip(_detail(r), 120)]
-        for r in records
-    ]
+    rows = [head] + [_row(r) for r in records]
     rows = [[visible(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
     lines = []
@@ -110,7 +117,8 @@ def audit_cmd(
 ) -> None:
     """Show every block and rewrite by an extension.
 
-    The records come from $CORRAL_HOME/audit.jsonl, oldest first.
+    The records come from $CORRAL_HOME/audit.jsonl, oldest first. Tool set changes
+    (new_tool, MCP servers) are listed with them.
     """
     path = audit_path(corral_home())
     when = parse_since(since, datetime.now(UTC)) if since is not None else None

@@ -9,10 +9,17 @@ shows a note, ``noop`` does nothing (an ``error`` is shown whatever the action).
 
 Ctrl-C while a turn runs cancels the turn; Ctrl-C at the prompt (or a second one
 while the turn is being cancelled) exits cleanly, as does Ctrl-D or ``/quit``.
+
+With ``--tools +dynamic``, a ``new_tool`` call shows the tool (name, description,
+parameters and the code in full) and asks y/N before its program first runs;
+anything but yes refuses it, and the model is told the user declined. Project MCP
+servers that are not trusted yet are asked about, like extensions, before the
+session starts.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import signal
@@ -29,6 +36,7 @@ from supervisor import CommandOutcome, ExtensionInfo, SupervisorError, corral_ho
 from .._events import Done, Emit
 from .._exceptions import AgentError
 from .._host import AgentHost, AgentOptions, open_agent
+from .._tools.dynamic import ToolDraft
 from .render import HumanRenderer, format_usage
 from .safe_text import visible
 from .screen import Terminal, make_console
@@ -332,6 +340,39 @@ class ChatSession:
         # publishes it), which the event forwarder renders: nothing to do here.
 
 
+def _tool_problems(host: AgentHost) -> list[str]:
+    problems = list(host.mcp_problems)
+    if host.dynamic is not None:
+        problems += [str(r) for r in host.dynamic.refused]
+        problems += [host.dynamic.problem] if host.dynamic.problem else []
+    return problems
+
+
+async def approve_tool(
+    renderer: HumanRenderer, reader: LineReader, sandboxed: bool, draft: ToolDraft, program: str
+) -> bool:
+    """Show a tool the agent wants to create, code in full, and ask y/N.
+
+    Cancellation: the question is abandoned; nothing is created.
+    """
+    import json
+
+    r = renderer
+    r.terminal.show(None)  # the spinner would draw over the question
+    r.line(r.style(visible(f"the agent wants to create the tool {draft.name}:"), "bold"))
+    r.line(visible(f"  description  {draft.description}"))
+    r.line(visible(f"  parameters   {json.dumps(draft.parameters, sort_keys=True)}"))
+    r.line(r.style("  def tool(args):", "dim"))
+    for line in draft.code.splitlines():
+        r.line(r.style(visible(f"      {line}"), "cyan"))
+    if sandboxed:
+        r.line(r.style("  (it runs sandboxed: no network, a scratch directory, 60 s)", "dim"))
+    else:
+        r.line(r.style("  (it runs UNSANDBOXED: no sandbox backend, with your access)", "red"))
+    answer = await reader.read(f"create {visible(draft.name)}? [y/N] ")
+    return answer is not None and answer.strip().lower() in ("y", "yes")
+
+
 def _status(host: AgentHost, renderer: HumanRenderer) -> str:
     engine = host.engine
     t = renderer.totals
@@ -391,8 +432,17 @@ async def _chat(
     else:
         reader = TerminalReader(out)
     await ask_trust(options, renderer, reader.read)
+    if options.mcp_servers:
+        from .tools_cmd import ask_mcp_trust
+
+        await ask_mcp_trust(options, renderer, reader.read)
     async with open_agent(options) as host, trio.open_nursery() as nursery:
         opened.append(host)
+        if host.dynamic is not None:
+            sandboxed = host.dynamic.runner.sandboxed
+            host.dynamic.approver = functools.partial(approve_tool, renderer, reader, sandboxed)
+        for problem in _tool_problems(host):
+            renderer.line(renderer.style(visible(f"warning: {problem}"), "yellow"))
         renderer.set_source_of(host.engine.registry.sources().get)
         await nursery.start(host.run_forwarder, renderer.emit)
         chat = ChatSession(host, renderer, reader)

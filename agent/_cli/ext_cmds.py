@@ -36,6 +36,7 @@ from supervisor import (
     load_manifest,
     log_file,
     quarantine_file,
+    ui_file,
 )
 
 from .ext_files import UserError, cell, installed_dir
@@ -136,10 +137,11 @@ ext_group.add_command(ext_remove)
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per extension.")
 def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
-    """List extensions: state, trust, description, permissions, sandbox, problems.
+    """List extensions and tool hosts: kind, state, trust, permissions, sandbox, problems.
 
-    Every extension found: --ext paths, then project-local ones (.corral/extensions),
-    then installed ones, in that order. Nothing is started.
+    Every one found: --ext paths, then project-local ones (.corral/extensions),
+    then installed ones, in that order. Nothing is started: a tool host's UI elements
+    (--json) are what it answered when it last ran.
     """
     home = corral_home()
     found = discover(list(ext_paths), project_dir=os.getcwd(), home=str(home))
@@ -153,9 +155,12 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
 
     def row(spec: ExtensionSpec, state: str, trust: str, sandbox: str, problem: str) -> None:
         perms = spec.manifest.permissions
+        runtime = spec.manifest.runtime
         rows.append(
             {
                 "name": spec.name,
+                "kind": spec.kind.value,
+                "runtime": runtime.value if runtime is not None else "",
                 "version": spec.manifest.version,
                 "description": spec.manifest.description,
                 "source": spec.source,
@@ -168,6 +173,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
                 "path": spec.dir,
                 "identity": spec.identity,
                 "problem": problem,
+                "ui_elements": _last_ui(home, spec.identity),
             }
         )
 
@@ -196,6 +202,8 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
         rows.append(
             {
                 "name": err.extension,
+                "kind": "",
+                "runtime": "",
                 "version": "",
                 "description": "",
                 "source": "",
@@ -208,6 +216,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
                 "path": err.path,
                 "identity": "",
                 "problem": f"{err.field}: {err.message}" if err.field else err.message,
+                "ui_elements": [],
             }
         )
     if as_json:
@@ -217,7 +226,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
     if not rows:
         click.echo(f"no extensions (install one with `corral ext install PATH`; home: {home})")
         return
-    cols = ["name", "version", "source", "state", "trust", "description"]
+    cols = ["name", "kind", "version", "source", "state", "trust", "description"]
     cols += ["permissions_summary", "sandbox", "problem"]
     heads = {"permissions_summary": "PERMISSIONS"}
     cells = [{c: cell(r[c]) for c in cols} for r in rows]
@@ -227,6 +236,15 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
     click.echo("  ".join(heads.get(c, c.upper()).ljust(widths.get(c, 0)) for c in cols).rstrip())
     for shown in cells:
         click.echo("  ".join(shown[c].ljust(widths.get(c, 0)) for c in cols).rstrip())
+
+
+def _last_ui(home: Path, identity: str) -> list[Any]:
+    """A tool host's UI elements as it last reported them ([] if it never did)."""
+    try:
+        value = json.loads(ui_file(home, identity).read_bytes())
+    except (OSError, ValueError):
+        return []
+    return value if isinstance(value, list) else []
 
 
 def _choose(target: str, enabled: bool) -> ExtensionSpec:

@@ -28,6 +28,8 @@ AGENT_ENV: tuple[tuple[str, str], ...] = (
     ("CORRAL_READ_TIMEOUT", "default for --read-timeout (seconds)"),
     ("CORRAL_RETRIES", "default for --retries"),
     ("CORRAL_RETRY_MAX_TIME", "default for --retry-max-time (seconds)"),
+    ("CORRAL_MCP_ALLOW", "addresses MCP HTTP servers may use (as --mcp-allow)"),
+    ("CORRAL_DYNAMIC_CATALOG", "another dynamic tool catalog (*.json: the JSON store)"),
 )
 
 

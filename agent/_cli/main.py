@@ -2,7 +2,8 @@
 
 Commands: ``run``, ``chat``, ``demo`` (agent), ``rpc`` (NDJSON server; also
 ``corral --rpc``), ``ext …`` (manage extensions), ``sessions …`` (saved sessions),
-``audit`` (who blocked or rewrote what), ``sandbox check`` and ``completion``.
+``audit`` (who blocked or rewrote what), ``tools …`` (dynamic tools, MCP servers),
+``sandbox check`` and ``completion``.
 ``corral -e PATH`` is ``corral chat -e PATH``.
 
 Start-up is kept fast: this module imports only click, and a command's module is
@@ -35,6 +36,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "ext": ("ext_cmds", "ext_group", "Manage extensions: list, install, trust, logs."),
     "sessions": ("sessions_cmd", "sessions_group", "List, show and remove saved sessions."),
     "audit": ("audit_cmd", "audit_cmd", "Show every block and rewrite by an extension."),
+    "tools": (
+        "tools_cmd",
+        "tools_group",
+        "Dynamic tools and MCP servers: list, show, remove, trust.",
+    ),
     "sandbox": ("ext_cmds", "sandbox_group", "Check which sandbox backend works here."),
     "completion": ("completion", "completion_cmd", "Print a shell completion script."),
 }

@@ -312,6 +312,8 @@ class HumanRenderer:
             who = s(f"(rewritten by {names})", "magenta", "bold")
             self.line(s(f"  → {name}", "yellow") + f" {who} " + _args(event.ran_args))
             self.line(s(f"    the model asked for {_args(event.args)}", "dim"))
+        elif event.preview is not None:  # the tool host's own rendering of the call
+            self.line(s(f"  → {name}", "yellow") + " " + clip(event.preview, 160))
         else:
             self.line(s(f"  → {name}", "yellow") + " " + s(_args(event.args), "dim"))
 
@@ -320,6 +322,8 @@ class HumanRenderer:
         _, source = self._calls.pop(event.id, ("", None))
         who = s(f"[{visible(source)}] ", "bold") if source and source != "builtin" else ""
         body = clip(" ".join(b.text for b in event.content if isinstance(b, TextContent)))
+        if event.display is not None and not event.is_error:
+            body = clip(display_text(event.display))
         if event.is_error:
             self.line(s("  ✗ ", "red") + who + s(body or "(error)", "red"))
         else:
@@ -398,6 +402,19 @@ class HumanRenderer:
 def text_of_blocks(blocks: list[Any]) -> str:
     """The text blocks of a content list, joined."""
     return "".join(b.text for b in blocks if isinstance(b, TextContent))
+
+
+def display_text(display: Any) -> str:
+    """A tool host's ``to_display_format`` answer as text (pass it through :func:`clip`).
+
+    Its ``markdown`` or ``text`` when it has one, a string as it is, anything else
+    as compact JSON.
+    """
+    if isinstance(display, dict):
+        chosen = display.get("markdown", display.get("text"))
+        display = chosen if isinstance(chosen, str) else display
+    text = display if isinstance(display, str) else json.dumps(display, ensure_ascii=False)
+    return text
 
 
 def _args(args: dict[str, Any]) -> str:

@@ -74,6 +74,9 @@ def describe(v: TrustVerdict, shadows: Iterable[ExtensionSpec] = ()) -> list[str
     exe = os.path.relpath(os.path.realpath(spec.exec_path), os.path.realpath(spec.dir))
     if exe.startswith("../"):
         exe = f"{os.path.realpath(spec.exec_path)} (outside its directory)"
+    if m.runtime is not None:  # a tool host run by corral's runner
+        modules = m.config.get("modules")
+        exe = f"corral's {m.runtime.value} tool-host runner, modules: {modules!r}"
     rows.append(("runs", " ".join([exe, *m.args])))
     rows.append(("permissions", describe_permissions(m.permissions)))
     if v.tree is not None:

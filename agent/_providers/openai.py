@@ -6,6 +6,13 @@ LiteLLM, OpenRouter. It keeps to the common subset of the wire format and
 tolerates the usual deviations of local servers: tool calls without ids or
 indexes, ``finish_reason: "stop"`` after tool calls, no usage chunk, a body that
 ends after the finish reason without ``data: [DONE]``.
+
+A tool result a tool host formatted in OpenAI's own shape (the explicit
+``provider_native_tool_result`` envelope, see ``docs/toolkit.md``) is sent as the
+``tool`` message's content as it is: ``openai.chat_completions`` content unchanged,
+``openai.responses`` content (``input_text`` / ``output_text`` parts) as the Chat
+Completions text parts it corresponds to. Anything this wire cannot carry is sent
+as the result's text, like every other result.
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ from typing import Any
 
 import msgspec
 import structlog
+
+from supervisor import NativeFormat
 
 from .._exceptions import ProviderError
 from .._messages import (
@@ -140,13 +149,39 @@ def _user_content(blocks: list[TextContent | ImageContent]) -> str | list[dict[s
     ]
 
 
+def _native(result: ToolResultContent) -> str | list[dict[str, Any]] | None:
+    """The envelope's content as a ``tool`` message's content, or None: send the text."""
+    native = result.native
+    if native is None:
+        return None
+    content = native.content
+    if native.format == NativeFormat.OPENAI_CHAT_COMPLETIONS:
+        if isinstance(content, str) or (
+            isinstance(content, list) and all(isinstance(p, dict) for p in content)
+        ):
+            return content
+    elif native.format == NativeFormat.OPENAI_RESPONSES:
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            texts = [p.get("text") for p in content if isinstance(p, dict)]
+            kinds = {p.get("type") for p in content if isinstance(p, dict)}
+            whole = texts and len(texts) == len(content) and all(isinstance(t, str) for t in texts)
+            if whole and kinds <= {"input_text", "output_text", "text"}:
+                return [{"type": "text", "text": t} for t in texts]
+    log.info("native_result_sent_as_text", format=native.format, provider=_NAME)
+    return None
+
+
 def _tool_message(result: ToolResultContent) -> tuple[dict[str, Any], list[ImageContent]]:
     content = model_blocks(result.content)
     text = "\n".join(b.text for b in content if isinstance(b, TextContent))
     images = [b for b in content if isinstance(b, ImageContent)]
     if images:
         text += ("\n" if text else "") + f"({len(images)} image(s) attached below)"
-    return {"role": "tool", "tool_call_id": result.call_id, "content": text}, images
+    native = _native(result)
+    shown = text if native is None else native
+    return {"role": "tool", "tool_call_id": result.call_id, "content": shown}, images
 
 
 def _map_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:

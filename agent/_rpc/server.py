@@ -37,6 +37,7 @@ from supervisor import VERSION, LineReader, LineWriter, Oversize, SupervisorErro
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError
 from .._messages import ImageContent, wire_message
+from .._registry import ToolKind
 from .._runtime import Runtime
 
 __all__ = [
@@ -143,17 +144,23 @@ class ExtEnable(_Cmd, frozen=True, tag="ext_enable"):
     name: str
 
 
+class ToolsClear(_Cmd, frozen=True, tag="tools_clear"):
+    """Remove every tool of one kind: ``dynamic`` (the catalog too) or ``mcp`` (corral addition)."""
+
+    kind: ToolKind = ToolKind.DYNAMIC
+
+
 _SeedCommand = (
     Hello | Prompt | Abort | Compact | GetState | GetMessages | Clear | SetModel | GetModels | Ping
 )
 #: A decoded command: the seed's ten, then corral's additions.
-Command = _SeedCommand | GetTools | ExtList | ExtCommand | ExtReload | ExtEnable
+Command = _SeedCommand | GetTools | ExtList | ExtCommand | ExtReload | ExtEnable | ToolsClear
 #: Every command type, in documentation order.
 COMMANDS: tuple[str, ...] = tuple(
     typing.cast(str, cls.__struct_config__.tag) for cls in typing.get_args(Command)
 )
-_EXT_OPS = (ExtList, ExtCommand, ExtReload, ExtEnable)
-ExtOp = ExtList | ExtCommand | ExtReload | ExtEnable
+_EXT_OPS = (ExtList, ExtCommand, ExtReload, ExtEnable, ToolsClear)
+ExtOp = ExtList | ExtCommand | ExtReload | ExtEnable | ToolsClear
 
 
 class Response(
@@ -275,14 +282,14 @@ class _Server:
         if isinstance(event, ToolCallEvent):
             # Looked up when the call starts: a reload while it runs cannot change it.
             source = self._rt.tool_sources().get(event.name)
-            if source and source != "builtin":
+            kind = self._rt.host.engine.registry.kinds().get(event.name)
+            if source and kind is ToolKind.EXTENSION:
                 self._sources[event.id] = source
         elif isinstance(event, ToolResultEvent):
             source = self._sources.pop(event.id, None)
             if source is not None:
-                event = AttributedToolResult(
-                    id=event.id, is_error=event.is_error, content=event.content, extension=source
-                )
+                fields = msgspec.structs.asdict(event)
+                event = AttributedToolResult(**fields, extension=source)
         await self._send(encode_line(event))
 
     async def _respond(
@@ -436,7 +443,17 @@ class _Server:
         if isinstance(command, GetTools):
             sources = rt.tool_sources()
             tools = [msgspec.structs.asdict(t) for t in rt.tools()]
-            return {"tools": [{**t, "source": sources.get(t["name"], "builtin")} for t in tools]}
+            kinds = rt.host.engine.registry.kinds()
+            return {
+                "tools": [
+                    {
+                        **t,
+                        "source": sources.get(t["name"], "builtin"),
+                        "kind": kinds.get(t["name"], ToolKind.BUILTIN).value,
+                    }
+                    for t in tools
+                ]
+            }
         if isinstance(command, Hello):
             state = rt.state()
             return {
@@ -464,12 +481,34 @@ class _Server:
                 data = await rt.ext_command(command.name, command.args)
             elif isinstance(command, ExtReload):
                 data = await rt.ext_reload()
+            elif isinstance(command, ToolsClear):
+                data = await _tools_clear(rt, command.kind)
             else:
                 data = await rt.ext_enable(command.name)
         except (SupervisorError, AgentError) as exc:
             await self._respond(command.id, kind, error=str(exc))
         else:
             await self._respond(command.id, kind, data=data)
+
+
+async def _tools_clear(rt: Runtime, kind: ToolKind) -> dict[str, Any]:
+    """``tools_clear``: remove every dynamic tool, or disconnect every MCP server."""
+    host = rt.host
+    removed: list[str] = []
+    match kind:
+        case ToolKind.DYNAMIC:
+            if host.dynamic is None:
+                raise AgentError("dynamic tools are off in this session (--tools +dynamic)")
+            removed = await host.dynamic.clear()
+        case ToolKind.MCP:
+            if host.mcp is not None:
+                for server in host.mcp.servers():
+                    if await host.mcp.disconnect(server.name):
+                        removed.append(server.name)
+        case _:
+            raise AgentError(f"tools_clear: kind must be dynamic or mcp, not {kind.value!r}")
+    rt.tools()  # the registry drops them now, not at the next step
+    return {"kind": kind.value, "removed": removed}
 
 
 async def serve_rpc(

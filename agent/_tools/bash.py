@@ -24,6 +24,9 @@ killed with ``SIGKILL`` afterwards, so background jobs cannot outlive the call, 
 the shell is always reaped. Output keeps the first and the last half of the limit
 with a marker in between.
 
+``bash`` is a typed tool of the builder (see :mod:`.typed`): :class:`BashArgs`
+gives its schema and its repair-aware decoding.
+
 While the command runs, its output lines are reported as progress
 (``tool_progress`` events), at most :data:`PROGRESS_BURST` lines every
 :data:`PROGRESS_INTERVAL` seconds: past that the oldest waiting lines are dropped
@@ -37,11 +40,12 @@ import collections
 import shutil
 import signal
 import typing
-from typing import Any
+from typing import Annotated
 
 import msgspec
 import structlog
 import trio
+from msgspec import Meta
 
 from sandbox import (
     LaunchPlan,
@@ -52,14 +56,12 @@ from sandbox import (
     host_environment,
     plan_shell,
 )
-from supervisor import ChildProcess, open_child, signal_group
+from supervisor import ChildProcess, open_child, signal_group, toolkit
 
 from .._exceptions import ToolError
-from .._messages import TextContent
-from .._providers.base import ToolSpec
-from .._registry import Progress, ToolRunResult, error_result
+from .._registry import Progress
 from .confine import Workspace
-from .files import decode_args
+from .typed import BuiltinTool
 
 __all__ = ["PROGRESS_BURST", "PROGRESS_INTERVAL", "BashTool", "BoundedOutput", "ProgressLines"]
 
@@ -181,8 +183,8 @@ class ProgressLines:
 class BashArgs(msgspec.Struct, frozen=True, kw_only=True):
     """Arguments of ``bash``."""
 
-    command: str
-    timeout: float | None = None
+    command: Annotated[str, Meta(description="The command line to run.")]
+    timeout: Annotated[float | None, Meta(description="Seconds before it is killed.")] = None
 
 
 def _environment(root: str) -> dict[str, str]:
@@ -193,7 +195,7 @@ def _environment(root: str) -> dict[str, str]:
 
 
 @typing.final
-class BashTool:
+class BashTool(BuiltinTool):
     """``bash``: run a shell command in the working directory."""
 
     def __init__(
@@ -213,42 +215,27 @@ class BashTool:
         self._max_timeout = max_timeout
         self._output_limit = output_limit
         self._program = shutil.which("bash") or "/bin/sh"
-        self._spec = ToolSpec(
-            name="bash",
-            description=(
-                "Run a shell command in the working directory and return its combined "
-                f"stdout and stderr (at most {output_limit // 1024} KiB; longer output keeps "
-                f"the start and the end). Default timeout {default_timeout:g} s, at most "
-                f"{max_timeout:g} s. No network when sandboxed."
-                + (
-                    ""
-                    if workspace.writable or self._sandbox is None
-                    else " The working directory is the home directory, so it is read-only."
-                )
-            ),
-            schema={
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "description": "The command line to run."},
-                    "timeout": {"type": "number", "description": "Seconds before it is killed."},
-                },
-                "required": ["command"],
-            },
+        description = (
+            "Run a shell command in the working directory and return its combined "
+            f"stdout and stderr (at most {output_limit // 1024} KiB; longer output keeps "
+            f"the start and the end). Default timeout {default_timeout:g} s, at most "
+            f"{max_timeout:g} s. No network when sandboxed."
+            + (
+                ""
+                if workspace.writable or self._sandbox is None
+                else " The working directory is the home directory, so it is read-only."
+            )
         )
+
+        @toolkit.tool(name="bash", description=description)
+        async def bash(args: BashArgs, emit: Progress) -> str:
+            return await self._command(args, emit)
+
+        super().__init__(bash)
 
     def __repr__(self) -> str:
         backend = self._sandbox.backend if self._sandbox else "none"
         return f"<BashTool root={self.workspace.root!r} sandbox={backend}>"
-
-    @property
-    def spec(self) -> ToolSpec:
-        """As the model sees it."""
-        return self._spec
-
-    @property
-    def source(self) -> str:
-        """``"builtin"``."""
-        return "builtin"
 
     @property
     def sandboxed(self) -> bool:
@@ -297,24 +284,23 @@ class BashTool:
         except Exception as exc:  # a backend failure must not take the tool down
             raise ToolError(f"bash: the sandbox cannot run the command: {exc}") from exc
 
-    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
+    async def _command(self, args: BashArgs, progress: Progress) -> str:
         """Run the command to its end, its timeout, or cancellation.
+
+        Raises:
+            ToolError: the command cannot run, failed, or timed out (with its output).
 
         Cancellation: the process group is killed with ``SIGKILL`` and the shell is
         reaped (shielded, bounded) before ``Cancelled`` propagates.
         """
-        try:
-            parsed = decode_args(args, BashArgs, "bash")
-            if not parsed.command.strip():
-                raise ToolError("bash: command must not be empty")
-            timeout = min(parsed.timeout or self._default_timeout, self._max_timeout)
-            if timeout <= 0:
-                raise ToolError("bash: timeout must be positive")
-            argv = [self._program, "-c", parsed.command]
-            env = _environment(self.workspace.root)
-            plan = self._plan(argv, env)
-        except ToolError as exc:
-            return error_result(str(exc))
+        if not args.command.strip():
+            raise ToolError("bash: command must not be empty")
+        timeout = min(args.timeout or self._default_timeout, self._max_timeout)
+        if timeout <= 0:
+            raise ToolError("bash: timeout must be positive")
+        argv = [self._program, "-c", args.command]
+        env = _environment(self.workspace.root)
+        plan = self._plan(argv, env)
         return await self._execute(argv, env, plan, timeout, ProgressLines(progress))
 
     async def _spawn(
@@ -337,12 +323,12 @@ class BashTool:
         plan: LaunchPlan | None,
         seconds: float,
         lines: ProgressLines,
-    ) -> ToolRunResult:
+    ) -> str:
         try:
             child = await self._spawn(argv, env, plan)
         except OSError as exc:
             self._cleanup(plan)
-            return error_result(f"bash: cannot start {argv[0]}: {exc.strerror}")
+            raise ToolError(f"bash: cannot start {argv[0]}: {exc.strerror}") from exc
         output = BoundedOutput(self._output_limit)
         timed_out = False
         stdout = child.stdout
@@ -389,18 +375,18 @@ class BashTool:
 
     def _result(
         self, output: BoundedOutput, returncode: int | None, timed_out: bool, timeout: float
-    ) -> ToolRunResult:
+    ) -> str:
         text = output.text().rstrip("\n")
         if timed_out:
             note = f"[timed out after {timeout:g} s; the command and its children were killed]"
-            return error_result(f"{text}\n{note}" if text else note)
+            raise ToolError(f"{text}\n{note}" if text else note)
         if returncode is None or returncode != 0:
             if returncode is not None and returncode < 0:
                 note = f"[killed by signal {_signal_name(-returncode)}]"
             else:
                 note = f"[exit code {returncode}]"
-            return error_result(f"{text}\n{note}" if text else note)
-        return ToolRunResult(content=[TextContent(text=text or "(no output)")])
+            raise ToolError(f"{text}\n{note}" if text else note)
+        return text or "(no output)"
 
 
 def _signal_name(number: int) -> str:

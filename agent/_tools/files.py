@@ -6,26 +6,28 @@ absolute paths and symlinks cannot lead outside it, ``.corral`` directories and
 corral's home are never written, and a home directory used as the working
 directory is read-only.
 
-Blocking file I/O runs in worker threads; outputs are bounded.
+Each tool is a typed tool of the builder (see :mod:`.typed`): its arguments are a
+msgspec Struct, which gives its schema and its repair-aware decoding. Blocking file
+I/O runs in worker threads; outputs are bounded.
 """
 
 from __future__ import annotations
 
-import base64
 import os
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import trio
+from msgspec import Meta
+
+from supervisor import toolkit
 
 from .._exceptions import ToolError
-from .._messages import ImageContent
-from .._providers.base import ToolSpec
-from .._registry import Progress, ToolRunResult, error_result, text_result
 from .confine import Workspace
+from .typed import BuiltinTool
 
 __all__ = ["EditTool", "ReadTool", "WriteTool", "decode_args"]
 
@@ -35,11 +37,13 @@ _MAX_IMAGE_BYTES = 5 * 1024 * 1024
 _IMAGE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
                 ".gif": "image/gif", ".webp": "image/webp"}  # fmt: skip
 
-A = typing.TypeVar("A")
+A = TypeVar("A")
+T = TypeVar("T")
+_PATH = Meta(description="File path, relative to the cwd.")
 
 
 def decode_args(args: dict[str, Any], kind: type[A], tool: str) -> A:
-    """Convert model-written ``args`` to ``kind``.
+    """Convert model-written ``args`` to ``kind`` (the web tools' decoding).
 
     Raises:
         ToolError: a required argument is missing or has the wrong type.
@@ -50,75 +54,44 @@ def decode_args(args: dict[str, Any], kind: type[A], tool: str) -> A:
         raise ToolError(f"{tool}: invalid arguments: {exc}") from exc
 
 
-class _Base:
-    """Shared plumbing: a spec, a workspace, sync work in a thread."""
+class _Base(BuiltinTool):
+    """A file tool: a workspace, and sync work in a thread."""
 
-    _spec: ToolSpec
-
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, made: toolkit.Tool) -> None:
+        super().__init__(made)
         self.workspace = workspace
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} root={self.workspace.root!r}>"
 
-    @property
-    def spec(self) -> ToolSpec:
-        """As the model sees it."""
-        return self._spec
-
-    @property
-    def source(self) -> str:
-        """``"builtin"``."""
-        return "builtin"
-
-    async def _in_thread(self, work: Callable[[], ToolRunResult]) -> ToolRunResult:
-        try:
-            return await trio.to_thread.run_sync(work)
-        except ToolError as exc:
-            return error_result(str(exc))
+    @staticmethod
+    async def _in_thread(work: Callable[[], T]) -> T:
+        # Cancellation: the work finishes in its worker thread; the result is dropped.
+        return await trio.to_thread.run_sync(work)
 
 
 class ReadArgs(msgspec.Struct, frozen=True, kw_only=True):
     """Arguments of ``read``."""
 
-    path: str
-    offset: int = 1
-    limit: int = 2000
+    path: Annotated[str, _PATH]
+    offset: Annotated[int, Meta(description="First line (1-based).")] = 1
+    limit: Annotated[int, Meta(description="Maximum number of lines.")] = 2000
 
 
 @typing.final
 class ReadTool(_Base):
     """``read``: a text file's lines (or an image), bounded."""
 
-    _spec = ToolSpec(
-        name="read",
-        description=(
-            "Read a file in the working directory. Text files come back as lines "
-            "(use offset/limit for long files); PNG, JPEG, GIF and WebP come back as images."
-        ),
-        schema={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the cwd."},
-                "offset": {"type": "integer", "description": "First line (1-based)."},
-                "limit": {"type": "integer", "description": "Maximum number of lines."},
-            },
-            "required": ["path"],
-        },
-    )
+    def __init__(self, workspace: Workspace) -> None:
+        @toolkit.tool(name="read")
+        async def read(args: ReadArgs) -> Any:
+            """Read a file in the working directory. Text files come back as lines (use
+            offset/limit for long files); PNG, JPEG, GIF and WebP come back as images."""
+            return await self._in_thread(lambda: self._read(args))
 
-    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
-        """Read the file.
+        super().__init__(workspace, read)
 
-        Cancellation: the read finishes in its worker thread; the result is dropped.
-        """
-        try:
-            parsed = decode_args(args, ReadArgs, "read")
-        except ToolError as exc:
-            return error_result(str(exc))
-        return await self._in_thread(lambda: self._read(parsed))
-
-    def _read(self, args: ReadArgs) -> ToolRunResult:
+    def _read(self, args: ReadArgs) -> str | list[dict[str, Any]]:
         fd, real = self.workspace.open(args.path, os.O_RDONLY, write=False)
         shown = self.workspace.show(real)
         with os.fdopen(fd, "rb") as fh:
@@ -127,8 +100,7 @@ class ReadTool(_Base):
         if mime is not None:
             if len(data) > _MAX_IMAGE_BYTES:
                 raise ToolError(f"{shown}: image larger than {_MAX_IMAGE_BYTES} bytes")
-            encoded = base64.b64encode(data).decode("ascii")
-            return ToolRunResult(content=[ImageContent(mime_type=mime, data=encoded)])
+            return [toolkit.image_block(data, mime)]
         if b"\x00" in data[:8192]:
             raise ToolError(f"{shown} looks binary; read only text files and images")
         truncated_bytes = len(data) > _MAX_READ_BYTES
@@ -144,97 +116,61 @@ class ReadTool(_Base):
                 f"\n[{shown}: lines {first}-{last} of {len(lines)}{more}; "
                 "pass offset/limit to read more]"
             )
-        return text_result(text if chosen else f"[{shown}: no lines at offset {first}]")
+        return text if chosen else f"[{shown}: no lines at offset {first}]"
 
 
 class WriteArgs(msgspec.Struct, frozen=True, kw_only=True):
     """Arguments of ``write``."""
 
-    path: str
-    content: str
+    path: Annotated[str, _PATH]
+    content: Annotated[str, Meta(description="The whole new content.")]
 
 
 @typing.final
 class WriteTool(_Base):
     """``write``: create or overwrite a file (parent directories are created)."""
 
-    _spec = ToolSpec(
-        name="write",
-        description="Create or overwrite a file in the working directory with the given content.",
-        schema={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the cwd."},
-                "content": {"type": "string", "description": "The whole new content."},
-            },
-            "required": ["path", "content"],
-        },
-    )
+    def __init__(self, workspace: Workspace) -> None:
+        @toolkit.tool(name="write")
+        async def write(args: WriteArgs) -> str:
+            """Create or overwrite a file in the working directory with the given content."""
+            return await self._in_thread(lambda: self._write(args))
 
-    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
-        """Write the file.
+        super().__init__(workspace, write)
 
-        Cancellation: the write finishes in its worker thread; the result is dropped.
-        """
-        try:
-            parsed = decode_args(args, WriteArgs, "write")
-        except ToolError as exc:
-            return error_result(str(exc))
-        return await self._in_thread(lambda: self._write(parsed))
-
-    def _write(self, args: WriteArgs) -> ToolRunResult:
+    def _write(self, args: WriteArgs) -> str:
         payload = args.content.encode("utf-8")
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
         fd, real = self.workspace.open(args.path, flags, write=True)
         shown = self.workspace.show(real)
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
-        return text_result(f"wrote {len(payload)} bytes to {shown}")
+        return f"wrote {len(payload)} bytes to {shown}"
 
 
 class EditArgs(msgspec.Struct, frozen=True, kw_only=True):
     """Arguments of ``edit``."""
 
-    path: str
-    old_text: str
-    new_text: str
-    replace_all: bool = False
+    path: Annotated[str, _PATH]
+    old_text: Annotated[str, Meta(description="Exact text to replace.")]
+    new_text: Annotated[str, Meta(description="Replacement text.")]
+    replace_all: Annotated[bool, Meta(description="Replace every occurrence.")] = False
 
 
 @typing.final
 class EditTool(_Base):
     """``edit``: replace an exact text in a file (once, or everywhere on request)."""
 
-    _spec = ToolSpec(
-        name="edit",
-        description=(
-            "Replace old_text with new_text in a file. old_text must occur exactly once "
-            "unless replace_all is true; include surrounding lines to make it unique."
-        ),
-        schema={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "File path, relative to the cwd."},
-                "old_text": {"type": "string", "description": "Exact text to replace."},
-                "new_text": {"type": "string", "description": "Replacement text."},
-                "replace_all": {"type": "boolean", "description": "Replace every occurrence."},
-            },
-            "required": ["path", "old_text", "new_text"],
-        },
-    )
+    def __init__(self, workspace: Workspace) -> None:
+        @toolkit.tool(name="edit")
+        async def edit(args: EditArgs) -> str:
+            """Replace old_text with new_text in a file. old_text must occur exactly once
+            unless replace_all is true; include surrounding lines to make it unique."""
+            return await self._in_thread(lambda: self._edit(args))
 
-    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
-        """Edit the file.
+        super().__init__(workspace, edit)
 
-        Cancellation: the edit finishes in its worker thread; the result is dropped.
-        """
-        try:
-            parsed = decode_args(args, EditArgs, "edit")
-        except ToolError as exc:
-            return error_result(str(exc))
-        return await self._in_thread(lambda: self._edit(parsed))
-
-    def _edit(self, args: EditArgs) -> ToolRunResult:
+    def _edit(self, args: EditArgs) -> str:
         if not args.old_text:
             raise ToolError("edit: old_text must not be empty")
         fd, real = self.workspace.open(args.path, os.O_RDWR, write=True)
@@ -260,4 +196,4 @@ class EditTool(_Base):
             fh.write(updated)
             fh.truncate()
         noun = "occurrence" if count == 1 else "occurrences"
-        return text_result(f"replaced {count} {noun} in {shown}")
+        return f"replaced {count} {noun} in {shown}"

@@ -49,7 +49,7 @@ import enum
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, final
+from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, final, overload
 
 if TYPE_CHECKING:
     import msgspec
@@ -334,6 +334,48 @@ class Tool:
         Raises:
             Exception: whatever else the tool function raised (a bug, not a result).
         """
+        bound = self._bind(arguments, emit, state)
+        if isinstance(bound, Outcome):
+            return bound
+        run, repairs = bound
+        try:
+            value = run()
+            if self._is_async:
+                import asyncio
+
+                value = asyncio.run(value)
+        except ToolError as exc:
+            return Outcome(error=exc.message, repairs=repairs)
+        return Outcome(result=_jsonable(value), repairs=repairs)
+
+    async def acall(self, arguments: Any, *, emit: Any = None, state: Any = None) -> Outcome:
+        """:meth:`call` for a caller with an event loop: an ``async`` tool function is
+        awaited in the caller's loop (trio or asyncio) instead of a loop of its own.
+
+        The same dispatch: repair-aware decoding, ``emit`` and ``state`` handed to the
+        function that takes them (``emit`` as the caller gives it: an in-process host
+        may pass an async callable to functions written for it), :class:`ToolError`
+        as an error outcome.
+
+        Raises:
+            Exception: whatever else the tool function raised (a bug, not a result).
+        """
+        bound = self._bind(arguments, emit, state)
+        if isinstance(bound, Outcome):
+            return bound
+        run, repairs = bound
+        try:
+            value = run()
+            if self._is_async:
+                value = await value
+        except ToolError as exc:
+            return Outcome(error=exc.message, repairs=repairs)
+        return Outcome(result=_jsonable(value), repairs=repairs)
+
+    def _bind(
+        self, arguments: Any, emit: Any, state: Any
+    ) -> Outcome | tuple[Callable[[], Any], tuple[Repair, ...]]:
+        """The decoded call, ready to run, and the repairs; or the argument error."""
         try:
             args, repairs = self.decode(arguments)
         except ArgumentError as exc:
@@ -344,24 +386,29 @@ class Tool:
                 extra["emit"] = emit if emit is not None else _drop
             else:
                 extra["state"] = state if state is not None else {}
-        try:
-            value = self._fn(args, **extra) if self._has_args else self._fn(**extra)
-            if self._is_async:
-                import asyncio
-
-                value = asyncio.run(value)
-        except ToolError as exc:
-            return Outcome(error=exc.message, repairs=repairs)
-        return Outcome(result=_jsonable(value), repairs=repairs)
+        fn, has_args = self._fn, self._has_args
+        return (lambda: fn(args, **extra) if has_args else fn(**extra)), repairs
 
 
 def _drop(payload: Any) -> None:
     """The default ``emit``: parts go nowhere."""
 
 
+@overload
+def tool(
+    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None, *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: a typed function becomes a :class:`Tool`.
 
     The first parameter's annotation (a msgspec Struct) gives the schema; a function

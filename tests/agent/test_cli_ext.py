@@ -9,11 +9,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 from click.testing import CliRunner, Result
-from helpers.paths import EXAMPLES
+from helpers.paths import EXAMPLES, TOOLHOST_EXAMPLES
 
 from agent._cli.main import main
-from supervisor import data_dir, identity_of, log_file, quarantine_file
+from supervisor import (
+    SupervisorConfig,
+    data_dir,
+    identity_of,
+    log_file,
+    open_supervisor,
+    quarantine_file,
+)
 
 
 @pytest.fixture
@@ -121,10 +129,27 @@ def test_list_shows_invalid_duplicate_and_quarantined(home: Path, tmp_path: Path
 
     table = corral("ext", "list")
     assert table.exit_code == 0
-    assert table.output.splitlines()[0].split()[:3] == ["NAME", "VERSION", "SOURCE"]
+    assert table.output.splitlines()[0].split()[:3] == ["NAME", "KIND", "VERSION"]
 
     assert corral("ext", "enable", "weather").exit_code == 0
     assert not quarantine.exists()
+
+
+def test_list_shows_tool_hosts_and_their_last_ui_elements(home: Path) -> None:
+    assert corral("ext", "install", str(TOOLHOST_EXAMPLES / "python-tools")).exit_code == 0
+    row = listed()["py-notes"]
+    assert (row["kind"], row["runtime"], row["ui_elements"]) == ("tool-host", "python", [])
+    table = corral("ext", "list").output.splitlines()
+    assert table[1].split()[:2] == ["py-notes", "tool-host"]
+
+    async def run_once() -> None:  # what a session does: the host answers get_ui_elements
+        with trio.fail_after(30):
+            async with open_supervisor(SupervisorConfig(home=str(home), sandbox="off")):
+                pass
+
+    trio.run(run_once)
+    shown = [{"kind": "status", "text": "notes live in this session's state"}]
+    assert listed()["py-notes"]["ui_elements"] == shown
 
 
 def test_list_flags_unsandboxed_extensions(home: Path) -> None:
@@ -205,7 +230,16 @@ def test_install_pins_and_shows_the_permissions(home: Path, tmp_path: Path) -> N
     assert full["limits"]["memory_mb"] == 256  # the whole structure, defaults included
     assert full["limits"]["processes"] == 64
     head = corral("ext", "list").output.splitlines()[0].split()
-    assert head[:7] == ["NAME", "VERSION", "SOURCE", "STATE", "TRUST", "DESCRIPTION", "PERMISSIONS"]
+    assert head[:8] == [
+        "NAME",
+        "KIND",
+        "VERSION",
+        "SOURCE",
+        "STATE",
+        "TRUST",
+        "DESCRIPTION",
+        "PERMISSIONS",
+    ]
 
 
 def test_trust_and_untrust_a_project_extension(home: Path) -> None:

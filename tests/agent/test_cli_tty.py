@@ -305,3 +305,47 @@ def test_run_on_a_terminal_keeps_stdout_for_the_answer(home: Path, work: Path) -
     assert "←" not in text
     assert "\x1b" not in text
     assert "[weather]" not in text
+
+
+def test_chat_shows_a_new_tools_code_and_asks_before_it_runs(
+    open_screen: Callable[..., Screen], tmp_path: Path, home: Path
+) -> None:
+    new = {
+        "name": "new_tool",
+        "args": {
+            "name": "shout",
+            "description": "Shout the text.",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+            "code": "text = args['text']\nreturn text.upper() + '!'",
+        },
+    }
+    path = script(
+        tmp_path,
+        {"tool_calls": [new]},
+        {"text": "not made"},
+        {"tool_calls": [new]},
+        {"tool_calls": [{"name": "shout", "args": {"text": "hey"}}]},
+        {"text": "all done"},
+    )
+    catalog = home / "state" / "dynamic-tools.db"
+    term = open_screen("chat", "--no-extensions", "--tools", "+dynamic", "--script", path)
+    term.prompt_ready(1)
+    term.send("make one\r")
+    term.wait_for("create shout? [y/N]")
+    text = term.text()
+    assert "the agent wants to create the tool shout:" in text
+    assert "      text = args['text']" in text
+    assert "      return text.upper() + '!'" in text
+    term.send("n\r")
+    term.wait_for("not made")
+    term.prompt_ready(2)
+    assert "the user declined to create it" in term.text()
+    assert not catalog.exists()
+    term.send("again\r")
+    term.wait_for("create shout? [y/N]")
+    term.send("y\r")
+    term.wait_for("all done")
+    assert "HEY!" in term.text()
+    assert catalog.exists()
+    term.send("\x04")
+    assert term.finish() == 0

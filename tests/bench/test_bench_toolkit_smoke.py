@@ -6,15 +6,11 @@ about speed (that is what the full benchmark is for, on a quiet machine).
 
 from __future__ import annotations
 
-import json
-import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO as ROOT
+from helpers.benchkit import quick_rows
 
 EXPECTED_CASES = {
     *(f"decode.{k}" for k in ("strict_text", "repair_aware_text", "added_text")),
@@ -33,20 +29,9 @@ EXPECTED_CASES = {
 def test_quick_toolkit_bench_reports_every_case(tmp_path: Path) -> None:
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
-    out = tmp_path / "rows.json"
-    argv = [sys.executable, "bench/run.py", "--quick", "--only", "toolkit", "--json", str(out)]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = json.loads(out.read_text())
+    rows = quick_rows("toolkit", tmp_path, timeout=180)
     for row in rows:
-        assert row["bench"] == "toolkit"
-        assert not row["note"].startswith("error:"), row
-        assert isinstance(row["value"], int | float), row
-        assert math.isfinite(row["value"]), row
         # A difference of two timings ("added") may come out below zero in a quick,
         # noisy run; every other figure is a rate, a time or a ratio.
         assert row["value"] >= 0 or row["case"].startswith("decode.added_"), row
-        assert (row["target"] is None) == (row["ok"] is None), row
-    cases = [row["case"] for row in rows]
-    assert len(cases) == len(set(cases)), cases
-    assert set(cases) == EXPECTED_CASES
+    assert {row["case"] for row in rows} == EXPECTED_CASES

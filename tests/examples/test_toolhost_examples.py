@@ -1,7 +1,7 @@
 """The example tool packages under ``examples/toolhosts/``, run by their runners.
 
 Each example is started the way its README shows (in its directory, with its
-``config.json`` sent as ``init``'s config); every request is written at once and
+manifest's ``config`` sent as ``init``'s config); every request is written at once and
 stdin closed, and the runner answers all of them before it exits. The requests do
 not depend on each other's order: each call carries its own state.
 """
@@ -21,7 +21,6 @@ from helpers.paths import TOOLHOST_EXAMPLES as EXAMPLES
 
 from supervisor import SDK_DIR
 from supervisor._hostwire import (
-    ErrorResponse,
     HostEvent,
     OkResponse,
     Request,
@@ -46,7 +45,7 @@ def argv(example: str) -> list[str]:
 def serve(example: str, requests: list[Request]) -> dict[str, list[Any]]:
     """Every message of the run, grouped by request id, in the order they came."""
     folder = EXAMPLES / example
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / "extension.json").read_text())["config"]
     init = Request(id="init", method="init", params={"config": config})
     env = dict(os.environ, PYTHONPATH=SDK_DIR, PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
@@ -120,4 +119,6 @@ def test_example_tool_package(example: str) -> None:
     ]
     assert decode_execute_value(done.result.value).result == "liftoff"
     assert runs["preview"][0].result.value == 'add note: "buy milk"'
-    assert isinstance(runs["ui"][0], ErrorResponse)  # the examples do not provide it
+    (ui,) = runs["ui"]
+    assert isinstance(ui, OkResponse)
+    assert ui.result.value == [{"kind": "status", "text": "notes live in this session's state"}]

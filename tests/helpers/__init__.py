@@ -6,7 +6,9 @@
 * :mod:`helpers.supkit`: supervisors on temporary extensions (tests/supervisor);
 * :mod:`helpers.agentkit`: agent options, extension dirs, event collectors;
 * :mod:`helpers.rpc_harness`: ``corral rpc`` as a real process;
+* :mod:`helpers.mcpkit`: an MCP server written with the SDK, over stdio or HTTP;
 * :mod:`helpers.http_fakes`: fake model servers over real HTTP;
+* :mod:`helpers.benchkit`: one bench module run quickly, its rows checked;
 * :mod:`helpers.sandbox_harness`, :mod:`helpers.trust_harness`,
   :mod:`helpers.supervised`: hostile extensions against real sandboxes, as root and
   as an unprivileged user.

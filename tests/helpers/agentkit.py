@@ -159,3 +159,13 @@ def finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
         out, err = proc.communicate()
         raise
     return out, err
+
+
+def results_by_id(events: list[AgentEvent]) -> dict[str, tuple[bool, str]]:
+    """The tool results among ``events`` by call id: (is_error, their text)."""
+    out = {}
+    for event in events:
+        if isinstance(event, ToolResultEvent):
+            text = " ".join(b.text for b in event.content if isinstance(b, TextContent))
+            out[event.id] = (event.is_error, text)
+    return out

@@ -16,6 +16,8 @@ TOOLHOST_EXAMPLES = REPO / "examples" / "toolhosts"
 RPC_EXAMPLES = REPO / "examples" / "rpc"
 #: The misbehaving-on-demand extension most tests run.
 CHAOS = EXAMPLES / "chaos" / "chaos.py"
+#: The MCP server of the MCP tests, written with the SDK.
+MCP_SERVER = TESTS / "agent" / "fixtures" / "mcp_server.py"
 #: The agent tests' probe extension.
 PROBE = TESTS / "agent" / "fixtures" / "probe_ext.py"
 #: Hostile extension programs of the sandbox tests.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import textwrap
 from collections.abc import Callable, MutableMapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import structlog
 import trio
 
-from helpers.paths import CHAOS
+from helpers.paths import CHAOS, TOOLHOST_FIXTURES
 from supervisor import (
     ExtensionSpec,
     HostInfo,
@@ -112,6 +113,25 @@ class Kit:
         manifest.setdefault("language", "python")
         d = self.write(name, "./ext.py", where=where, **manifest)
         (d / "ext.py").write_text(PRELUDE + textwrap.dedent(body))
+        return d
+
+    def toolhost(
+        self,
+        name: str,
+        runtime: str,
+        *modules: str,
+        config: dict[str, Any] | None = None,
+        **manifest: Any,
+    ) -> Path:
+        """A tool host running corral's ``runtime`` runner on copies of fixture modules
+        (from ``toolhost_fixtures/``); ``config`` joins ``modules`` in its config."""
+        d = self.exts / name
+        d.mkdir(parents=True, exist_ok=True)
+        for module in modules:
+            shutil.copy(TOOLHOST_FIXTURES / module, d / module)
+        settings = {"modules": [f"./{m}" for m in modules], **(config or {})}
+        data = {"name": name, "kind": "tool-host", "runtime": runtime, "config": settings}
+        (d / "extension.json").write_text(json.dumps({**data, **manifest}))
         return d
 
     def spec(self, d: Path, source: str = "global") -> ExtensionSpec:

@@ -11,7 +11,7 @@ import trio
 from helpers.paths import CHAOS
 from helpers.supkit import CYCLE, Kit, capture_logs
 
-from supervisor import ManifestError, discover, load_manifest
+from supervisor import ChildKind, ManifestError, Runtime, discover, load_manifest
 
 
 def _write(d: Path, content: str | dict[str, Any]) -> Path:
@@ -80,6 +80,14 @@ def test_valid_manifest_loads(tmp_path: Path) -> None:
             "permissions.intercept_builtin[0]",
             "matching",
         ),
+        # Kinds: a tool host runs corral's runner (runtime) or its own exec, not both.
+        ({"name": "x", "kind": "tool-host"}, "exec", "runtime"),
+        ({"name": "x", "kind": "tool-host", "runtime": "python", "exec": "a"}, "exec", "not both"),
+        ({"name": "x", "kind": "tool-host", "runtime": "ruby"}, "runtime", "ruby"),
+        ({"name": "x", "kind": "tool-host", "runtime": "node", "config": []}, "config", "object"),
+        ({"name": "x", "kind": "plugin", "exec": str(CHAOS)}, "kind", "plugin"),
+        ({"name": "x", "exec": str(CHAOS), "runtime": "python"}, "runtime", "tool host"),
+        ({"name": "x", "exec": str(CHAOS), "config": {"a": 1}}, "config", "tool host"),
         ("{not json", "", "not valid JSON"),
         ("", "", "not valid JSON"),
         ("[1, 2]", "", "JSON object"),
@@ -99,6 +107,27 @@ def test_manifest_errors_name_file_and_field(
     assert str(d / "extension.json") in str(err)
     if field:
         assert f": {field}: " in str(err)
+
+
+def test_a_tool_host_manifest_loads(tmp_path: Path) -> None:
+    config = {"modules": ["tools.py"], "limit": 3}
+    d = _write(
+        tmp_path / "th", {"name": "th", "kind": "tool-host", "runtime": "python", "config": config}
+    )
+    spec = load_manifest(d)
+    assert spec.kind is ChildKind.TOOL_HOST
+    assert spec.manifest.runtime is Runtime.PYTHON
+    assert spec.manifest.config == config
+    assert spec.exec_path == str(d)  # no program of its own: the runner runs in its directory
+    # Its own program speaking the protocol, as an extension names its exec.
+    _write(d, {"name": "th", "kind": "tool-host", "exec": str(CHAOS)})
+    own = load_manifest(d)
+    assert (own.kind, own.manifest.runtime, own.exec_path) == (
+        ChildKind.TOOL_HOST,
+        None,
+        str(CHAOS),
+    )
+    assert load_manifest(_write(tmp_path / "e", _ok())).kind is ChildKind.EXTENSION
 
 
 def test_missing_manifest_names_the_file(tmp_path: Path) -> None:

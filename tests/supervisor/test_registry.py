@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from supervisor import ChildKind
 from supervisor import _frames as f
 from supervisor._registry import Registry
 
@@ -18,6 +19,11 @@ class FakeOwner:
     tools: dict[str, f.RegisterTool] = field(default_factory=dict)
     commands: dict[str, f.RegisterCommand] = field(default_factory=dict)
     listed: bool = True
+    kind: ChildKind = ChildKind.EXTENSION
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
 
 def owner(name: str, tools: list[str] = (), commands: list[str] = ()) -> FakeOwner:  # type: ignore[assignment]
@@ -47,6 +53,13 @@ def test_first_loaded_wins_regardless_of_registration_order() -> None:
     assert [(c.name, c.extension, c.description) for c in reg.command_infos()] == [
         ("hi", "a", "/hi by a"),
     ]
+    # The one that lost is told in its own log (ext logs), once.
+    reg.rebuild([a, b])
+    assert b.notes == [
+        "tool 'echo' not registered: the name is taken by a",
+        "command 'hi' not registered: the name is taken by a",
+    ]
+    assert a.notes == []
 
 
 def test_builtins_win_and_every_clash_is_logged_once() -> None:

@@ -23,6 +23,7 @@ from supervisor._requests import (
     Intercept,
     InvokeCommand,
     ListExtensions,
+    PreviewToolCall,
     Reload,
     Request,
     SetHostInfo,
@@ -30,6 +31,7 @@ from supervisor._requests import (
 
 EVERY_REQUEST: list[Request] = [
     CallTool(name="weather", args={"city": "Lyon"}, call_id="c1"),
+    PreviewToolCall(name="add_note", args={"text": "milk"}),
     InvokeCommand(name="clock", args="utc"),
     Intercept(event="tool_call", tool_id="t1", tool_name="bash", tool_args={"command": "ls"}),
     EmitEvent(event="turn_end", step=2, stop="end_turn"),

@@ -22,7 +22,7 @@ def run(crashes: tuple[float, ...] = (), now: float = 100.0, **kw: object) -> De
         "policy": "on-failure",
         "returncode": 3,
         "refused": None,
-        "early_exit": False,
+        "early_exit": None,
         "crashes": crashes,
         "now": now,
         "config": CFG,
@@ -85,6 +85,6 @@ def test_quarantine_after_n_crashes_in_the_window_only() -> None:
 
 
 def test_exit_before_hello_is_a_crash_that_says_so() -> None:
-    d = run(early_exit=True, returncode=7)
+    d = run(early_exit="sending hello", returncode=7)
     assert d.verdict is Verdict.RESTART
     assert d.reason == "exited before sending hello (exit status 7)"

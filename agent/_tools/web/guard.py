@@ -20,7 +20,8 @@ backend with ``trust_env=False`` (a proxy from ``HTTP_PROXY`` and friends would
 connect on our behalf and bypass the dial-time check) and without automatic
 redirects: callers follow them hop by hop with :func:`redirect_target` and
 pre-flight each hop. Nothing here is specific to fetching pages: MCP's HTTP
-transport needs the same gate.
+transport needs the same gate: :meth:`NetGuard.dial` is the dial-time check for
+any connection function (the MCP client's HTTP stack is httpcore2, not httpcore).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import ssl
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from typing import Any, Protocol, TypeVar
 
 import httpcore
 import httpx
@@ -55,6 +57,17 @@ log = structlog.get_logger()
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+class _Dialed(Protocol):
+    """A connected stream, as network backends return them."""
+
+    def get_extra_info(self, info: str) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+
+_S = TypeVar("_S", bound=_Dialed)
 _SCHEMES = ("http", "https")
 
 
@@ -152,6 +165,44 @@ class NetGuard:
                 raise BlockedTarget(host, why, address=str(ip))
         return list(addresses)
 
+    async def dial(
+        self,
+        host: str,
+        port: int,
+        connect: Callable[[str], Awaitable[_S]],
+        failures: tuple[type[Exception], ...],
+    ) -> _S:
+        """Resolve ``host``, refuse if any answer is refused, connect to a checked address.
+
+        Args:
+            host: the name (or address) to reach.
+            port: the port.
+            connect: connects to one address (given as text) and returns the stream.
+            failures: what ``connect`` raises when an address does not answer; the
+                next address is tried, and the last failure raised.
+
+        Raises:
+            BlockedTarget: the policy refuses an address, or the peer is not the
+                address that was checked.
+
+        Cancellation: the connection attempt is abandoned.
+        """
+        addresses = await self.resolve(host, port)
+        failure: Exception | None = None
+        for ip in addresses:
+            try:
+                stream = await connect(str(ip))
+            except failures as exc:
+                failure = exc
+                continue
+            peer = parse_host(str(stream.get_extra_info("server_addr")[0]))
+            if peer != ip:
+                await stream.aclose()
+                raise BlockedTarget(host, f"connected to {peer}, not the checked {ip}")
+            return stream
+        assert failure is not None
+        raise failure
+
     async def check_url(self, url: str | httpx.URL) -> httpx.URL:
         """Pre-flight ``url``: scheme, host, credentials, and every resolved address.
 
@@ -248,27 +299,19 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
         Cancellation: the connection attempt is abandoned and its socket closed.
         """
-        addresses = await self._guard.resolve(host, port)
-        failure: Exception | None = None
-        for ip in addresses:
-            try:
-                stream = await self._inner.connect_tcp(
-                    str(ip),
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
-                failure = exc
-                continue
-            peer = parse_host(str(stream.get_extra_info("server_addr")[0]))
-            if peer != ip:
-                await stream.aclose()
-                raise BlockedTarget(host, f"connected to {peer}, not the checked {ip}")
-            return stream
-        assert failure is not None
-        raise failure
+
+        async def connect(ip: str) -> httpcore.AsyncNetworkStream:
+            return await self._inner.connect_tcp(
+                ip,
+                port,
+                timeout=timeout,
+                local_address=local_address,
+                socket_options=socket_options,
+            )
+
+        return await self._guard.dial(
+            host, port, connect, (httpcore.ConnectError, httpcore.ConnectTimeout)
+        )
 
     async def connect_unix_socket(
         self,

@@ -81,3 +81,8 @@ export function get_config_schema() {
 export function format_tool_call_preview(toolName, args) {
   return toolName === "add_note" ? `add note: "${String(args.text ?? "").slice(0, 40)}"` : null;
 }
+
+// What a UI may show about this host (corral ext list --json, RPC ext_list).
+export function get_ui_elements() {
+  return [{ kind: "status", text: "notes live in this session's state" }];
+}

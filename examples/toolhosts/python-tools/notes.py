@@ -81,3 +81,8 @@ def format_tool_call_preview(tool_name: str, arguments: dict[str, Any]) -> str |
     if tool_name == "add_note":
         return f'add note: "{str(arguments.get("text", ""))[:40]}"'
     return None
+
+
+def get_ui_elements() -> list[dict[str, str]]:
+    """What a UI may show about this host (``corral ext list --json``, RPC ``ext_list``)."""
+    return [{"kind": "status", "text": "notes live in this session's state"}]

@@ -1,0 +1,411 @@
+"""``corral tools``: the dynamic tools the agent wrote, and the MCP servers declared here.
+
+``list`` / ``show`` / ``rm`` / ``clear`` with ``--dynamic`` work on the catalog
+(``$CORRAL_HOME/state/dynamic-tools.db``, or ``$CORRAL_DYNAMIC_CATALOG``), checking
+every entry's seal as a session would (a refused entry is listed as such, with
+why). ``tools mcp list|trust|untrust`` show the servers of ``$CORRAL_HOME/mcp.json``
+and ``./.corral/mcp.json`` and trust the project's. Everything shown that an agent,
+a catalog or a config file wrote is made terminal-safe first.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import click
+import msgspec
+import trio
+
+from supervisor import corral_home
+
+from .._audit import AuditLog, ToolAction, audit_path
+from .._host import AgentOptions
+from .._tools.dynamic import (
+    SOURCE,
+    Catalog,
+    CatalogEntry,
+    CatalogError,
+    EntryRefused,
+    Sealer,
+    catalog_path,
+    code_digest,
+    open_catalog,
+    verify_entry,
+)
+from .._tools.mcp.config import (
+    Origin,
+    ServerDecl,
+    load_config,
+    project_config_path,
+    user_config_path,
+)
+from .._tools.mcp.errors import McpConfigError
+from .._tools.mcp.trust import McpTrust, entry_digest
+from .helptext import COMMON_ENV, epilog
+from .render import HumanRenderer
+from .safe_text import visible
+
+__all__ = ["ask_mcp_trust", "describe_server", "tools_group"]
+
+_ENV = (
+    *COMMON_ENV,
+    ("CORRAL_DYNAMIC_CATALOG", "another catalog file (*.json: the JSON store)"),
+)
+
+
+class ToolsCLIError(click.ClickException):
+    """A missing tool, an unreadable catalog or config: one line, exit status 1."""
+
+    def format_message(self) -> str:
+        return visible(self.message)
+
+
+def _home() -> Path:
+    return corral_home()
+
+
+def _catalog() -> Catalog:
+    return open_catalog(catalog_path(_home(), os.environ.get("CORRAL_DYNAMIC_CATALOG") or None))
+
+
+def _entries() -> list[tuple[CatalogEntry | None, EntryRefused | None]]:
+    """Every entry, checked: (entry, None) when it loads, (entry or None, why) when not."""
+    sealer = Sealer(_home() / "state")
+    out: list[tuple[CatalogEntry | None, EntryRefused | None]] = []
+    try:
+        for entry in _catalog().load():
+            if isinstance(entry, EntryRefused):
+                out.append((None, entry))
+                continue
+            try:
+                verify_entry(entry, sealer)
+            except EntryRefused as exc:
+                out.append((entry, exc))
+            else:
+                out.append((entry, None))
+    except CatalogError as exc:
+        raise ToolsCLIError(str(exc)) from None
+    return out
+
+
+def _need_dynamic(dynamic: bool) -> None:
+    if not dynamic:
+        raise ToolsCLIError(
+            "only dynamic tools are kept outside a session: add --dynamic (MCP servers: "
+            "`corral tools mcp list`; extension tools: `corral ext list`)"
+        )
+
+
+def _record(action: ToolAction, name: str) -> None:
+    log = AuditLog(audit_path(_home()), session="", cwd=os.getcwd())
+    trio.run(functools.partial(log.record_tool, action, name, SOURCE))
+
+
+@click.group("tools")
+def tools_group() -> None:
+    """Dynamic tools and MCP servers: list, show, remove, trust.
+
+    Dynamic tools are the ones the agent wrote with new_tool (sessions with
+    --tools +dynamic); MCP servers are declared in $CORRAL_HOME/mcp.json and
+    ./.corral/mcp.json.
+    """
+
+
+@tools_group.command(
+    "list",
+    epilog=epilog(
+        examples=[
+            ("corral tools list --dynamic", "the dynamic tools, and any the catalog refuses"),
+            ("corral tools list --dynamic --json", "one JSON object per tool"),
+        ],
+        env=_ENV,
+    ),
+)
+@click.option("--dynamic", is_flag=True, help="The dynamic tools (the only kind kept here).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per tool.")
+def tools_list(dynamic: bool, as_json: bool) -> None:
+    """List the dynamic tools in the catalog."""
+    _need_dynamic(dynamic)
+    entries = _entries()
+    if as_json:
+        for entry, refused in entries:
+            data: dict[str, Any] = {
+                "name": (entry.name if entry else refused.name if refused else "")
+            }
+            data["source"] = SOURCE
+            if entry is not None:
+                data.update(description=entry.description, created=entry.created)
+                data["digest"] = code_digest(entry.code)
+            data["refused"] = refused.reason if refused is not None else None
+            click.echo(json.dumps(data, ensure_ascii=False))
+        return
+    if not entries:
+        click.echo(f"no dynamic tools (catalog: {_catalog().path})")
+        return
+    for entry, refused in entries:
+        name = entry.name if entry else refused.name if refused else "?"
+        if refused is not None:
+            click.echo(visible(f"{name}  REFUSED: {refused.reason}"))
+        elif entry is not None:
+            click.echo(visible(f"{name}  {entry.created}  {entry.description.splitlines()[0]}"))
+
+
+@tools_group.command(
+    "show",
+    epilog=epilog(
+        examples=[("corral tools show word_count --dynamic", "its description, schema and code")],
+        env=_ENV,
+    ),
+)
+@click.argument("name")
+@click.option("--dynamic", is_flag=True, help="A dynamic tool (the only kind kept here).")
+def tools_show(name: str, dynamic: bool) -> None:
+    """Show a dynamic tool: description, parameters, code, and whether it loads."""
+    _need_dynamic(dynamic)
+    for entry, refused in _entries():
+        if (entry.name if entry else refused.name if refused else None) != name:
+            continue
+        if entry is None:
+            assert refused is not None
+            raise ToolsCLIError(str(refused))
+        lines = [
+            f"name         {entry.name}",
+            f"created      {entry.created}",
+            f"code         {code_digest(entry.code)}",
+            f"status       {'REFUSED: ' + refused.reason if refused else 'sealed, loads'}",
+            f"description  {entry.description}",
+            "parameters   "
+            + json.dumps(entry.parameters, indent=2).replace("\n", "\n             "),
+            "",
+            "def tool(args):",
+            *("    " + line for line in entry.code.splitlines()),
+        ]
+        for line in lines:
+            click.echo(visible(line))
+        return
+    raise ToolsCLIError(f"no dynamic tool named {name!r}; `corral tools list --dynamic` lists them")
+
+
+@tools_group.command(
+    "rm",
+    epilog=epilog(
+        examples=[("corral tools rm word_count --dynamic", "")],
+        env=_ENV,
+        exit_codes=((0, "removed"), (1, "no such tool, or the catalog is unwritable")),
+    ),
+)
+@click.argument("names", nargs=-1, required=True)
+@click.option("--dynamic", is_flag=True, help="Dynamic tools (the only kind kept here).")
+def tools_rm(names: tuple[str, ...], dynamic: bool) -> None:
+    """Remove dynamic tools from the catalog (refused entries too)."""
+    _need_dynamic(dynamic)
+    catalog = _catalog()
+    missing = []
+    for name in names:
+        try:
+            found = catalog.remove(name)
+        except CatalogError as exc:
+            raise ToolsCLIError(str(exc)) from None
+        if found:
+            _record(ToolAction.REMOVE_TOOL, name)
+            click.echo(visible(f"removed {name}"))
+        else:
+            missing.append(name)
+    if missing:
+        raise ToolsCLIError(f"no dynamic tool named {', '.join(missing)}")
+
+
+@tools_group.command(
+    "clear",
+    epilog=epilog(
+        examples=[("corral tools clear --dynamic --yes", "remove every dynamic tool")],
+        env=_ENV,
+    ),
+)
+@click.option("--dynamic", is_flag=True, help="Dynamic tools (the only kind kept here).")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+def tools_clear(dynamic: bool, yes: bool) -> None:
+    """Remove every dynamic tool from the catalog."""
+    _need_dynamic(dynamic)
+    entries = _entries()
+    names = [e.name if e else r.name if r else "?" for e, r in entries]
+    if not names:
+        click.echo("no dynamic tools")
+        return
+    if not yes and not click.confirm(f"remove {len(names)} dynamic tool(s)?", default=False):
+        raise ToolsCLIError("nothing removed")
+    try:
+        _catalog().clear()
+    except CatalogError as exc:
+        raise ToolsCLIError(str(exc)) from None
+    for name in names:
+        _record(ToolAction.REMOVE_TOOL, name)
+    click.echo(visible(f"removed {len(names)}: {', '.join(names)}"))
+
+
+# --- MCP servers ------------------------------------------------------------------
+
+
+def describe_server(decl: ServerDecl) -> list[str]:
+    """What the user reviews before trusting a server: one ``label  value`` line each."""
+    c = decl.config
+    rows = [("server", f"{decl.name} ({decl.origin.value}, {decl.path})")]
+    if c.command is not None:
+        rows.append(("runs", c.describe()))
+        if c.env:
+            rows.append(("env", ", ".join(f"{k}={v}" for k, v in c.env.items())))
+        perms = msgspec.to_builtins(c.permissions)
+        rows.append(("sandbox", json.dumps(perms, sort_keys=True)))
+    else:
+        rows.append(("url", c.url or ""))
+        if c.headers:
+            rows.append(("headers", ", ".join(f"{k}: {v}" for k, v in c.headers.items())))
+    rows.append(("entry", entry_digest(decl)[:23] + "…"))
+    return [f"  {label:<8} {visible(value)}" for label, value in rows]
+
+
+def _declared(project: str) -> list[ServerDecl]:
+    found: list[ServerDecl] = []
+    for path, origin in (
+        (user_config_path(_home()), Origin.USER),
+        (project_config_path(project), Origin.PROJECT),
+    ):
+        try:
+            decls, bad = load_config(path, origin)
+        except McpConfigError as exc:
+            raise ToolsCLIError(str(exc)) from None
+        for problem in bad:  # the rest is still listed and managed
+            click.echo(visible(f"warning: {problem}"), err=True)
+        found += decls
+    return found
+
+
+@tools_group.group(
+    "mcp",
+    epilog=epilog(
+        examples=[
+            ("corral tools mcp list", "declared servers and whether they start"),
+            ("corral tools mcp trust files", "trust the project's server 'files'"),
+        ],
+        env=COMMON_ENV,
+    ),
+)
+def mcp_group() -> None:
+    """MCP servers declared for this project and user: list, trust, untrust."""
+
+
+@mcp_group.command(
+    "list",
+    epilog=epilog(examples=[("corral tools mcp list", "")], env=COMMON_ENV),
+)
+@click.option("--cwd", default=".", type=click.Path(file_okay=False, exists=True))
+def mcp_list(cwd: str) -> None:
+    """List the declared MCP servers and whether they may start."""
+    project = os.path.realpath(cwd)
+    trust = McpTrust(_home())
+    decls = _declared(project)
+    if not decls:
+        click.echo(
+            f"no MCP servers declared ({user_config_path(_home())}, {project_config_path(project)})"
+        )
+        return
+    for decl in decls:
+        try:
+            why = trust.problem(decl)
+        except McpConfigError as exc:
+            why = str(exc)
+        state = "starts" if why is None else "NOT TRUSTED"
+        click.echo(visible(f"{decl.name}  {decl.origin.value}  {state}  {decl.config.describe()}"))
+
+
+def _project_decl(name: str, cwd: str) -> ServerDecl:
+    for decl in _declared(os.path.realpath(cwd)):
+        if decl.name == name and decl.origin is Origin.PROJECT:
+            return decl
+    raise ToolsCLIError(f"no project MCP server named {name!r} in {project_config_path(cwd)}")
+
+
+@mcp_group.command(
+    "trust",
+    epilog=epilog(
+        examples=[("corral tools mcp trust files", "after reviewing .corral/mcp.json")],
+        env=COMMON_ENV,
+    ),
+)
+@click.argument("names", nargs=-1, required=True)
+@click.option("--cwd", default=".", type=click.Path(file_okay=False, exists=True))
+def mcp_trust(names: tuple[str, ...], cwd: str) -> None:
+    """Trust project MCP servers as their entries are now."""
+    trust = McpTrust(_home())
+    for name in names:
+        decl = _project_decl(name, cwd)
+        for line in describe_server(decl):
+            click.echo(line)
+        try:
+            trust.trust(decl)
+        except McpConfigError as exc:
+            raise ToolsCLIError(str(exc)) from None
+        click.echo(visible(f"trusted {name}"))
+
+
+@mcp_group.command(
+    "untrust",
+    epilog=epilog(examples=[("corral tools mcp untrust files", "")], env=COMMON_ENV),
+)
+@click.argument("name")
+@click.option("--cwd", default=".", type=click.Path(file_okay=False, exists=True))
+def mcp_untrust(name: str, cwd: str) -> None:
+    """Forget the trust of a project MCP server."""
+    try:
+        found = McpTrust(_home()).untrust(_project_decl(name, cwd))
+    except McpConfigError as exc:
+        raise ToolsCLIError(str(exc)) from None
+    click.echo(visible(f"untrusted {name}" if found else f"{name} was not trusted"))
+
+
+def _where(options: AgentOptions) -> tuple[str, str]:
+    home = Path(options.home).expanduser().absolute() if options.home else corral_home()
+    return str(home), os.path.realpath(os.path.expanduser(options.cwd))
+
+
+async def ask_mcp_trust(
+    options: AgentOptions,
+    renderer: HumanRenderer,
+    read: Callable[[str], Awaitable[str | None]],
+) -> None:
+    """``corral chat``: ask y/N for each project MCP server that needs trust.
+
+    Cancellation: stops asking; what was answered is recorded.
+    """
+    home, cwd = await trio.to_thread.run_sync(_where, options)
+    trust = McpTrust(home)
+    try:
+        decls, bad = await trio.to_thread.run_sync(
+            load_config, project_config_path(cwd), Origin.PROJECT
+        )
+    except McpConfigError as exc:
+        renderer.line(renderer.style(visible(f"! {exc}"), "red"))
+        return
+    for problem in bad:  # not started; the well-formed ones are still asked about
+        renderer.line(renderer.style(visible(f"! {problem}"), "red"))
+    for decl in decls:
+        try:
+            if await trio.to_thread.run_sync(trust.problem, decl) is None:
+                continue
+        except McpConfigError as exc:
+            renderer.line(renderer.style(visible(f"! {exc}"), "red"))
+            return
+        renderer.line(renderer.style(f"MCP server {decl.name} needs your trust:", "bold"))
+        for line in describe_server(decl):
+            renderer.line(line)
+        answer = await read(f"trust {decl.name} and start it? [y/N] ")
+        if answer is not None and answer.strip().lower() in ("y", "yes"):
+            await trio.to_thread.run_sync(trust.trust, decl)
+            renderer.line(visible(f"trusted {decl.name}"))
+        else:
+            renderer.line(renderer.style(visible(f"not starting {decl.name}"), "yellow"))

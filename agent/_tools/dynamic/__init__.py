@@ -1,0 +1,98 @@
+"""Dynamic tools: tools the agent writes for itself (the seed's "dynamic" section).
+
+``new_tool`` renders a standalone program around ``corral_tools.run()``
+(:mod:`.template`), checks it (it compiles; its ``--describe``, run sandboxed,
+prints the spec that was asked for), seals and stores it in the catalog
+(:mod:`.catalog`, :mod:`.seal`) and registers it (:mod:`.registrar`). Every call
+runs confined and capped (:mod:`.runner`). :func:`dynamic_tools` builds the set
+for one session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from sandbox import Sandbox
+
+from ..._audit import AuditLog
+from .catalog import CATALOG_NAME, Catalog, CatalogEntry, JsonCatalog, SqliteCatalog, open_catalog
+from .errors import CatalogError, DraftRejected, DynamicToolError, EntryRefused
+from .new_tool import NewTool
+from .registrar import SOURCE, Approver, DynamicTool, DynamicTools, verify_entry
+from .runner import LIMITS, DynamicRunner, RunCaps, RunResult
+from .seal import KEY_NAME, Sealer, code_digest
+from .template import ToolDraft, check_compiles, check_draft, render
+
+__all__ = [
+    "CATALOG_NAME",
+    "DYNAMIC_TOOLS",
+    "KEY_NAME",
+    "LIMITS",
+    "SOURCE",
+    "Approver",
+    "Catalog",
+    "CatalogEntry",
+    "CatalogError",
+    "DraftRejected",
+    "DynamicRunner",
+    "DynamicTool",
+    "DynamicToolError",
+    "DynamicTools",
+    "EntryRefused",
+    "JsonCatalog",
+    "NewTool",
+    "RunCaps",
+    "RunResult",
+    "Sealer",
+    "SqliteCatalog",
+    "ToolDraft",
+    "catalog_path",
+    "check_compiles",
+    "check_draft",
+    "code_digest",
+    "dynamic_tools",
+    "open_catalog",
+    "render",
+    "verify_entry",
+]
+
+#: The built-in tools of this package.
+DYNAMIC_TOOLS = ("new_tool",)
+
+
+def catalog_path(home: str | Path, override: str | None = None) -> str:
+    """Where the catalog of corral home ``home`` lives (``override`` when given)."""
+    return override or str(Path(home) / "state" / CATALOG_NAME)
+
+
+def dynamic_tools(
+    home: str | Path,
+    *,
+    sandbox: Sandbox | None,
+    catalog: str | None = None,
+    audit: AuditLog | None = None,
+    reserved: Sequence[str] = (),
+    require_sandbox: bool = False,
+    caps: RunCaps | None = None,
+) -> DynamicTools:
+    """The dynamic tool set of corral home ``home`` (call :meth:`DynamicTools.sync` next).
+
+    Args:
+        home: corral's home (the catalog and the seal key live in its ``state``).
+        sandbox: the session's backend (None: programs run unconfined).
+        catalog: another catalog file (``*.json``: the JSON store).
+        audit: where creations and removals are recorded.
+        reserved: names no dynamic tool may take.
+        require_sandbox: refuse to run programs without a sandbox.
+        caps: timeout and stdout cap of each run (the seed's by default).
+    """
+    return DynamicTools(
+        open_catalog(catalog_path(home, catalog)),
+        Sealer(Path(home) / "state"),
+        DynamicRunner(sandbox),
+        caps=caps,
+        audit=audit,
+        reserved=reserved,
+        require_sandbox=require_sandbox,
+    )

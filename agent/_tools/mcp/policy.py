@@ -1,0 +1,99 @@
+"""The connection policy: checked before any process starts or any socket opens.
+
+* **stdio**: the command must be an absolute path to an executable regular file
+  (no lookup on ``PATH``, which a project could shadow); the sandbox refuses
+  version-manager shims when it plans the launch.
+* **HTTP**: the URL is pre-flighted by the web tools' :class:`~agent._tools.web.NetGuard`
+  (http or https only, no credentials in the URL, no ``localhost`` names, every
+  resolved address public unless an explicit allowance covers it), and every
+  connection is checked again at dial time by the same guard (see :mod:`.http`),
+  so a name that rebinds to a private address after the pre-flight is refused.
+* **No secret over cleartext**: over ``http://`` the request headers may not carry
+  credentials (``Authorization``, ``Cookie``, or any header whose name mentions a
+  token, key, secret, password or auth), loopback allowances included.
+
+Allowances (``--mcp-allow``, ``CORRAL_MCP_ALLOW``) are exact addresses or
+networks with an optional port, as the web tools': they exist for tests and
+trusted intranets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import typing
+
+import httpx
+
+from ..web import BlockedTarget, FetchFailed, NetGuard
+from .config import ServerConfig
+from .errors import PolicyRefused
+
+__all__ = ["McpPolicy", "credential_headers"]
+
+_SECRET_HEADER = re.compile(r"token|key|secret|passw|auth|cookie|session", re.IGNORECASE)
+
+
+def credential_headers(headers: dict[str, str]) -> list[str]:
+    """The header names in ``headers`` that carry credentials."""
+    return [name for name in headers if _SECRET_HEADER.search(name)]
+
+
+@typing.final
+class McpPolicy:
+    """What corral may start or dial for an MCP server.
+
+    Args:
+        guard: the network guard (its policy holds the allowances; its resolver is
+            the seam tests use).
+    """
+
+    def __init__(self, guard: NetGuard) -> None:
+        self.guard = guard
+
+    def __repr__(self) -> str:
+        return f"<McpPolicy {self.guard!r}>"
+
+    def check_stdio(self, name: str, config: ServerConfig) -> str:
+        """Check a stdio server's command; returns it. Blocking (it looks at the file).
+
+        Raises:
+            PolicyRefused: relative, missing, not a regular file, or not executable.
+        """
+        command = config.command or ""
+        if not os.path.isabs(command):
+            raise PolicyRefused(
+                name, f"the command {command!r} must be an absolute path (PATH is not searched)"
+            )
+        try:
+            info = os.stat(command)
+        except OSError as exc:
+            raise PolicyRefused(name, f"the command {command}: {exc.strerror}") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise PolicyRefused(name, f"the command {command} is not a regular file")
+        if not os.access(command, os.X_OK):
+            raise PolicyRefused(name, f"the command {command} is not executable")
+        return command
+
+    async def check_http(self, name: str, config: ServerConfig) -> httpx.URL:
+        """Pre-flight an HTTP server's URL and headers.
+
+        Raises:
+            PolicyRefused: the guard refuses the URL, the name does not resolve, or
+                credentials would go over cleartext.
+
+        Cancellation: the lookup is abandoned.
+        """
+        url = config.url or ""
+        try:
+            parsed = await self.guard.check_url(url)
+        except (BlockedTarget, FetchFailed) as exc:
+            raise PolicyRefused(name, str(exc)) from None
+        secrets = credential_headers(config.headers)
+        if parsed.scheme != "https" and secrets:
+            raise PolicyRefused(
+                name,
+                f"{', '.join(secrets)} would be sent over cleartext http; use an https URL",
+            )
+        return parsed

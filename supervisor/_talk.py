@@ -1,0 +1,133 @@
+"""Kinds of supervised child: what each speaks over stdio, chosen by the manifest's ``kind``.
+
+Every kind shares the owner task (:mod:`supervisor._extension`), the lifecycle, the
+incarnation (spawn, serve, the shutdown ladder, reaping), restart and quarantine,
+trust, the sandbox and the environment allowlist. What differs is one
+:class:`Talk`: a :class:`~supervisor._incarnation.Conversation` that also turns the
+owner's requests into lines. Adding a kind is one protocol module implementing
+:class:`Talk` and one entry in :func:`open_talk`.
+
+==============  ===============================  ===================================
+kind            module                           speaks
+==============  ===============================  ===================================
+``extension``   :mod:`supervisor._protocol`      seed extensions-phase4 (``hello``...)
+``tool-host``   :mod:`supervisor._toolhost`      seed tool-host-protocol v1
+==============  ===============================  ===================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import trio
+
+from ._api import SupervisorEvent
+from ._calls import PendingCalls, Reply
+from ._config import HostInfo, SupervisorConfig, ui_file
+from ._lines import LineReader
+from ._manifest import ChildKind, ExtensionSpec
+from ._protocol import ExtensionProtocol
+from ._protocol import Owner as ExtensionOwner
+from ._requests import CallTool, PreviewToolCall
+from ._toolhost import HostSession, ToolHostProtocol
+from ._toolhost import Owner as HostOwner
+
+if TYPE_CHECKING:
+    from ._extension import Extension
+
+__all__ = ["Host", "Talk", "open_talk"]
+
+
+class Talk(Protocol):
+    """What the owner task needs of the protocol one incarnation speaks."""
+
+    #: Written by the shutdown ladder before stdin is closed.
+    goodbye: bytes
+    #: Set when the child acknowledged the goodbye.
+    acked: trio.Event
+    #: Why start-up refused the child (it is killed and not restarted), or None.
+    refused: str | None
+    #: The child's stdout ended before start-up was over.
+    early_exit: bool
+    #: What an early exit missed, for the crash report (``"sending hello"``).
+    first_step: str
+
+    async def converse(self, reader: LineReader) -> None:
+        """Start-up, then route every line until EOF."""
+        ...
+
+    def tool_call(self, rid: str, req: CallTool) -> bytes:
+        """The line asking for tool call ``rid``."""
+        ...
+
+    def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:
+        """Send ``line`` and track it as call ``rid``; an error text when it cannot."""
+        ...
+
+    def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
+        """Answer ``reply`` with a one-line preview of a call, or None."""
+        ...
+
+    def host_changed(self) -> None:
+        """The provider, model or cwd changed."""
+        ...
+
+
+class Owner(ExtensionOwner, HostOwner, Protocol):
+    """What every kind's protocol needs of its owner."""
+
+    @property
+    def spec(self) -> ExtensionSpec: ...
+
+
+class Host(Protocol):
+    """What a supervised child (its owner task and its protocol) needs of the supervisor."""
+
+    def host_info(self) -> HostInfo:
+        """What ``hello_ack`` reports and ``get_tags`` is asked about (provider, model, cwd)."""
+        ...
+
+    def publish(self, event: SupervisorEvent) -> None:
+        """Send an event to every subscriber (never blocks)."""
+        ...
+
+    def extension_changed(self, ext: Extension) -> None:
+        """``ext`` became ready, changed its registrations, or left the registry."""
+        ...
+
+    def trust_problem(self, spec: ExtensionSpec) -> str | None:
+        """Why ``spec`` may not start now (None: it may). Blocking: reads the disk."""
+        ...
+
+
+class _Pipe(Protocol):
+    def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
+
+    def kill(self) -> None: ...
+
+
+def open_talk(
+    owner: Owner,
+    pipe: _Pipe,
+    calls: PendingCalls,
+    config: SupervisorConfig,
+    host: Host,
+    session: HostSession,
+) -> Talk:
+    """The protocol for one incarnation of ``owner``, by its manifest's kind."""
+    spec = owner.spec
+    match spec.kind:
+        case ChildKind.EXTENSION:
+            return ExtensionProtocol(owner, pipe, calls=calls, config=config, host=host)
+        case ChildKind.TOOL_HOST:
+            settings: dict[str, Any] = spec.manifest.config
+            return ToolHostProtocol(
+                owner,
+                pipe,
+                calls=calls,
+                config=config,
+                host=host,
+                host_config=settings,
+                session=session,
+                ui_cache=ui_file(config.home, spec.identity),
+            )
