@@ -8,9 +8,9 @@ no environment proxies) for any HTTP client that must not reach internal hosts.
 
 from __future__ import annotations
 
-import importlib
 import typing
 
+from ..._lazy import lazy_exports as _lazy_exports
 from .config import WebConfig
 
 if typing.TYPE_CHECKING:
@@ -97,14 +97,4 @@ _WHERE: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> typing.Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports(__name__, _WHERE, globals(), __all__)
