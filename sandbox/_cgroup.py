@@ -319,8 +319,6 @@ class CgroupManager:
         except OSError:
             self.destroy(created)
             raise
-        if self._spares and memory:
-            self.park_spare()  # for the next one
         return created
 
     def _make(self, name: str, memory: bool) -> list[str]:
@@ -402,9 +400,17 @@ class CgroupManager:
         return self.support.pids is not None
 
     def destroy(self, directories: list[str]) -> None:
-        """Kill whatever is left in the cgroups and remove them. Idempotent."""
+        """Kill whatever is left in the cgroups and remove them. Idempotent.
+
+        With spares, the next spare is parked now: while an extension stops, not
+        while the next one starts (a spare joining its cgroups slows every fork
+        on the machine for a moment).
+        """
         for directory in directories:
             _remove(directory)
+        if self._spares and directories:
+            guardian().unpark(directories)  # if a spare was in them, it is gone now
+            self.park_spare()
 
     def probe(self) -> str | None:
         """Create and remove a throw-away cgroup; None if that works, else why not."""

@@ -440,7 +440,8 @@ class Guardian:
         environment or not). Nobody supervises it any more, so it is a leftover.
         """
         tree = self.tree()
-        doomed = [p for p in tree.get(self.pid, ()) if p not in self.children]
+        ours = {*self.children, *(pid for pid, _ in self.spares.values())}
+        doomed = [p for p in tree.get(self.pid, ()) if p not in ours]
         for pid in doomed:
             doomed += tree.get(pid, ())
         pids: list[int] = []
@@ -462,7 +463,11 @@ class Guardian:
     def tree(self) -> dict[int, list[int]]:
         """Parent pid -> child pids, of every process (one pass over /proc)."""
         parents: dict[int, list[int]] = {}
-        for name in os.listdir("/proc"):
+        try:
+            names = os.listdir("/proc")
+        except OSError:  # no procfs (macOS): the guardian's own children only
+            return {self.pid: list(self.children)}
+        for name in names:
             if not name.isdigit():
                 continue
             try:
@@ -493,6 +498,9 @@ class Guardian:
         deadline = time.monotonic() + CLEANUP_LIMIT
         while time.monotonic() < deadline:
             doomed = self.descendants()
+            for pid in self.children:  # their groups too, where /proc cannot tell
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
             for path in cgroups:
                 doomed += _cgroup_kill(path)
             for pid in doomed:

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import msgspec
+import psutil
 import pytest
 
 from sandbox import (
@@ -20,9 +21,11 @@ from sandbox import (
     Permissions,
     PlanError,
     Spawned,
+    guardian_pids,
     select_sandbox,
     spawn,
     start_guardian,
+    sweep_orphans,
 )
 from sandbox._bwrap import BwrapSandbox
 
@@ -205,3 +208,28 @@ def test_unvalidated_grants_are_resolved(bwrap: BwrapSandbox, tmp_path: Path) ->
     assert proc.returncode == 0, err
     assert out.decode().strip() == ws
     assert (real / "made").exists()
+
+
+def test_a_spawn_into_cgroups_takes_the_spare(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    # Joining a cgroup costs a kernel grace period: a spare child of the guardian
+    # joins the next cgroups ahead of time, and the spawn into them is handed to it.
+    manager = bwrap.cgroups
+    if manager is None:
+        pytest.skip("this user may not create cgroups here")
+    manager.park_spare()
+    spares = guardian_pids() - {start_guardian()}
+    assert spares
+    for _, fd in sweep_orphans():  # what a stop does: a spare is not an orphan
+        os.close(fd)
+    assert all(psutil.pid_exists(pid) for pid in spares)
+    plan = bwrap.plan(_request(tmp_path))
+    try:
+        child = spawn(plan, stdin=subprocess.DEVNULL)
+        _out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        assert child.pid in spares
+        assert plan.cgroup is not None
+        with open(os.path.join(plan.cgroup, "cgroup.procs")) as f:
+            assert f.read().split() == []  # it ran there and is gone
+    finally:
+        bwrap.cleanup(plan)
