@@ -94,7 +94,7 @@ def plot(points: list[Point], path: Path) -> None:
         ("spawn to ready (ms)", [p.ready_ms for p in points]),
         ("host RSS (MiB)", [p.rss_mib for p in points]),
         ("host idle CPU (%)", [p.idle_cpu_pct for p in points]),
-        ("call latency (µs)", [p.call_us for p in points]),
+        ("call latency (us)", [p.call_us for p in points]),  # the default font has no µ
     ]
     w, h, pad = 360, 240, 40
     img = Image.new("RGB", (2 * w, 2 * h), "white")
