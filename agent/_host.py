@@ -309,7 +309,7 @@ def _mcp_allowances(options: AgentOptions) -> list[str]:
 
 @asynccontextmanager
 async def _open_mcp(
-    options: AgentOptions, home: Path, cwd: str, sandbox: Sandbox | None, audit: AuditLog
+    options: AgentOptions, home: Path, cwd: str, supervisor: SupervisorClient, audit: AuditLog
 ) -> AsyncIterator[tuple[McpServers | None, list[str]]]:
     """The session's MCP servers, when ``+mcp`` is on or a config file declares some.
 
@@ -321,15 +321,16 @@ async def _open_mcp(
     if not declared_files and not any(n in _wanted(options) for n in _MCP_TOOLS):
         yield None, []
         return
-    from ._tools.mcp import McpTrust, SandboxLauncher, declared_servers, open_mcp
+    from ._tools.mcp import McpTrust, SupervisedLauncher, declared_servers, open_mcp
     from ._tools.web import AddressPolicy, NetGuard, WebConfigError, parse_allowance
 
     try:
         policy = AddressPolicy(parse_allowance(a) for a in _mcp_allowances(options))
     except ValueError as exc:
         raise WebConfigError("CORRAL_MCP_ALLOW / --mcp-allow", str(exc)) from None
-    required = options.sandbox == SandboxMode.REQUIRED
-    launcher = SandboxLauncher(sandbox, home, require_sandbox=required)
+    # Supervised children: the session's sandbox mode applies (``required`` refuses
+    # a server it cannot confine).
+    launcher = SupervisedLauncher(supervisor, home)
     async with open_mcp(launcher, NetGuard(policy), audit=audit) as servers:
         problems: list[str] = []
         if declared_files:
@@ -475,7 +476,7 @@ async def open_agent(
                     discover=options.discover,
                     host=host_info,
                 ) as client,
-                _open_mcp(options, home, cwd, sandbox, audit) as (mcp, mcp_problems),
+                _open_mcp(options, home, cwd, client, audit) as (mcp, mcp_problems),
             ):
                 if mcp is not None:
                     from ._tools.mcp import mcp_tools

@@ -11,9 +11,10 @@ round, so load from elsewhere hits each alike:
 * **sdk**: the SDK's ``stdio_client`` + ``ClientSession`` on anyio's asyncio
   backend, as an MCP user would write it (and, for scale, on its trio backend,
   which corral runs on: ``sdk_trio``);
-* **corral**: a session's MCP connection (``open_mcp`` + ``McpServers.connect``),
-  calls through the registered tool's ``run``, as the agent loop makes them, with
-  the server unconfined like the SDK's (the ``none`` backend);
+* **corral**: a session's MCP connection (``open_mcp`` + ``McpServers.connect``,
+  the server a supervised child), calls through the registered tool's ``run``, as
+  the agent loop makes them, with the server unconfined like the SDK's (the
+  ``none`` backend);
 * **corral.sandboxed**: the same with the server under bubblewrap, when available.
 
 Per client: connect (start, ``initialize``, ``tools/list``), the median latency of
@@ -44,13 +45,14 @@ from agent._tools.mcp import (
     McpServers,
     McpTool,
     Origin,
-    SandboxLauncher,
     ServerConfig,
     ServerDecl,
+    SupervisedLauncher,
     open_mcp,
 )
 from agent._tools.web import AddressPolicy, NetGuard
 from sandbox import Permissions, Sandbox, SandboxUnavailable, select_sandbox
+from supervisor import SupervisorConfig, open_supervisor
 
 SERVER = Path(__file__).resolve().parent / "mcp_echo_server.py"
 SITE = os.path.dirname(os.path.dirname(os.path.realpath(mcp.__file__)))
@@ -138,10 +140,15 @@ def _config() -> ServerConfig:
 
 
 async def corral_round(home: Path, backend: Sandbox | None, sizes: Sizes, out: Figures) -> None:
-    """One round through a session's MCP connection (``backend`` None: unconfined)."""
+    """One round through a session's MCP connection, the server a supervised child
+    (``backend`` None: unconfined)."""
     decl = ServerDecl(name="bench", config=_config(), origin=Origin.USER)
+    config = SupervisorConfig(home=str(home), sandbox="off" if backend is None else "required")
     with trio.fail_after(300):
-        async with open_mcp(SandboxLauncher(backend, home), NetGuard(AddressPolicy())) as servers:
+        async with (
+            open_supervisor(config, discover=False, sandbox=backend) as client,
+            open_mcp(SupervisedLauncher(client, home), NetGuard(AddressPolicy())) as servers,
+        ):
             with stopwatch() as t:
                 await servers.connect(decl)
             out.connect.append(t[0])

@@ -77,9 +77,11 @@ from ._manifest import (
     Source,
     discover,
     load_manifest,
+    mcp_server_spec,
 )
 from ._process import ChildProcess, open_child
 from ._reap import signal_group
+from ._relay import Relay, RelayedProcess
 from ._requests import EmitEvent
 from ._sdk import corral_tools as toolkit
 from ._spawn import SDK_DIR
@@ -141,6 +143,8 @@ __all__ = [
     "Oversize",
     "ProtocolViolation",
     "Quarantined",
+    "Relay",
+    "RelayedProcess",
     "ReloadStats",
     "RestartPolicy",
     "Runtime",
@@ -174,6 +178,7 @@ __all__ = [
     "identity_of",
     "load_manifest",
     "log_file",
+    "mcp_server_spec",
     "open_child",
     "open_supervisor",
     "quarantine_file",

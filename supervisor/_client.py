@@ -28,6 +28,8 @@ from ._api import (
 )
 from ._calls import Reply
 from ._exceptions import SupervisorError
+from ._manifest import ExtensionSpec
+from ._relay import Relay
 from ._requests import (
     CallTool,
     EmitEvent,
@@ -39,6 +41,8 @@ from ._requests import (
     Reload,
     Request,
     SetHostInfo,
+    StartChild,
+    StopChild,
 )
 
 __all__ = ["Backend", "SupervisorClient"]
@@ -251,6 +255,27 @@ class SupervisorClient:
         """
         info: ExtensionInfo = await self._ask(EnableExtension(name=name))
         return info
+
+    async def start_child(self, spec: ExtensionSpec) -> Relay:
+        """Supervise a child declared at run time (a stdio MCP server) like an extension.
+
+        Returns once it runs (or has given up) with the :class:`Relay` that follows
+        its incarnations; it is listed (``list_extensions``) until :meth:`stop_child`.
+
+        Raises:
+            SupervisorError: a child of that name is already supervised.
+
+        Cancellation: the start goes on; only the wait is abandoned.
+        """
+        relay: Relay = await self._ask(StartChild(spec=spec))
+        return relay
+
+    async def stop_child(self, name: str) -> None:
+        """Stop a child :meth:`start_child` started (its ladder) and forget it.
+
+        Cancellation: the stop goes on; only the wait is abandoned.
+        """
+        await self._ask(StopChild(name=name))
 
     async def set_host_info(self, provider: str, model: str, cwd: str) -> None:
         """Set what later ``hello_ack`` frames report.

@@ -34,7 +34,7 @@ import trio
 from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
 
 from . import _frames as f
-from ._api import ExtensionStats, Quarantined
+from ._api import Quarantined
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import SupervisorConfig, log_file, quarantine_file
 from ._exceptions import ExtensionGone, ExtensionStopping
@@ -47,8 +47,7 @@ from ._protocol import Registrations
 from ._requests import CallTool, Intercept, InvokeCommand, PreviewToolCall
 from ._restart import Verdict, crash_event, decide
 from ._spawn import launch_request
-from ._talk import Host, Talk, open_talk
-from ._toolhost import HostSession
+from ._talk import Host, Session, Talk, new_session, open_talk
 
 __all__ = ["Extension"]
 
@@ -117,8 +116,7 @@ class Extension:
         self._sweep_into: list[str] | None = None
         self._inc: Incarnation | None = None
         self._talk: Talk | None = None
-        #: A tool host's state and UI elements (they outlive an incarnation).
-        self._session = HostSession()
+        self._session = new_session(spec.kind)
         self._backoff: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
@@ -142,9 +140,9 @@ class Extension:
         return self._spec.kind
 
     @property
-    def ui_elements(self) -> list[Any]:
-        """A tool host's ``get_ui_elements``, as it last answered (untrusted data)."""
-        return self._session.ui_elements
+    def session(self) -> Session:
+        """What outlives an incarnation: a tool host's state, a relayed child's incarnations."""
+        return self._session
 
     @property
     def state(self) -> ExtensionState:
@@ -254,6 +252,7 @@ class Extension:
                     self._lifecycle.move(S.STOPPED)  # STOPPING -> STOPPED
                     return
                 delay = self._after_exit(exit_)
+                self._session.exited(exit_.returncode, list(self._stderr.tail))
                 if delay is None:
                     return
                 self._lifecycle.move(S.BACKOFF)  # STARTING/REGISTERING/RUNNING -> BACKOFF
@@ -266,6 +265,7 @@ class Extension:
                 self._restarts += 1
         finally:
             self._stderr.close()
+            self._session.closed(self._problem)
 
     def _backoff_interrupted(self) -> bool:
         # A method, not the attribute: it changed during the sleep.
@@ -302,7 +302,7 @@ class Extension:
         """Before a new run (``enable``): forget the crash history and the spawn pins."""
         assert not self._active
         self._crashes = ()
-        self._session = HostSession()
+        self._session = new_session(self._spec.kind)
         self._pins = list(self._spec.pins)
         if self._lifecycle.state in _ENDED:
             self._lifecycle.move(S.STOPPED)  # FAILED/QUARANTINED/UNTRUSTED -> STOPPED
@@ -381,7 +381,9 @@ class Extension:
         log.info("extension_spawned", pid=proc.pid, backend=plan.backend, sandboxed=plan.sandboxed)
         if self._stop_requested:
             self._stop_incarnation()
-        talk = open_talk(self, inc, self._calls, self._config, self._host, self._session)
+        talk = open_talk(
+            self, inc, self._calls, self._config, self._host, self._session, plan.sandboxed
+        )
         self._talk = talk
         try:
             returncode = await inc.serve(talk)
@@ -584,18 +586,16 @@ class Extension:
             return ExtensionGone(self.name, what, f"the extension is restarting{why}")
         return ExtensionGone(self.name, what, f"the extension is {state.value}")
 
-    def stats(self, proc_figures: dict[str, Any] | None = None) -> ExtensionStats:
-        """Counters, latency percentiles and (given) psutil figures."""
-        uptime = (
-            round(time.monotonic() - self._started_at, 3)
-            if self._started_at is not None and self._pid is not None and self.serving
-            else None
-        )
-        figures = proc_figures or {}
-        return self._calls.stats(
-            restarts=self._restarts,
-            rss_bytes=figures.get("rss"),
-            cpu_percent=figures.get("cpu"),
-            open_fds=figures.get("fds"),
-            uptime_s=uptime,
-        )
+    # --- stats -----------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> PendingCalls:
+        """Its calls in flight, counters and latencies (read them; never change them)."""
+        return self._calls
+
+    @property
+    def uptime(self) -> float | None:
+        """Seconds its serving process has run (None when none serves)."""
+        if self._started_at is None or self._pid is None or not self.serving:
+            return None
+        return round(time.monotonic() - self._started_at, 3)

@@ -122,6 +122,11 @@ class Incarnation:
         return self._proc.pid
 
     @property
+    def sandboxed(self) -> bool:
+        """It runs inside a sandbox backend."""
+        return self._plan.sandboxed
+
+    @property
     def returncode(self) -> int | None:
         """Exit status once reaped (negative: killed by that signal), else None."""
         return self._proc.returncode

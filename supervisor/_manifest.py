@@ -40,13 +40,16 @@ __all__ = [
     "Source",
     "discover",
     "load_manifest",
+    "mcp_server_spec",
 ]
 
 MANIFEST_NAME = "extension.json"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _FIELD_RE = re.compile(r"at `\$\.?([^`]*)`")
 
-Source = Literal["cli", "project", "global"]
+#: Where a child was declared: ``--ext``, project-local, installed, or at run time
+#: for an MCP server (whose trust is its MCP config's).
+Source = Literal["cli", "project", "global", "mcp"]
 
 
 class ChildKind(enum.StrEnum):
@@ -56,6 +59,9 @@ class ChildKind(enum.StrEnum):
     EXTENSION = "extension"
     #: A tool host (seed tool-host-protocol v1: init, get_tool_schemas, execute_tool).
     TOOL_HOST = "tool-host"
+    #: A stdio MCP server, started at run time: its JSON-RPC lines are relayed to the
+    #: agent's MCP client (never declared by an ``extension.json``).
+    MCP_SERVER = "mcp-server"
 
 
 class Runtime(enum.StrEnum):
@@ -117,6 +123,8 @@ class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
     #: Identities of the extension's directory and grants when validated: every
     #: spawn binds these very files (see :mod:`sandbox._pin`).
     pins: list[Pin] = []
+    #: Variables set to these values (an MCP server's ``env``; never from a manifest).
+    env: dict[str, str] = {}
 
     @property
     def name(self) -> str:
@@ -293,3 +301,50 @@ def discover(
         by_name[spec.name] = spec
         specs.append(spec)
     return Discovery(specs=specs, problems=problems, duplicates=duplicates)
+
+
+def mcp_server_spec(
+    name: str,
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    permissions: Permissions,
+    identity: str,
+    home: str,
+) -> ExtensionSpec:
+    """The spec of a stdio MCP server to supervise (started at run time, not discovered).
+
+    Its directory (working directory, and its data) is ``<home>/mcp/<identity>``,
+    created here; the permissions are validated against it as a manifest's are, with
+    a data directory always granted. ``argv[0]`` must be absolute (the MCP policy
+    checked it); its installation is made visible as an interpreter's is.
+
+    Raises:
+        ManifestError: the permissions are invalid (field named).
+    """
+    folder = Path(home) / "mcp" / identity
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    wanted = msgspec.structs.replace(permissions, data_dir=True)
+    try:
+        checked = check_permissions(wanted, str(folder), home=str(Path.home()), corral_home=home)
+    except PermissionsError as exc:
+        raise ManifestError(f"MCP server {name}", exc.field, exc.message) from None
+    manifest = Manifest(
+        name=name,
+        exec=argv[0],
+        args=argv[1:],
+        kind=ChildKind.MCP_SERVER,
+        restart="always",
+        permissions=checked.permissions,
+    )
+    return ExtensionSpec(
+        manifest=manifest,
+        dir=str(folder),
+        manifest_path="",
+        source="mcp",
+        exec_path=argv[0],
+        identity=identity,
+        manifest_sha256="",
+        pins=checked.pins,
+        env=dict(env),
+    )

@@ -18,6 +18,8 @@ request             what                                       answer
 ``Reload``          start the new versions, swap them in      ``ReloadStats``
 ``ListExtensions``  status and stats of every extension        ``list[ExtensionInfo]``
 ``EnableExtension`` lift a quarantine, start again             ``ExtensionInfo``
+``StartChild``      supervise a child declared at run time       its ``Relay``
+``StopChild``       stop it and forget it                         none
 ``SetHostInfo``     what later ``hello_ack`` frames report     none (one-way)
 ==================  =========================================  ==================
 
@@ -34,6 +36,7 @@ from typing import Any
 import msgspec
 
 from ._api import InterceptKind
+from ._manifest import ExtensionSpec
 
 __all__ = [
     "CallTool",
@@ -46,6 +49,8 @@ __all__ = [
     "Reload",
     "Request",
     "SetHostInfo",
+    "StartChild",
+    "StopChild",
 ]
 
 
@@ -127,6 +132,20 @@ class SetHostInfo(_Req, frozen=True, tag="set_host_info"):
     cwd: str
 
 
+class StartChild(_Req, frozen=True, tag="start_child"):
+    """Supervise a child declared at run time (a stdio MCP server's spec, see
+    :func:`~supervisor._manifest.mcp_server_spec`); answered once it runs, or has
+    given up, with its :class:`~supervisor._relay.Relay`."""
+
+    spec: ExtensionSpec
+
+
+class StopChild(_Req, frozen=True, tag="stop_child"):
+    """Stop a child started with :class:`StartChild` and forget it."""
+
+    name: str
+
+
 Request = (
     CallTool
     | PreviewToolCall
@@ -137,4 +156,6 @@ Request = (
     | ListExtensions
     | EnableExtension
     | SetHostInfo
+    | StartChild
+    | StopChild
 )

@@ -14,16 +14,17 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import typing
 from pathlib import Path
 
-from sandbox import LaunchRequest, Pin, host_environment
+from sandbox import LaunchPlan, LaunchRequest, Pin, SandboxUnavailable, host_environment
 
 from ._config import SupervisorConfig
 from ._config import data_dir as data_dir_of
 from ._frames import PROTOCOL_VERSION
-from ._manifest import ExtensionSpec, Runtime
+from ._manifest import ChildKind, ExtensionSpec, Runtime
 
-__all__ = ["INSTANCE_VAR", "SDK_DIR", "interpreter_argv", "launch_request"]
+__all__ = ["INSTANCE_VAR", "SDK_DIR", "Refusing", "interpreter_argv", "launch_request"]
 
 #: Directory holding the stdlib-only Python SDK (``import corral_ext``).
 SDK_DIR = str(Path(__file__).with_name("_sdk"))
@@ -88,7 +89,7 @@ def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]
 
 
 def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:
-    env = host_environment(spec.manifest.permissions.env)
+    env = host_environment(spec.manifest.permissions.env) | spec.env
     env["CORRAL_EXT_NAME"] = spec.name
     env["CORRAL_EXT_DIR"] = spec.dir
     env["CORRAL_PROTOCOL_VERSION"] = str(PROTOCOL_VERSION)
@@ -128,9 +129,28 @@ def launch_request(
         data_dir=data_dir,
         permissions=spec.manifest.permissions,
         runtime_paths=[SDK_DIR] if _is_python(spec) or spec.manifest.runtime else [],
-        # Only an interpreter corral chose brings its installation into the sandbox.
-        interpreter=argv[0] if argv[0] != spec.exec_path else "",
+        # Only an interpreter corral chose brings its installation into the sandbox; an
+        # MCP server's command is one by convention (python, node, npx, uvx).
+        interpreter=argv[0]
+        if argv[0] != spec.exec_path or spec.kind is ChildKind.MCP_SERVER
+        else "",
         pins=list(spec.pins if pins is None else pins),
         hidden=[config.home],
     )
     return request, token
+
+
+@typing.final
+class Refusing:
+    """Stands in for the sandbox when ``required`` found none: refuses every start."""
+
+    backend = "none"
+
+    def __init__(self, error: SandboxUnavailable) -> None:
+        self._error = error
+
+    def plan(self, request: LaunchRequest) -> LaunchPlan:
+        raise self._error
+
+    def cleanup(self, plan: LaunchPlan) -> None:
+        pass

@@ -10,7 +10,7 @@ from typing import Any
 if typing.TYPE_CHECKING:
     import psutil
 
-from ._api import ExtensionInfo
+from ._api import ExtensionInfo, ExtensionStats
 from ._extension import Extension
 from ._lifecycle import ExtensionState
 from ._manifest import Discovery
@@ -87,12 +87,24 @@ def extension_infos(
                 tools=sorted(e.tools),
                 commands=sorted(e.commands),
                 problem=e.problem,
-                stats=e.stats(figures.get(e.pid) if e.pid is not None else None),
+                stats=_stats(e, figures.get(e.pid) if e.pid is not None else None),
                 kind=e.kind,
-                ui_elements=list(e.ui_elements),
+                ui_elements=list(e.session.ui_elements),
             )
         )
     return out
+
+
+def _stats(e: Extension, proc_figures: dict[str, Any] | None) -> ExtensionStats:
+    """Counters, latency percentiles and (given) psutil figures of one child."""
+    figures = proc_figures or {}
+    return e.calls.stats(
+        restarts=e.restarts,
+        rss_bytes=figures.get("rss"),
+        cpu_percent=figures.get("cpu"),
+        open_fds=figures.get("fds"),
+        uptime_s=e.uptime,
+    )
 
 
 def discovery_infos(discovery: Discovery) -> list[ExtensionInfo]:

@@ -20,14 +20,7 @@ import msgspec
 import structlog
 import trio
 
-from sandbox import (
-    LaunchPlan,
-    LaunchRequest,
-    Sandbox,
-    SandboxUnavailable,
-    select_sandbox,
-    start_guardian,
-)
+from sandbox import Sandbox, SandboxUnavailable, select_sandbox, start_guardian
 
 from . import _frames as f
 from ._api import (
@@ -71,9 +64,13 @@ from ._requests import (
     Reload,
     Request,
     SetHostInfo,
+    StartChild,
+    StopChild,
 )
+from ._spawn import Refusing
 from ._status import ProcessFigures, discovery_infos, extension_infos
-from ._swap import Swap, plan_swap
+from ._swap import Swap, plan_swap, reload_stats
+from ._talk import Session
 from ._trust import TrustStore
 
 __all__ = ["open_supervisor"]
@@ -95,22 +92,6 @@ class _Settled:
 
     def started(self, value: None = None) -> None:
         self.event.set()
-
-
-@typing.final
-class _Refusing:
-    """Stands in for the sandbox when ``required`` found none: refuses every start."""
-
-    backend = "none"
-
-    def __init__(self, error: SandboxUnavailable) -> None:
-        self._error = error
-
-    def plan(self, request: LaunchRequest) -> LaunchPlan:
-        raise self._error
-
-    def cleanup(self, plan: LaunchPlan) -> None:
-        pass
 
 
 @typing.final
@@ -398,6 +379,10 @@ class _Supervisor:
                 self._start_answering(self._list, reply)
             case EnableExtension():
                 self._start_answering(functools.partial(self._enable, req.name), reply)
+            case StartChild():
+                self._start_answering(functools.partial(self._start_child, req.spec), reply)
+            case StopChild():
+                self._start_answering(functools.partial(self._stop_child, req.name), reply)
             case SetHostInfo():
                 self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
                 for ext in self._exts:
@@ -468,7 +453,7 @@ class _Supervisor:
                 self._on_change_all()
             stopped = await self._stop_all(swap.retired)
             await self._stop_all(swap.discarded)
-            stats = _reload_stats(discovery, swap, stopped)
+            stats = reload_stats(discovery, swap, stopped)
             log.info(
                 "reload_done",
                 stopped=stats.stopped,
@@ -485,6 +470,8 @@ class _Supervisor:
             self.publish(ExtensionStopped(extension=ext.name))
         new = {e.name: e for e in swap.discarded}
         for ext in swap.exts:
+            if ext in swap.staying:
+                continue
             if ext in swap.kept:
                 why = new[ext.name].problem if ext.name in new else "its manifest did not load"
                 self.publish(ExtensionKept(extension=ext.name, pid=ext.pid, reason=why))
@@ -514,6 +501,31 @@ class _Supervisor:
             await self._start(ext)
         reply.set((await self._infos([ext]))[0])
 
+    async def _start_child(self, spec: ExtensionSpec, reply: Reply[Session]) -> None:
+        """Supervise a child declared at run time; answered once it runs or gave up."""
+        async with self._reload_lock:  # a reload swaps the set: not in the middle of it
+            if any(e.name == spec.name for e in self._exts):
+                reply.fail(SupervisorError(f"a child named {spec.name} is already supervised"))
+                return
+            ext = Extension(spec, self.config, self._sandbox, self)
+            self._exts.append(ext)
+        await self._start(ext)
+        reply.set(ext.session)
+
+    async def _stop_child(self, name: str, reply: Reply[None]) -> None:
+        """Stop a child :meth:`_start_child` started, and forget it."""
+        async with self._reload_lock:
+            ext = next((e for e in self._exts if e.name == name and e.spec.source == "mcp"), None)
+            if ext is None:
+                reply.fail(UnknownExtension(name))
+                return
+            await self._stop_all([ext])
+            self._exts.remove(ext)
+        self._announced.pop(name, None)
+        self.publish(ExtensionStopped(extension=name))
+        self._on_change_all()
+        reply.set(None)
+
     async def _list(self, reply: Reply[list[ExtensionInfo]]) -> None:
         reply.set(await self._infos(self._exts) + discovery_infos(self._discovery))
 
@@ -521,24 +533,6 @@ class _Supervisor:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
         figures = await trio.to_thread.run_sync(self._figures.measure, pids) if pids else {}
         return extension_infos(exts, figures, self._sandbox.backend)
-
-
-def _reload_stats(discovery: Discovery, swap: Swap[Extension], stopped: int) -> ReloadStats:
-    kept = {e.name for e in swap.kept}
-    errors = [str(p) for p in discovery.problems]
-    errors += [f"{e.name}: {e.problem}" for e in swap.discarded]
-    errors += [
-        f"{e.name}: {e.problem}"
-        for e in swap.exts
-        if e.name not in kept and e.problem and e.state is not ExtensionState.RUNNING
-    ]
-    return ReloadStats(
-        stopped=stopped,
-        loaded=len([s for s in discovery.specs if s.manifest.enabled]),
-        ready=sum(1 for e in swap.exts if e.name not in kept and e.state is ExtensionState.RUNNING),
-        errors=errors,
-        kept_old=sorted(kept),
-    )
 
 
 @asynccontextmanager
@@ -579,7 +573,7 @@ async def open_supervisor(
             sandbox = select_sandbox(config.sandbox)
         except SandboxUnavailable as exc:
             log.error("sandbox_unavailable", problem=str(exc))
-            sandbox = _Refusing(exc)
+            sandbox = Refusing(exc)
     sup = _Supervisor(
         config,
         sandbox,

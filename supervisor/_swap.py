@@ -14,7 +14,8 @@ up, :func:`plan_swap` decides, per extension identity:
   runs: the old one is kept, the new one discarded;
 * the manifest no longer loads (discovery reported it) while the old one runs:
   the old one is kept (after the others: its place in the load order is gone);
-* the extension is gone from discovery: the old one is retired.
+* the extension is gone from discovery: the old one is retired;
+* a child started at run time (a stdio MCP server) is not the reload's: it stays.
 
 Pure: the supervisor carries the plan out in one step (registry, interception
 chain and listing switch together) and then stops what it retires.
@@ -26,14 +27,21 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Generic, Protocol, TypeVar
 
+from ._api import ReloadStats
 from ._lifecycle import ExtensionState
-from ._manifest import ExtensionSpec
+from ._manifest import Discovery, ExtensionSpec
 
-__all__ = ["Member", "Swap", "plan_swap"]
+__all__ = ["Member", "Swap", "plan_swap", "reload_stats"]
 
 
 class Member(Protocol):
     """What the plan needs of an extension."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def problem(self) -> str: ...
 
     @property
     def spec(self) -> ExtensionSpec: ...
@@ -57,7 +65,7 @@ _REPLACING = frozenset(
 class Swap(Generic[M]):
     """The outcome of :func:`plan_swap`."""
 
-    __slots__ = ("discarded", "exts", "kept", "retired")
+    __slots__ = ("discarded", "exts", "kept", "retired", "staying")
 
     def __init__(self) -> None:
         #: The set after the swap, in load order.
@@ -68,6 +76,8 @@ class Swap(Generic[M]):
         self.discarded: list[M] = []
         #: Old extensions kept, running their previous version.
         self.kept: list[M] = []
+        #: Children started at run time: the reload leaves them as they are.
+        self.staying: list[M] = []
 
     def __repr__(self) -> str:
         return (
@@ -105,9 +115,32 @@ def plan_swap(old: Sequence[M], new: Sequence[M], unloadable: Iterable[str]) -> 
             swap.discarded.append(ext)
     broken = set(unloadable)
     for prev in by_identity.values():
-        if prev.listed and prev.spec.manifest_path in broken:
+        if prev.spec.source == "mcp":
+            swap.exts.append(prev)
+            swap.staying.append(prev)
+        elif prev.listed and prev.spec.manifest_path in broken:
             swap.exts.append(prev)
             swap.kept.append(prev)
         else:
             swap.retired.append(prev)
     return swap
+
+
+def reload_stats(discovery: Discovery, swap: Swap[M], stopped: int) -> ReloadStats:
+    """What a reload did: ``stopped`` serving old ones, what loaded, got ready, failed, kept."""
+    kept = {e.name for e in swap.kept}
+    mine = [e for e in swap.exts if e not in swap.staying and e.name not in kept]
+    errors = [str(p) for p in discovery.problems]
+    errors += [f"{e.name}: {e.problem}" for e in swap.discarded]
+    errors += [
+        f"{e.name}: {e.problem}"
+        for e in mine
+        if e.problem and e.state is not ExtensionState.RUNNING
+    ]
+    return ReloadStats(
+        stopped=stopped,
+        loaded=len([s for s in discovery.specs if s.manifest.enabled]),
+        ready=sum(1 for e in mine if e.state is ExtensionState.RUNNING),
+        errors=errors,
+        kept_old=sorted(kept),
+    )

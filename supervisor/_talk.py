@@ -12,7 +12,11 @@ kind            module                           speaks
 ==============  ===============================  ===================================
 ``extension``   :mod:`supervisor._protocol`      seed extensions-phase4 (``hello``...)
 ``tool-host``   :mod:`supervisor._toolhost`      seed tool-host-protocol v1
+``mcp-server``  :mod:`supervisor._relay`         MCP (JSON-RPC), relayed to the agent
 ==============  ===============================  ===================================
+
+Each kind also has a session: what outlives one incarnation of a child (a tool
+host's state, a relayed child's incarnations for its client).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from ._lines import LineReader
 from ._manifest import ChildKind, ExtensionSpec
 from ._protocol import ExtensionProtocol
 from ._protocol import Owner as ExtensionOwner
+from ._relay import Relay, RelayProtocol
 from ._requests import CallTool, PreviewToolCall
 from ._toolhost import HostSession, ToolHostProtocol
 from ._toolhost import Owner as HostOwner
@@ -35,7 +40,10 @@ from ._toolhost import Owner as HostOwner
 if TYPE_CHECKING:
     from ._extension import Extension
 
-__all__ = ["Host", "Talk", "open_talk"]
+__all__ = ["Host", "Session", "Talk", "new_session", "open_talk"]
+
+#: What outlives an incarnation, by kind.
+Session = HostSession | Relay
 
 
 class Talk(Protocol):
@@ -101,9 +109,17 @@ class Host(Protocol):
 
 
 class _Pipe(Protocol):
+    @property
+    def pid(self) -> int: ...
+
     def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
 
     def kill(self) -> None: ...
+
+
+def new_session(kind: ChildKind) -> Session:
+    """A new run's session for a child of ``kind``."""
+    return Relay() if kind is ChildKind.MCP_SERVER else HostSession()
 
 
 def open_talk(
@@ -112,7 +128,8 @@ def open_talk(
     calls: PendingCalls,
     config: SupervisorConfig,
     host: Host,
-    session: HostSession,
+    session: Session,
+    sandboxed: bool,
 ) -> Talk:
     """The protocol for one incarnation of ``owner``, by its manifest's kind."""
     spec = owner.spec
@@ -120,6 +137,7 @@ def open_talk(
         case ChildKind.EXTENSION:
             return ExtensionProtocol(owner, pipe, calls=calls, config=config, host=host)
         case ChildKind.TOOL_HOST:
+            assert isinstance(session, HostSession)
             settings: dict[str, Any] = spec.manifest.config
             return ToolHostProtocol(
                 owner,
@@ -130,4 +148,9 @@ def open_talk(
                 host_config=settings,
                 session=session,
                 ui_cache=ui_file(config.home, spec.identity),
+            )
+        case ChildKind.MCP_SERVER:
+            assert isinstance(session, Relay)
+            return RelayProtocol(
+                owner, pipe, calls=calls, config=config, relay=session, sandboxed=sandboxed
             )

@@ -105,6 +105,12 @@ class HostSession:
     def __repr__(self) -> str:
         return f"<HostSession state={self.state is not None} ui={len(self.ui_elements)}>"
 
+    def exited(self, returncode: int | None, tail: list[str]) -> None:
+        """An incarnation exited: nothing to do (the state is kept)."""
+
+    def closed(self, problem: str) -> None:
+        """The run ended: nothing to do."""
+
 
 class Owner(Protocol):
     """What the protocol needs of its owner (:class:`~supervisor._extension.Extension`)."""

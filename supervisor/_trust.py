@@ -347,7 +347,7 @@ class TrustStore:
         Raises:
             TrustStoreError: the store cannot be read (see :meth:`pins`).
         """
-        if spec.source == "cli":
+        if spec.source in ("cli", "mcp"):  # named by the user; an MCP server: its config's
             return TrustVerdict(spec=spec, state=TrustState.IMPLICIT)
         pin = self.pins().get(spec.identity)
         try:

@@ -25,7 +25,6 @@ from helpers.mcpkit import stdio_entry
 from agent import open_runtime
 from agent._cli.main import main
 from agent._tools.mcp import (
-    Backoff,
     McpConfigError,
     McpTrust,
     Origin,
@@ -142,20 +141,6 @@ def test_a_project_server_needs_trust_and_asks_again_when_changed(tmp_path: Path
     other = tmp_path / "clone"
     _write(project_config_path(other), {"tool": entry})
     assert [d.name for d in declared_servers(home, other, trust)[0]] == ["shared"]
-
-
-def test_backoff_doubles_and_gives_up() -> None:
-    backoff = Backoff(base=1.0, cap=4.0, max_crashes=3, window=60.0)
-    delays = [backoff.died(float(t)) for t in range(3)]
-    for low, high, delay in zip((0.8, 1.6, 3.2), (1.2, 2.4, 4.8), delays, strict=True):
-        assert delay is not None
-        assert low <= delay <= high
-    assert backoff.died(3.0) is None
-    # Deaths older than the window are forgotten.
-    assert Backoff(max_crashes=1, window=10.0).died(0.0) is not None
-    late = Backoff(max_crashes=1, window=10.0)
-    late.died(0.0)
-    assert late.died(20.0) is not None
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import trio
 from helpers.mcpkit import http_server, stdio_config
+from helpers.supkit import wait_for
 
 import sandbox
 from agent._messages import ImageContent, TextContent
@@ -29,13 +30,15 @@ from agent._tools.mcp import (
     McpServers,
     Origin,
     PolicyRefused,
-    SandboxLauncher,
     ServerConfig,
     ServerDecl,
     ServerState,
+    SupervisedLauncher,
     open_mcp,
 )
+from agent._tools.mcp.launcher import server_identity
 from agent._tools.web import AddressPolicy, NetGuard, parse_allowance
+from supervisor import Quarantined, SupervisorConfig, log_file, open_supervisor
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap / pidfd")
 
@@ -63,11 +66,15 @@ async def servers(
     resolver: Any = None,
     limits: McpLimits | None = None,
 ) -> AsyncIterator[McpServers]:
-    backend = sandbox.select_sandbox("auto")
-    launcher = SandboxLauncher(backend, tmp_path / "home")
+    home = tmp_path / "home"
+    # Stdio servers are supervised children: a supervisor like a session's.
+    config = SupervisorConfig(home=str(home), restart_backoff=0.1, restart_backoff_max=0.5)
     policy = AddressPolicy(parse_allowance(a) for a in allow)
     guard = NetGuard(policy, resolver) if resolver is not None else NetGuard(policy)
-    async with open_mcp(launcher, guard, limits=limits) as found:
+    async with (
+        open_supervisor(config, discover=False) as client,
+        open_mcp(SupervisedLauncher(client, home), guard, limits=limits) as found,
+    ):
         yield found
 
 
@@ -287,11 +294,71 @@ async def test_disconnecting_fails_a_pending_call_at_once(tmp_path: Path) -> Non
 
 
 @pytest.mark.usefixtures("no_leaks")
-async def test_an_endless_line_ends_the_session_not_the_host(tmp_path: Path) -> None:
-    # 64 MiB without a newline, then it would wait forever: cut at the limit, stopped.
-    script = "head -c 67108864 /dev/zero | tr '\\0' x; exec sleep 300"
-    config = ServerConfig(command="/bin/sh", args=["-c", script])
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        # Over the connection's own limit: the session ends, the process is ended.
+        ("head -c 2097152 /dev/zero | tr '\\0' x; echo", "a line longer than 1048576 bytes"),
+        # Over the supervisor's limit (16 MiB): skipped unbuffered, the process killed.
+        ("head -c 20971520 /dev/zero | tr '\\0' x; echo", "exceeds the 16777216-byte limit"),
+        # Without an end: skipped unbuffered; no answer comes, so the connection gives up.
+        ("head -c 67108864 /dev/zero | tr '\\0' x", "no answer to initialize"),
+    ],
+)
+async def test_an_endless_line_ends_the_session_not_the_host(
+    tmp_path: Path, line: str, why: str
+) -> None:
+    config = ServerConfig(command="/bin/sh", args=["-c", f"{line}; exec sleep 300"])
+    limits = McpLimits(max_line=1024 * 1024, connect_timeout=3.0)
     with trio.fail_after(60):
-        async with servers(tmp_path, limits=McpLimits(max_line=1024 * 1024)) as found:
-            with pytest.raises(McpError, match="a line longer than 1048576 bytes"):
+        async with servers(tmp_path, limits=limits) as found:
+            with pytest.raises(McpError, match=why):
                 await found.connect(decl("flood", config))
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leaks")
+async def test_a_stdio_server_is_a_supervised_child(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    config = SupervisorConfig(
+        home=str(home), restart_backoff=0.05, restart_backoff_max=0.1, quarantine_crashes=2
+    )
+    guard = NetGuard(AddressPolicy())
+    with trio.fail_after(60):
+        async with (
+            open_supervisor(config, discover=False) as client,
+            open_mcp(SupervisedLauncher(client, home), guard) as found,
+        ):
+            await found.connect(decl("fx", stdio_config()))
+            connection = found.connection("fx")
+            assert connection is not None
+            # Listed like an extension: its kind, its sandbox, its process.
+            (info,) = await client.list_extensions()
+            assert (info.name, info.kind, info.state) == ("mcp-fx", "mcp-server", "running")
+            assert info.pid == connection.pid
+            assert info.sandboxed is (sandbox.select_sandbox("auto").backend != "none")
+            # A reload is about extensions: it leaves the server running as it is.
+            stats = await client.reload()
+            assert (stats.stopped, stats.errors) == (0, [])
+            (info,) = await client.list_extensions()
+            assert (info.state, info.pid) == ("running", connection.pid)
+            # It dies: the supervisor restarts it and the connection lists its tools again.
+            assert (await call(found, "crash", {})).is_error
+            while connection.state is not ServerState.READY:
+                await trio.sleep(0.05)
+            assert connection.restarts == 1
+            assert _text(await call(found, "echo", {"text": "again"})) == "echo: again"
+            # It dies again within the window: quarantined, and the connection says why.
+            with client.subscribe() as events:
+                assert (await call(found, "crash", {})).is_error
+                quarantined = await wait_for(events, Quarantined)
+            assert quarantined.extension == "mcp-fx"
+            while connection.state is not ServerState.FAILED:
+                await trio.sleep(0.05)
+            assert "crashed 2 times" in connection.problem
+            identity = server_identity("fx", Origin.AGENT.value, "")
+            assert "crashing on purpose" in log_file(home, identity).read_text()
+            # Given up on, it is no longer supervised (the connection says FAILED first,
+            # then leaves the launcher, which stops the child).
+            while await client.list_extensions():
+                await trio.sleep(0.05)

@@ -166,15 +166,17 @@ class _Member:
     name: str
     state: ExtensionState
     listed: bool = True
+    source: str = "global"
 
     @property
     def spec(self) -> Any:
-        return _Spec(self.name)
+        return _Spec(self.name, self.source)
 
 
 @dataclass(frozen=True)
 class _Spec:
     name: str
+    source: str
 
     @property
     def identity(self) -> str:
@@ -194,6 +196,7 @@ def test_plan_swap_keeps_only_running_old_versions_of_new_ones_that_failed() -> 
         _Member("dead", S.FAILED, listed=False),  # nothing to keep
         _Member("off", S.RUNNING),  # disabled now: retired
         _Member("moved", S.RUNNING),  # its grants changed: quarantined, retired
+        _Member("mcp-fx", S.RUNNING, source="mcp"),  # started at run time: not the reload's
     ]
     new = [
         _Member("up", S.RUNNING),
@@ -213,7 +216,9 @@ def test_plan_swap_keeps_only_running_old_versions_of_new_ones_that_failed() -> 
         ("off", S.DISABLED),
         ("moved", S.QUARANTINED),
         ("broken", S.RUNNING),
+        ("mcp-fx", S.RUNNING),
     ]
+    assert swap.staying == [old[7]]
     assert [m.name for m in swap.kept] == ["flaky", "broken"]
     assert swap.kept[0] is old[1]
     assert [m.name for m in swap.discarded] == ["flaky"]

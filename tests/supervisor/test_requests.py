@@ -10,11 +10,14 @@ import trio
 
 from supervisor import (
     CallTimeout,
+    ChildKind,
     EmitEvent,
     ExtensionGone,
     ExtensionInfo,
+    ExtensionSpec,
     ExtensionState,
     ExtensionStopping,
+    Manifest,
 )
 from supervisor._calls import CallKind, PendingCalls, Reply
 from supervisor._requests import (
@@ -27,6 +30,8 @@ from supervisor._requests import (
     Reload,
     Request,
     SetHostInfo,
+    StartChild,
+    StopChild,
 )
 
 EVERY_REQUEST: list[Request] = [
@@ -39,6 +44,19 @@ EVERY_REQUEST: list[Request] = [
     ListExtensions(),
     EnableExtension(name="weather"),
     SetHostInfo(provider="offline", model="m", cwd="/w"),
+    StartChild(
+        spec=ExtensionSpec(
+            manifest=Manifest(name="mcp-fx", exec="/usr/bin/python3", kind=ChildKind.MCP_SERVER),
+            dir="/h/mcp/fx-1",
+            manifest_path="",
+            source="mcp",
+            exec_path="/usr/bin/python3",
+            identity="fx-1",
+            manifest_sha256="",
+            env={"TOKEN": "t"},
+        )
+    ),
+    StopChild(name="mcp-fx"),
 ]
 
 

@@ -4,11 +4,11 @@ Servers are declared ahead of time (:mod:`.config`: ``mcpServers`` files per use
 and per project, project ones only once trusted, :mod:`.trust`) or connected by
 the agent (``mcp_connect``, :mod:`.tools`). The policy (:mod:`.policy`) is checked
 before any process or socket opens; HTTP connections dial through the web tools'
-network guard (:mod:`.http`); stdio servers run confined behind a small launcher
-seam (:mod:`.launcher`). Each connection (:mod:`.connection`) speaks the official
-``mcp`` SDK on trio, bounds what it registers (:mod:`.bounds`), and fails pending
-calls at once when its server dies. :func:`open_mcp` holds a session's servers
-(:mod:`.manager`).
+network guard (:mod:`.http`); stdio servers are supervised children, confined
+and restarted like extensions (:mod:`.launcher`). Each connection
+(:mod:`.connection`) speaks the official ``mcp`` SDK on trio, bounds what it
+registers (:mod:`.bounds`), and fails pending calls at once when its server dies.
+:func:`open_mcp` holds a session's servers (:mod:`.manager`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .config import (
 )
 from .connection import McpConnection, McpTool, ServerState
 from .errors import ConnectFailed, McpConfigError, McpError, PolicyRefused, ServerGone
-from .launcher import Backoff, SandboxLauncher, ServerLauncher, ServerProcess
+from .launcher import ServerChild, ServerLauncher, ServerProcess, SupervisedLauncher
 from .manager import McpServers, ServerStatus, declared_servers, open_mcp
 from .policy import McpPolicy, credential_headers
 from .tools import MCP_TOOLS, McpConnectTool, McpDisconnectTool, McpListTool, mcp_tools
@@ -35,7 +35,6 @@ from .trust import McpTrust, entry_digest
 __all__ = [
     "CONFIG_NAME",
     "MCP_TOOLS",
-    "Backoff",
     "ConnectFailed",
     "McpConfigError",
     "McpConnectTool",
@@ -50,7 +49,7 @@ __all__ = [
     "McpTrust",
     "Origin",
     "PolicyRefused",
-    "SandboxLauncher",
+    "ServerChild",
     "ServerConfig",
     "ServerDecl",
     "ServerGone",
@@ -58,6 +57,7 @@ __all__ = [
     "ServerProcess",
     "ServerState",
     "ServerStatus",
+    "SupervisedLauncher",
     "Transport",
     "bound_tools",
     "convert_result",

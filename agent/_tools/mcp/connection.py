@@ -1,14 +1,15 @@
 """One MCP server: its owner task, its session, its tools, and calls into it.
 
 :meth:`McpConnection.run` is the owner task (started with ``nursery.start``). It
-opens the transport (a confined process through the :class:`~.launcher.ServerLauncher`,
+opens the transport (a supervised child through the :class:`~.launcher.ServerLauncher`,
 or a guarded HTTP client), runs the official SDK's ``ClientSession`` over it (the
 SDK is anyio-based and runs on trio as it is), initialises, lists the tools (every
 page, until the bound), and reports started. Then it waits until it is told to
-stop or the server process exits. A stdio server that dies is started again after
-a backoff (:class:`~.launcher.Backoff`) and its tools listed again; one that dies
-too often is given up (``FAILED``). An HTTP session is not restarted: its calls
-fail with the HTTP error, which the model sees.
+stop or the server process exits. A stdio server that dies is started again by the
+supervisor (its restart policy: backoff, then quarantine) and its tools are listed
+again on the new incarnation; one the supervisor gives up on is ``FAILED``. An
+HTTP session is not restarted: its calls fail with the HTTP error, which the model
+sees.
 
 **Dying fails pending calls at once.** The process's exit closes the session's
 read stream (the SDK then fails every pending request), and every call also races
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
@@ -35,10 +36,10 @@ from ..._registry import Progress, ToolKind, ToolRunResult, error_result
 from ..child import exit_text
 from ..web import NetGuard
 from .bounds import McpLimits, bound_tools, convert_result
-from .config import Origin, ServerDecl, Transport, expanded
+from .config import Origin, ServerConfig, ServerDecl, Transport, expanded
 from .errors import ConnectFailed, McpError, ServerGone
 from .http import guarded_client
-from .launcher import Backoff, ServerLauncher, ServerProcess, server_identity
+from .launcher import ServerChild, ServerLauncher, ServerProcess, server_identity
 from .policy import McpPolicy
 
 __all__ = ["McpConnection", "McpLimits", "McpTool", "ServerState"]
@@ -164,6 +165,7 @@ class McpConnection:
         self._wake = trio.Event()
         self._stopping = False
         self._started = False
+        self._task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 
     def __repr__(self) -> str:
         return f"<McpConnection {self.name!r} state={self.state.value} tools={len(self._tools)}>"
@@ -196,104 +198,137 @@ class McpConnection:
     # --- the owner task ---------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Connect, serve until stopped; restart a dead stdio server with backoff.
+        """Connect, serve until stopped; follow a stdio server through its restarts.
 
         ``task_status.started()`` is called once the first connection listed its
         tools; until then any failure is raised to the starter as
         :class:`~.errors.McpError`. Later failures are logged and reflected in
-        :attr:`state`; this task never raises after it started.
+        :attr:`state`; this task never raises after it started. A stdio server is a
+        supervised child (the launcher): the supervisor restarts it with backoff and
+        quarantines it when it dies too often; each new incarnation is initialised and
+        its tools listed again. An HTTP session is served once.
 
         Cancellation: the session is closed and the server process stopped
         (its ladder, shielded and bounded).
         """
-        backoff = Backoff()
-        while True:
-            try:
-                await self._serve_once(None if self._started else task_status)
-            except Exception as exc:
-                error = _connect_error(self.name, exc)
-                if self._life.death:  # the SDK only saw its stream end; this says why
-                    error = ConnectFailed(self.name, self._life.death)
-                if not self._started:
-                    self._set(ServerState.FAILED, str(error))
-                    raise error from None
-                self.problem = str(error)
-                log.warning("mcp_server_failed", server=self.name, error=self.problem)
-            finally:
-                self._tools = []
-                self._session = None
-                self._life.end()
-            if self._stopping:
-                self._set(ServerState.STOPPED)
-                return
-            if self.decl.config.transport is Transport.HTTP:
-                self._set(ServerState.FAILED, self.problem or "the HTTP session ended")
-                return
-            delay = backoff.died(trio.current_time())
-            if delay is None:
-                why = f"died more than {backoff.max_crashes} times in {backoff.window:g} s"
-                self._set(ServerState.FAILED, f"{why} (last: {self.problem}); not restarted")
-                log.error("mcp_server_given_up", server=self.name, problem=self.problem)
-                return
-            self._set(ServerState.RESTARTING)
-            log.info("mcp_server_restarting", server=self.name, delay=round(delay, 2))
-            self._wake = trio.Event()
-            with trio.move_on_after(delay):
-                await self._wake.wait()
-            if self.stopping:
-                self._set(ServerState.STOPPED)
-                return
-            self.restarts += 1
-            self._set(ServerState.CONNECTING)
-
-    async def _serve_once(self, task_status: trio.TaskStatus[None] | None) -> None:
-        self._life = _Life()
-        self._wake = trio.Event()
         # Only the user's (or a trusted project's) entries may name host variables:
         # the agent must not pull secrets into a command line or headers.
         agent = self.decl.origin is Origin.AGENT
         config = self.decl.config if agent else expanded(self.decl)
-        if config.transport is Transport.STDIO:
-            await trio.to_thread.run_sync(self._policy.check_stdio, self.name, config)
-            identity = server_identity(self.name, self.decl.origin.value, self.decl.path)
-            process: ServerProcess | None = None
-            try:
-                async with self._launcher.launch(self.name, config, identity) as process:
-                    self.pid = process.pid
-                    self.sandboxed = process.sandboxed
-                    await self._serve_stdio(process, task_status)
-            finally:
-                # Reaped and its stderr read by now. A session the server ended has a
-                # death to report (its exit status may come after the end of stdout);
-                # one that corral ended (a timeout, a stop) failed for another reason.
-                status = process.returncode if process is not None else None
-                ended = self._life.by_server and not self._stopping
-                if process is not None and status is not None and ended:
-                    self._record_death(process, status)
-        else:
-            await self._policy.check_http(self.name, config)
-            guard: NetGuard = self._policy.guard
-            ssl_context = await guard.ssl_context()
-            self.pid = None
-            self.sandboxed = None
-            await self._serve_http(config.url or "", config.headers, ssl_context, task_status)
+        self._task_status = task_status
+        try:
+            if config.transport is Transport.STDIO:
+                await self._run_stdio(config)
+            else:
+                await self._attempt(self._serve_http_once(config))
+        except McpError as exc:  # the policy refused it, or it never got going
+            if not self._started:
+                self._set(ServerState.FAILED, str(exc))
+            raise
+        finally:
+            self._session = None
+        if self._stopping:
+            self._set(ServerState.STOPPED)
+        elif config.transport is Transport.HTTP:
+            self._set(ServerState.FAILED, self.problem or "the HTTP session ended")
 
-    async def _serve_stdio(
-        self, process: ServerProcess, task_status: trio.TaskStatus[None] | None
-    ) -> None:
+    async def _attempt(self, serving: Coroutine[Any, Any, None]) -> None:
+        """Serve one session; a failure before start-up is raised, later ones logged."""
+        self._life = _Life()
+        self._wake = trio.Event()
+        try:
+            await serving
+        except Exception as exc:
+            error = _connect_error(self.name, exc)
+            if self._life.death:  # the SDK only saw its stream end; this says why
+                error = ConnectFailed(self.name, self._life.death)
+            if not self._started:
+                self._set(ServerState.FAILED, str(error))
+                raise error from None
+            self.problem = str(error)
+            log.warning("mcp_server_failed", server=self.name, error=self.problem)
+        finally:
+            self._tools = []
+            self._session = None
+            self._life.end()
+
+    async def _run_stdio(self, config: ServerConfig) -> None:
+        await trio.to_thread.run_sync(self._policy.check_stdio, self.name, config)
+        identity = server_identity(self.name, self.decl.origin.value, self.decl.path)
+        async with self._launcher.launch(self.name, config, identity) as child:
+            while not self._stopping:
+                process = await self._next(child)
+                if process is None:  # stopping, or the supervisor will not start it again
+                    if not self._stopping:
+                        why = (
+                            f"{child.problem} (last: {self.problem})"
+                            if self.problem
+                            else child.problem
+                        )
+                        if not self._started:
+                            self._set(ServerState.FAILED, why)
+                            raise ConnectFailed(self.name, why)
+                        self._set(ServerState.FAILED, f"{why}; not restarted")
+                        log.error("mcp_server_given_up", server=self.name, problem=why)
+                    return
+                if self._started:
+                    self.restarts = child.restarts
+                    self._set(ServerState.CONNECTING)
+                self.pid, self.sandboxed = process.pid, process.sandboxed
+                await self._attempt(self._incarnation(process))
+                if not self._stopping:
+                    self._set(ServerState.RESTARTING)
+                    log.info("mcp_server_restarting", server=self.name)
+
+    async def _next(self, child: ServerChild) -> ServerProcess | None:
+        """The child's next incarnation, or None once it has none or :meth:`stop` was called."""
+        found: list[ServerProcess | None] = [None]
+
+        async def take(scope: trio.CancelScope) -> None:
+            found[0] = await child.next()
+            scope.cancel()
+
+        self._wake = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(take, nursery.cancel_scope)
+            await self._wake.wait()  # set by stop()
+            nursery.cancel_scope.cancel()
+        return None if self._stopping else found[0]
+
+    async def _incarnation(self, process: ServerProcess) -> None:
+        """One incarnation's session; then how it died (before its error is told)."""
+        try:
+            await self._serve_stdio(process)
+        finally:
+            await self._ended(process)
+
+    async def _ended(self, process: ServerProcess) -> None:
+        """After a session: say how the process died, or end it (corral ended the session)."""
+        with trio.CancelScope(shield=True):
+            if self._stopping:
+                return
+            with trio.move_on_after(_DEATH_GRACE):  # its exit status follows its stdout's end
+                await process.wait()
+            if process.returncode is None:
+                # The session ended on our side (a timeout, a line too long): the process
+                # goes too, and the supervisor restarts it (its backoff, its quarantine).
+                process.kill()
+            elif self._life.by_server:
+                self._record_death(process, process.returncode)
+
+    async def _serve_stdio(self, process: ServerProcess) -> None:
         from mcp.shared.message import SessionMessage
 
         read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_in, write_out = anyio.create_memory_object_stream[SessionMessage](0)
         # Every end is closed on the way out: anyio warns about one left open.
         with read_in, read_out, write_in, write_out:
-            await self._run_pumps(process, (read_in, read_out, write_in, write_out), task_status)
+            await self._run_pumps(process, (read_in, read_out, write_in, write_out))
 
     async def _run_pumps(
         self,
         process: ServerProcess,
         streams: tuple[Any, Any, Any, Any],
-        task_status: trio.TaskStatus[None] | None,
     ) -> None:
         read_in, read_out, write_in, write_out = streams
         async with trio.open_nursery() as nursery:
@@ -302,7 +337,7 @@ class McpConnection:
             nursery.start_soon(self._pump_out, process, write_out)
             nursery.start_soon(self._watch_exit, process, read_in)
             try:
-                await self._session_over(read_out, write_in, task_status)
+                await self._session_over(read_out, write_in)
             finally:
                 nursery.cancel_scope.cancel()
 
@@ -317,7 +352,8 @@ class McpConnection:
         """Say how the process ended, for the calls that failed with it and ``mcp_list``."""
         tail = process.stderr_tail()
         life = self._life
-        life.death = f"exited ({exit_text(status)})" + (
+        # The supervisor's reason first: it killed the process (a line over its limit).
+        life.death = process.violation or f"exited ({exit_text(status)})" + (
             f"; last stderr: {tail[-1]}" if tail else ""
         )
         self.problem = life.death
@@ -359,6 +395,8 @@ class McpConnection:
                     await read_in.send(item)
             else:
                 self._life.by_server = True  # the end of its stdout
+                if process.violation:  # the supervisor ended it: a line over its limit
+                    self._life.death = process.violation
         except (trio.ClosedResourceError, trio.BrokenResourceError, anyio.ClosedResourceError):
             pass
         except anyio.BrokenResourceError:
@@ -375,13 +413,15 @@ class McpConnection:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self._wake.set()
 
-    async def _serve_http(
-        self,
-        url: str,
-        headers: dict[str, str],
-        ssl_context: Any,
-        task_status: trio.TaskStatus[None] | None,
-    ) -> None:
+    async def _serve_http_once(self, config: ServerConfig) -> None:
+        await self._policy.check_http(self.name, config)
+        guard: NetGuard = self._policy.guard
+        ssl_context = await guard.ssl_context()
+        self.pid = None
+        self.sandboxed = None
+        await self._serve_http(config.url or "", config.headers, ssl_context)
+
+    async def _serve_http(self, url: str, headers: dict[str, str], ssl_context: Any) -> None:
         from mcp.client.streamable_http import streamable_http_client
 
         limits = self._limits
@@ -393,11 +433,9 @@ class McpConnection:
             read_timeout=max(limits.call_timeout, 300.0),
         )
         async with client, streamable_http_client(url, http_client=client) as (read, write):
-            await self._session_over(read, write, task_status)
+            await self._session_over(read, write)
 
-    async def _session_over(
-        self, read: Any, write: Any, task_status: trio.TaskStatus[None] | None
-    ) -> None:
+    async def _session_over(self, read: Any, write: Any) -> None:
         import mcp_types as types
         from mcp.client.session import ClientSession
 
@@ -417,9 +455,9 @@ class McpConnection:
                 tools=[t.spec.name for t in self._tools],
                 skipped=len(self.skipped),
             )
-            if task_status is not None:
-                task_status.started()
+            if not self._started:
                 self._started = True
+                self._task_status.started()
             if not self._stopping:
                 await self._wake.wait()
             if not self._stopping:
