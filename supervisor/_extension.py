@@ -586,8 +586,6 @@ class Extension:
             return ExtensionGone(self.name, what, f"the extension is restarting{why}")
         return ExtensionGone(self.name, what, f"the extension is {state.value}")
 
-    # --- stats -----------------------------------------------------------------------------
-
     @property
     def calls(self) -> PendingCalls:
         """Its calls in flight, counters and latencies (read them; never change them)."""
