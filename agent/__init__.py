@@ -10,8 +10,9 @@ The names are imported on first use (PEP 562), so that ``import agent`` (and eve
 
 from __future__ import annotations
 
-import importlib
 import typing
+
+from ._lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:
     from ._events import (
@@ -210,14 +211,4 @@ _WHERE: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> typing.Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports(__name__, _WHERE, globals(), __all__)

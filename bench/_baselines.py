@@ -3,7 +3,7 @@
 * the raw child decodes each request and encodes a reply with ``json`` (what the
   ``chaos`` extension does) and nothing else; :class:`RawChild` drives it from one
   task, sequentially or with ``WINDOW`` requests in flight;
-* :func:`mcp_calls` times the MCP Python SDK's stdio client against
+* :func:`mcp_session` opens the MCP Python SDK's stdio client to
   ``bench/mcp_echo_server.py`` (one ``echo`` tool).
 """
 
@@ -12,14 +12,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import typing
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
-import anyio
 import msgspec
 import trio
-from _common import median, stopwatch
 
 MCP_SERVER = Path(__file__).resolve().parent / "mcp_echo_server.py"
 WINDOW = 32
@@ -36,22 +35,6 @@ for line in sys.stdin.buffer:
     out.write(json.dumps(reply, separators=(",", ":")).encode() + b"\\n")
     out.flush()
 """
-
-
-def rate(n: int, seconds: float) -> float:
-    return n / seconds if seconds > 0 else float("inf")
-
-
-async def rate_of(n: int, run: Callable[[int], Awaitable[None]]) -> float:
-    """Rate (per second) of one run of ``run(n)``."""
-    with stopwatch() as t:
-        await run(n)
-    return rate(n, t[0])
-
-
-async def rates(reps: int, n: int, run: Callable[[int], Awaitable[None]]) -> float:
-    """Median rate (per second) of ``reps`` runs of ``run(n)``."""
-    return median([await rate_of(n, run) for _ in range(reps)])
 
 
 # --- raw: trio + msgspec ping-pong -------------------------------------------------------
@@ -148,8 +131,9 @@ async def open_raw_child() -> AsyncIterator[RawChild]:
 # --- MCP: the Python SDK over stdio ------------------------------------------------------
 
 
-async def mcp_calls(warmup: int, reps: int, seq_n: int, conc_n: int) -> tuple[float, float]:
-    """Sequential and 32-concurrent ``tools/call`` per second (run under anyio)."""
+@asynccontextmanager
+async def mcp_session() -> AsyncIterator[Any]:
+    """An initialised MCP client session to ``bench/mcp_echo_server.py`` (under anyio)."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     params = StdioServerParameters(command=sys.executable, args=[str(MCP_SERVER)])
@@ -159,18 +143,4 @@ async def mcp_calls(warmup: int, reps: int, seq_n: int, conc_n: int) -> tuple[fl
         text = getattr(result.content[0], "text", None)
         if text != "echo: hi":
             raise RuntimeError(f"unexpected MCP echo result: {result!r}")
-
-        async def sequential(n: int) -> None:
-            for _ in range(n):
-                await session.call_tool("echo", ARGS)
-
-        async def concurrent(n: int) -> None:
-            async with anyio.create_task_group() as tg:
-                for _ in range(WINDOW):
-                    tg.start_soon(sequential, n // WINDOW)
-
-        with anyio.fail_after(300):
-            await sequential(warmup)
-            seq = await rates(reps, seq_n, sequential)
-            conc = await rates(reps, conc_n, concurrent)
-    return seq, conc
+        yield session

@@ -4,6 +4,8 @@
   ``corral --version``, ``corral --help``, ``corral run --help`` and
   ``corral ext list --help`` as the console script runs them (a fresh interpreter
   each time), target under 150 ms for the first two;
+* ``run_offline``: ``corral run --provider offline hi`` with no extension (a
+  fresh home, an empty working directory): a whole prompt, target under 300 ms;
 * ``python``: a bare ``python -c pass`` on the same machine, the floor under all of them;
 * ``import.<module>``: ``python -X importtime`` total of one import in a fresh
   interpreter (``agent`` is the facade, lazy; ``agent._cli.main`` is what every
@@ -28,6 +30,8 @@ from _common import ROOT, Row, Rows, main, median
 
 #: Commands that must answer at once (the issue's target).
 TARGET_MS = 150.0
+#: A whole offline prompt without extensions.
+RUN_TARGET_MS = 300.0
 
 
 def _corral() -> list[str]:
@@ -45,11 +49,11 @@ def _env(home: str) -> dict[str, str]:
     return env
 
 
-def _wall(argv: list[str], env: dict[str, str], reps: int) -> float:
+def _wall(argv: list[str], env: dict[str, str], reps: int, cwd: str | Path = ROOT) -> float:
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(argv, env=env, cwd=cwd, capture_output=True, check=True)
         times.append(time.perf_counter() - t0)
     return median(times) * 1000
 
@@ -80,6 +84,10 @@ def _import_ms(module: str, env: dict[str, str], reps: int) -> float:
     return median(totals)
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def measure(quick: bool) -> list[Row]:
     """Start-up of ``corral --version``, ``--help`` and friends; import costs."""
     reps = 5 if quick else 21
@@ -102,7 +110,13 @@ def measure(quick: bool) -> list[Row]:
                     rows.add(case, ms, "ms", target=f"< {TARGET_MS:g}", ok=ms < TARGET_MS)
                 else:
                     rows.add(case, ms, "ms")
-        for module in ("agent", "agent._cli.main", "agent._cli.render"):
+        with rows.guard("run_offline"), tempfile.TemporaryDirectory() as empty:
+            argv = [*corral, "run", "--provider", "offline", "hi"]
+            ms = _wall(argv, env, reps, cwd=empty)
+            target = f"< {RUN_TARGET_MS:g}"
+            note = "a whole prompt, no extension; load average " + _load()
+            rows.add("run_offline", ms, "ms", target=target, ok=ms < RUN_TARGET_MS, note=note)
+        for module in ("agent", "agent._cli.main", "agent._cli.agent_cmds", "agent._cli.render"):
             with rows.guard(f"import.{module}"):
                 rows.add(f"import.{module}", _import_ms(module, env, reps), "ms")
     return rows.rows

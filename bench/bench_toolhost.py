@@ -36,7 +36,7 @@ from typing import Any
 import msgspec
 import trio
 from _common import Row, Rows, main, median
-from bench_supervisor import _child_env
+from _exts import child_env
 from bench_toolkit import JS_MODULE, LEAN_EXT, RAW_MODULE, TYPED_MODULE
 
 from agent._cli.logs import configure_logging
@@ -156,7 +156,7 @@ async def ready_s(path: str, root: Path, sandbox: str) -> float:
 def bare_s(argv: list[str]) -> float:
     """Seconds to start ``argv`` and reap it."""
     t0 = time.perf_counter()
-    subprocess.run(argv, env=_child_env(), start_new_session=True, check=True)
+    subprocess.run(argv, env=child_env(), start_new_session=True, check=True)
     return time.perf_counter() - t0
 
 

@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import msgspec
 from _common import Row, Rows, main, median
-from bench_supervisor import _child_env
+from _exts import child_env
 
 from supervisor import SDK_DIR
 from supervisor._frames import decode_ext_frame
@@ -193,7 +193,7 @@ def start(argv: list[str], root: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         argv,
         cwd=root,
-        env=_child_env() | {"PYTHONPATH": SDK_DIR},
+        env=child_env() | {"PYTHONPATH": SDK_DIR},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         start_new_session=True,
@@ -224,7 +224,7 @@ def ready_seconds(lang: str, module: str, root: Path) -> float:
 
 def bare_seconds(argv: list[str]) -> float:
     t0 = time.perf_counter()
-    subprocess.run(argv, env=_child_env(), start_new_session=True, check=True, timeout=30)
+    subprocess.run(argv, env=child_env(), start_new_session=True, check=True, timeout=30)
     return time.perf_counter() - t0
 
 
@@ -232,7 +232,7 @@ def import_us(module: str) -> float:
     """Cumulative import time of ``module`` in a fresh interpreter (``-X importtime``)."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-        env=_child_env() | {"PYTHONPATH": SDK_DIR},
+        env=child_env() | {"PYTHONPATH": SDK_DIR},
         capture_output=True,
         text=True,
         check=True,

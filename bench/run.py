@@ -3,13 +3,15 @@
 Each ``bench/bench_<name>.py`` runs as its own subprocess (same interpreter) with
 ``--json-out <tmpfile>`` and writes a JSON list of rows; a module that crashes,
 times out or writes nothing becomes one failed row. The combined rows are printed
-as a table, then as JSON, and written to ``--json`` (default
-``bench/results/latest.json``).
+as a table, with the machine's load average before and after beside it (figures
+from a busy machine say so), then as JSON, and written to ``--json`` (default
+``bench/results/latest.json``). See ``bench/README.md`` for what each row compares.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -95,9 +97,23 @@ def main() -> int:
     )
     args = parser.parse_args()
     rows: list[Row] = []
+    before = os.getloadavg()
     for path in modules(args.only):
         rows += run_module(path, quick=args.quick)
+    after = os.getloadavg()
+    cores = os.cpu_count() or 1
+    for when, load in (("before", before), ("after", after)):
+        shown = " ".join(f"{x:.2f}" for x in load)
+        note = f"1/5/15-minute load average {when} the run: {shown} ({cores} cores)"
+        rows.append(Row(bench="machine", case=f"loadavg.{when}", value=load[0], unit="", note=note))
     write_rows(args.json, rows)
+    print(
+        "load average (1/5/15 min): before "
+        + " ".join(f"{x:.2f}" for x in before)
+        + ", after "
+        + " ".join(f"{x:.2f}" for x in after)
+        + f" ({cores} cores)"
+    )
     print(format_table(rows))
     print()
     print(args.json.read_text(), end="")

@@ -5,9 +5,9 @@ The supervisor validates a manifest's ``permissions`` with
 picks a backend once with :func:`select_sandbox`, turns each
 :class:`LaunchRequest` into a :class:`LaunchPlan` with ``backend.plan(request)``
 (which binds exactly the pinned files or raises :class:`GrantChanged`), starts
-it with :func:`spawn` (or ``Popen`` on the main thread with
-``preexec_fn=preexec_for(plan)``), and calls ``backend.cleanup(plan)`` once the
-process is reaped. :func:`check_sandbox` and :func:`format_report` are
+it with :func:`spawn` (through the guardian, :func:`start_guardian`, which also
+makes sure nothing outlives the host), and calls ``backend.cleanup(plan)`` once the
+process has exited. :func:`check_sandbox` and :func:`format_report` are
 ``corral sandbox check``. :func:`plan_shell` plans the agent's own confined shell
 (the ``bash`` tool) with the same machinery. :func:`host_environment` is the
 allowlisted environment everything corral starts begins with.
@@ -23,14 +23,14 @@ from ._exceptions import (
     SandboxError,
     SandboxUnavailable,
 )
+from ._guardian import guardian_pids, start_guardian, sweep_orphans
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
-from ._preexec import preexec_for
 from ._report import BackendStatus, Feature, SandboxReport, format_report
 from ._select import check_sandbox, select_sandbox
 from ._shell import ShellRequest, plan_shell
-from ._spawn import spawn
+from ._spawn import Spawned, spawn
 from ._validate import Checked, check_permissions, validate_permissions
 
 __all__ = [
@@ -53,15 +53,18 @@ __all__ = [
     "SandboxReport",
     "SandboxUnavailable",
     "ShellRequest",
+    "Spawned",
     "carry_pins",
     "changed_pins",
     "check_permissions",
     "check_sandbox",
     "format_report",
+    "guardian_pids",
     "host_environment",
     "plan_shell",
-    "preexec_for",
     "select_sandbox",
     "spawn",
+    "start_guardian",
+    "sweep_orphans",
     "validate_permissions",
 ]

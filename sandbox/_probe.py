@@ -2,7 +2,7 @@
 
 The probe plans and runs a real extension launch, the host's own Python printing
 a marker, through exactly the code path extensions use (:class:`BwrapSandbox`,
-:func:`sandbox.spawn`, :func:`preexec_for`). If that fails it peels off one layer
+:func:`sandbox.spawn`). If that fails it peels off one layer
 at a time (the cgroup, the seccomp filter) to see whether a degraded sandbox
 still works, and otherwise asks :mod:`sandbox._diagnose` why.
 """
@@ -57,7 +57,7 @@ def probe_cgroups() -> tuple[CgroupManager | None, Feature]:
     support = detect_cgroups()
     if not support.version:
         return None, Feature(name="cgroup per extension", ok=False, detail=support.detail)
-    manager = CgroupManager(support)
+    manager = CgroupManager(support, spares=True)
     manager.sweep()
     problem = manager.probe()
     if problem:
@@ -156,7 +156,9 @@ def _candidates() -> list[tuple[str, str]]:
 
 
 def _python_argv() -> list[str]:
-    return [sys.executable, "-c", f"print({_MARKER!r})"]
+    # Isolated and without site: the interpreter and its library load as in an
+    # extension, at half the start-up time (the probe runs on every start).
+    return [sys.executable, "-I", "-S", "-c", f"print({_MARKER!r})"]
 
 
 def _node_argv() -> list[str] | None:
@@ -335,10 +337,6 @@ def _probe_linux(workdir: str) -> Probe:
     if config is not None:
         hardening = [*_bwrap_hardening(config, cgroups), *hardening]
         runtimes.append(Feature(name="python", ok=True, detail=sys.executable))
-        node = _node_argv()
-        if node is not None:
-            ok, err = _run_plan(BwrapSandbox(config, cgroups), node, workdir)
-            runtimes.append(Feature(name="node", ok=ok, detail=node[0] if ok else err))
     hardening.append(cgroup_feature)
     backends = [
         status,
@@ -381,6 +379,22 @@ def _probe_macos(workdir: str) -> Probe:
         ],
     )
     return Probe(report=report, seatbelt=status.ok)
+
+
+def probe_runtimes(probe: Probe) -> Probe:
+    """``probe`` with the other runtimes tried in its backend (Node, when installed).
+
+    Only the report needs them (``corral sandbox check``): choosing a backend does
+    not, and a Node start in the sandbox costs as much as the rest of the probe.
+    """
+    node = _node_argv()
+    if probe.bwrap is None or node is None:
+        return probe
+    with tempfile.TemporaryDirectory(prefix="corral-probe-") as workdir:
+        ok, err = _run_plan(BwrapSandbox(probe.bwrap, probe.cgroups), node, workdir)
+    found = Feature(name="node", ok=ok, detail=node[0] if ok else err)
+    report = msgspec.structs.replace(probe.report, runtimes=[*probe.report.runtimes, found])
+    return dataclasses.replace(probe, report=report)
 
 
 def probe_machine() -> Probe:

@@ -20,7 +20,7 @@ from ._bwrap import BwrapSandbox
 from ._exceptions import SandboxUnavailable
 from ._none import NoneSandbox
 from ._plan import Sandbox, SandboxMode
-from ._probe import Probe, probe_cgroups, probe_machine
+from ._probe import Probe, probe_machine, probe_runtimes
 from ._report import SandboxReport
 from ._seatbelt import SeatbeltSandbox
 
@@ -30,6 +30,8 @@ log = structlog.get_logger(__name__)
 
 _lock = threading.Lock()
 _probe: Probe | None = None
+#: The report with every runtime tried (see :func:`probe_runtimes`), once asked for.
+_report: SandboxReport | None = None
 _backends: dict[str, Sandbox] = {}
 
 
@@ -51,11 +53,15 @@ def check_sandbox(*, refresh: bool = False) -> SandboxReport:
     Returns:
         The report; :func:`sandbox.format_report` renders it.
     """
-    global _probe
+    global _probe, _report
     if refresh:
         with _lock:
-            _probe = None
-    return _probed().report
+            _probe = _report = None
+    probe = _probed()
+    with _lock:
+        if _report is None:
+            _report = probe_runtimes(probe).report
+        return _report
 
 
 def _expected_backend(report: SandboxReport) -> str:
@@ -70,10 +76,11 @@ def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
             ``"auto"``: the best backend that works here, else ``none`` with the cause
             and fix in every plan's notes. ``"required"``: the best backend that works,
             else :class:`SandboxUnavailable`.
-        cgroups: put each extension in a cgroup of its own when the machine allows
-            it. Joining a cgroup costs one RCU grace period in the kernel (about
-            10 ms per spawn on cgroup v1, or v2 without ``favordynmods``); without
-            it, limits are per process (memory) or per user namespace (processes).
+        cgroups: put each sandboxed extension in a cgroup of its own when the
+            machine allows it. Joining a cgroup costs one RCU grace period in the
+            kernel (10-20 ms per spawn on cgroup v1, or v2 without
+            ``favordynmods``); without it, limits are per process (memory) or per
+            user namespace (processes). The ``none`` backend never uses one.
 
     Returns:
         A backend, shared by every caller in this process.
@@ -90,11 +97,7 @@ def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
         raise ValueError(f"--sandbox must be {', '.join(most)} or {last}, not {mode!r}") from None
     if mode is SandboxMode.OFF:
         with _lock:
-            key = f"off:{cgroups}"
-            if key not in _backends:
-                manager = probe_cgroups()[0] if cgroups else None
-                _backends[key] = NoneSandbox("--sandbox off", manager)
-            return _backends[key]
+            return _backends.setdefault("off", NoneSandbox("--sandbox off"))
     probe = _probed()
     report = probe.report
     manager = probe.cgroups if cgroups else None
@@ -113,8 +116,7 @@ def select_sandbox(mode: SandboxMode | str, *, cgroups: bool = True) -> Sandbox:
     if mode is SandboxMode.REQUIRED:
         raise SandboxUnavailable(expected, why, fix)
     with _lock:
-        key = f"fallback:{cgroups}"
-        if key not in _backends:
+        if "fallback" not in _backends:
             log.warning("sandbox_unavailable", backend=expected, cause=why, fix=fix)
-            _backends[key] = NoneSandbox(f"{expected} unavailable: {why} (fix: {fix})", manager)
-        return _backends[key]
+            _backends["fallback"] = NoneSandbox(f"{expected} unavailable: {why} (fix: {fix})")
+        return _backends["fallback"]

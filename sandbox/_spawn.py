@@ -1,53 +1,196 @@
-"""Spawning a plan from a thread that lives as long as the host.
+"""Starting a plan: through the guardian, from any thread, without forking the host.
 
-``PR_SET_PDEATHSIG`` is tied to the thread that forks (see :mod:`sandbox._preexec`).
-An async host usually forks from a worker thread that may exit at any time, so
-:func:`spawn` hands the ``fork`` to one dedicated daemon thread, started on first
-use and kept until the interpreter exits. It is a plain blocking call: from trio,
-run it with ``trio.to_thread.run_sync``.
+:func:`spawn` hands the plan to this process's guardian (:mod:`sandbox._guardian`),
+which forks a child that prepares itself (session, limits, cgroup, death with the
+guardian; :func:`sandbox._preexec.child_order`) and executes the plan. It returns a
+:class:`Spawned`, a small ``Popen``-like handle. The child is the guardian's, not
+ours: its exit status arrives on the status pipe, so it is never waited for with
+``waitpid`` here.
 """
 
 from __future__ import annotations
 
-import queue
+import contextlib
+import os
+import selectors
+import signal
 import subprocess
-import threading
-from collections.abc import Callable
-from concurrent.futures import Future
+import time
+import typing
 from typing import IO, Any
 
+from ._guardian import ChildStatus, guardian
 from ._plan import LaunchPlan
-from ._preexec import allow_spawning_thread, preexec_for
+from ._preexec import child_order
 
-__all__ = ["spawn"]
+__all__ = ["Spawned", "spawn"]
 
 _File = int | IO[Any] | None
 
-_jobs: queue.SimpleQueue[tuple[Callable[[], subprocess.Popen[bytes]], Future[Any]]] = (
-    queue.SimpleQueue()
-)
-_started = threading.Lock()
-_thread: threading.Thread | None = None
+
+@typing.final
+class Spawned:
+    """A child started by :func:`spawn`: the parts of ``subprocess.Popen`` corral uses.
+
+    ``stdin``, ``stdout`` and ``stderr`` are binary files for the streams spawned
+    with ``PIPE`` (else None); with ``files=False``, :attr:`fds` holds our ends as
+    descriptors instead. The caller owns them and :attr:`status`.
+    """
+
+    def __init__(
+        self, pid: int, args: list[str], status: ChildStatus, fds: tuple[int, int, int], files: bool
+    ) -> None:
+        self.pid = pid
+        self.args = args
+        #: Whether the program started, and its exit status (see :class:`ChildStatus`).
+        self.status = status
+        #: Our ends of the stdin, stdout and stderr pipes (-1: not piped), when not
+        #: wrapped in :attr:`stdin`, :attr:`stdout` and :attr:`stderr`.
+        self.fds = (-1, -1, -1) if files else fds
+        #: What :meth:`communicate` read so far (stdout, stderr) and has yet to write.
+        self._got = (bytearray(), bytearray())
+        self._pending = memoryview(b"")
+        self.stdin: IO[bytes] | None = None
+        self.stdout: IO[bytes] | None = None
+        self.stderr: IO[bytes] | None = None
+        if files:
+            r_in, r_out, r_err = fds
+            self.stdin = os.fdopen(r_in, "wb") if r_in >= 0 else None
+            self.stdout = os.fdopen(r_out, "rb") if r_out >= 0 else None
+            self.stderr = os.fdopen(r_err, "rb") if r_err >= 0 else None
+
+    def close(self) -> None:
+        """Close our ends of the pipes and the status pipe."""
+        for f in (self.stdin, self.stdout, self.stderr):
+            if f is not None:
+                f.close()
+        for fd in self.fds:
+            if fd >= 0:
+                os.close(fd)
+        self.fds = (-1, -1, -1)
+        self.status.close()
+
+    def __repr__(self) -> str:
+        return f"<Spawned pid={self.pid} returncode={self.returncode}>"
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status once it exited (negative: killed by that signal), else None."""
+        return self.status.returncode
+
+    def _block(self, deadline: float | None) -> bool:
+        """Wait until the status pipe is readable (or closed); False on timeout."""
+        fd = self.status.fileno()
+        if fd < 0:
+            return True
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            return bool(sel.select(timeout))
+
+    def wait_started(self) -> None:
+        """Block until the program runs.
+
+        Raises:
+            OSError: it could not be started (not found, not executable, bad cwd...).
+        """
+        while self.status.started is None:
+            self._block(None)
+            self.status.read()
+        if self.status.error is not None:
+            raise self.status.error
+
+    def poll(self) -> int | None:
+        """The exit status if it exited, else None (never blocks)."""
+        self.status.read()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit; raises ``subprocess.TimeoutExpired`` after ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if not self._block(deadline):
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        rc = self.returncode
+        assert rc is not None
+        return rc
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the child, unless it already exited (its pid may be reused then)."""
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        """SIGTERM."""
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL."""
+        self.send_signal(signal.SIGKILL)
+
+    def communicate(self, data: bytes = b"", timeout: float | None = None) -> tuple[bytes, bytes]:
+        """Write ``data`` to stdin and close it, read stdout and stderr to the end, wait.
+
+        Raises:
+            subprocess.TimeoutExpired: not done within ``timeout``; what was read is
+                kept, so call it again (after :meth:`kill`) to collect the rest.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        got = self._got
+        with selectors.DefaultSelector() as sel:
+            if self.stdin is not None and not self.stdin.closed:
+                self._pending = self._pending or memoryview(data)
+                if self._pending:
+                    os.set_blocking(self.stdin.fileno(), False)
+                    sel.register(self.stdin, selectors.EVENT_WRITE)
+                else:
+                    self.stdin.close()
+            for f in (self.stdout, self.stderr):
+                if f is not None and not f.closed:
+                    sel.register(f, selectors.EVENT_READ)
+            while sel.get_map():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+                for key, _ in sel.select(left):
+                    f = typing.cast(IO[bytes], key.fileobj)
+                    if f is self.stdin:
+                        try:
+                            sent = os.write(f.fileno(), self._pending[:65536])
+                            self._pending = self._pending[sent:]
+                        except BrokenPipeError:
+                            self._pending = memoryview(b"")
+                        if not self._pending:
+                            sel.unregister(f)
+                            f.close()
+                        continue
+                    chunk = os.read(f.fileno(), 65536)
+                    if chunk:
+                        got[f is self.stderr].extend(chunk)
+                    else:
+                        sel.unregister(f)
+                        f.close()
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self.wait(left)
+        return bytes(got[0]), bytes(got[1])
 
 
-def _serve() -> None:
-    while True:
-        job, future = _jobs.get()
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(job())
-            except BaseException as exc:
-                future.set_exception(exc)
-
-
-def _ensure_thread() -> None:
-    global _thread
-    with _started:
-        if _thread is None:
-            _thread = threading.Thread(target=_serve, name="corral-sandbox-spawner", daemon=True)
-            _thread.start()
-            assert _thread.ident is not None
-            allow_spawning_thread(_thread.ident)
+def _child_end(spec: _File, fd: int, opened: list[int]) -> tuple[int, int]:
+    """(descriptor for the child, our end or -1) for one standard stream."""
+    if spec == subprocess.PIPE:
+        r, w = os.pipe()
+        opened += [r, w]
+        return (r, w) if fd == 0 else (w, r)
+    if spec == subprocess.DEVNULL:
+        null = os.open(os.devnull, os.O_RDWR)
+        opened.append(null)
+        return null, -1
+    if spec is None:
+        return fd, -1
+    if isinstance(spec, int):
+        return spec, -1
+    return spec.fileno(), -1
 
 
 def spawn(
@@ -57,45 +200,58 @@ def spawn(
     stdout: _File = subprocess.PIPE,
     stderr: _File = subprocess.PIPE,
     prepare: bool = True,
-) -> subprocess.Popen[bytes]:
-    """Start ``plan`` the way the sandbox expects, from the spawner thread.
+    wait_started: bool = True,
+    files: bool = True,
+) -> Spawned:
+    """Start ``plan`` through the guardian, from any thread.
 
-    Equivalent to ``subprocess.Popen(plan.argv, env=plan.env, cwd=plan.cwd,
-    start_new_session=True, close_fds=True, pass_fds=plan.pass_fds,
-    preexec_fn=preexec_for(plan))``. The caller still owns the process: it reaps
-    it and then calls ``sandbox.cleanup(plan)``.
+    In a new session (its own process group), with only its standard streams and
+    ``plan.pass_fds`` open, and (``prepare``) the plan's limits, cgroups, tmpfs and
+    death with the guardian applied before ``exec``. The caller still owns the
+    process: it waits for it (:meth:`Spawned.wait`) and then calls
+    ``sandbox.cleanup(plan)``.
 
     Args:
         plan: the plan to start (each plan at most once).
-        stdin: as for ``Popen``.
-        stdout: as for ``Popen``.
-        stderr: as for ``Popen``.
-        prepare: run :func:`preexec_for` in the child (limits, cgroup, death with
-            the host); False starts ``plan.argv`` as a plain process in a new
-            session (a caller that confines nothing, like an unsandboxed shell).
-
-    Returns:
-        The started process.
+        stdin: ``subprocess.PIPE``, ``DEVNULL``, None (this process's), a descriptor
+            or a file.
+        stdout: as ``stdin``.
+        stderr: as ``stdin``, or ``subprocess.STDOUT``.
+        prepare: see :func:`sandbox._preexec.child_order`.
+        wait_started: block until the program runs (and raise if it could not
+            start); False returns at once, and :meth:`Spawned.wait_started` or the
+            status pipe tell.
+        files: wrap our ends of the pipes in file objects (else :attr:`Spawned.fds`).
 
     Raises:
-        OSError: the program could not be started.
+        OSError: the program could not be started (with ``wait_started``), or the
+            guardian could not fork.
     """
-    _ensure_thread()
-    future: Future[subprocess.Popen[bytes]] = Future()
-
-    def job() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            plan.argv,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            env=plan.env,
-            cwd=plan.cwd,
-            start_new_session=True,
-            close_fds=True,
-            pass_fds=tuple(plan.pass_fds),
-            preexec_fn=preexec_for(plan) if prepare else None,
-        )
-
-    _jobs.put((job, future))
-    return future.result()
+    opened: list[int] = []
+    try:
+        child_in, our_in = _child_end(stdin, 0, opened)
+        child_out, our_out = _child_end(stdout, 1, opened)
+        if stderr == subprocess.STDOUT:
+            child_err, our_err = child_out, -1
+        else:
+            child_err, our_err = _child_end(stderr, 2, opened)
+        fds = [child_in, child_out, child_err, *plan.pass_fds]
+        order = child_order(plan, [0, 1, 2, *plan.pass_fds], prepare=prepare)
+        pid, status = guardian().spawn(order, fds, plan.argv[0])
+    except BaseException:
+        for fd in opened:
+            os.close(fd)
+        raise
+    # The child has its copies; ours must go so that EOF reaches the other side.
+    ours = {our_in, our_out, our_err}
+    for fd in opened:
+        if fd not in ours:
+            os.close(fd)
+    child = Spawned(pid, list(plan.argv), status, (our_in, our_out, our_err), files)
+    if wait_started:
+        try:
+            child.wait_started()
+        except OSError:
+            child.close()
+            raise
+    return child

@@ -31,7 +31,7 @@ import trio
 from ._api import ExtensionStats
 from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation, SupervisorError
 
-__all__ = ["CallKind", "PendingCalls", "Reply"]
+__all__ = ["CallKind", "PendingCalls", "Reply", "Spin", "callers_waiting"]
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +53,10 @@ class CallKind(enum.Enum):
     #: A tool host's optional method (``format_tool_result``, ...; ``hook_timeout``).
     HOOK = "hook"
 
+    # Members are singletons compared by identity: hash them by identity too, in C
+    # (Enum's own __hash__ is a Python function, and kinds are looked up on every call).
+    __hash__ = object.__hash__
+
 
 _PREFIX = {kind: kind.value[0] for kind in CallKind}
 _WHAT = {
@@ -63,6 +67,27 @@ _WHAT = {
 }
 
 
+#: What spins for a reply (see :meth:`Reply.wait`): reads the extension's stdout
+#: without waiting and handles what came, until ``reply`` is answered or time is up.
+Spin = Callable[["Reply[Any]"], None]
+
+#: A caller answered while spinning does not yield to the scheduler; one does at
+#: least this often (seconds), so that other tasks are never held up for longer.
+_YIELD_EVERY = 0.0005
+_last_yield = 0.0
+#: Callers in :meth:`Reply.wait` (woken or not): only a caller alone there spins,
+#: so that many concurrent callers never hold each other up.
+_waiting = 0
+
+
+def callers_waiting() -> bool:
+    """Some caller is waiting for a reply (or was just woken with one and has not run).
+
+    While one is, a new call is not alone: more frames follow in this scheduler pass.
+    """
+    return _waiting > 0
+
+
 @typing.final
 class Reply(Generic[T]):
     """A one-shot answer: set once by the supervisor, awaited once by the caller.
@@ -70,23 +95,28 @@ class Reply(Generic[T]):
     Answering twice is a no-op, so a late answer after a timeout or a crash can
     never overwrite the first one. Once sent to an extension it also records the
     call (:meth:`PendingCalls.add`), so a caller that gives up forgets it there.
+    It is the one object a request costs: no event, no closure; the waiting task
+    is rescheduled directly.
     """
 
     __slots__ = (
         "_calls",
+        "_done",
         "_error",
-        "_event",
+        "_task",
         "_value",
         "kind",
         "name",
         "on_part",
         "rid",
+        "spin",
         "t0",
         "then",
     )
 
     def __init__(self) -> None:
-        self._event = trio.Event()
+        self._done = False
+        self._task: trio.lowlevel.Task | None = None
         self._value: T | None = None
         self._error: BaseException | None = None
         self._calls: PendingCalls | None = None
@@ -96,6 +126,8 @@ class Reply(Generic[T]):
         #: The tool or command name, or the intercepted event.
         self.name = ""
         self.t0 = 0.0
+        #: Set by the sender when the caller may spin for the answer (see :meth:`wait`).
+        self.spin: Spin | None = None
         #: Receives each streamed ``{"part": payload}`` chunk of a tool host's call,
         #: in order, before the answer (never blocks; None: parts are dropped).
         self.on_part: Callable[[dict[str, Any]], None] | None = None
@@ -109,7 +141,7 @@ class Reply(Generic[T]):
     @property
     def done(self) -> bool:
         """True once a value or an error was set."""
-        return self._event.is_set()
+        return self._done
 
     @property
     def what(self) -> str:
@@ -126,21 +158,27 @@ class Reply(Generic[T]):
         """The error it was answered with, if any."""
         return self._error
 
+    def _resolve(self) -> None:
+        self._done = True
+        self.spin = None
+        task = self._task
+        if task is not None:
+            self._task = None
+            trio.lowlevel.reschedule(task)
+        if self.then is not None:
+            self.then(self)
+
     def set(self, value: T) -> None:
         """Answer with a value (ignored if already answered)."""
-        if not self._event.is_set():
+        if not self._done:
             self._value = value
-            self._event.set()
-            if self.then is not None:
-                self.then(self)
+            self._resolve()
 
     def fail(self, error: BaseException) -> None:
         """Answer with an error (ignored if already answered)."""
-        if not self._event.is_set():
+        if not self._done:
             self._error = error
-            self._event.set()
-            if self.then is not None:
-                self.then(self)
+            self._resolve()
 
     def abandon(self) -> None:
         """The caller stopped waiting (it was cancelled): forget the call and answer it."""
@@ -149,12 +187,41 @@ class Reply(Generic[T]):
             calls.give_up(self.rid, None)
         self.fail(SupervisorError("the caller gave up"))
 
+    def _abort(self, _: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+        self._task = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
     async def wait(self) -> T:
         """Wait for the answer and return it, or raise the error it carries.
 
+        With :attr:`spin` set (a lone call to an extension, see
+        ``SupervisorConfig.reply_spin``), the caller first reads the extension's
+        answer itself for a bounded time, without parking; an answer found that way
+        costs no task switch. It then only checks for cancellation, and yields to
+        the scheduler if it has not done so in the last half millisecond.
+
         Cancellation: abandons the wait; the caller should :meth:`abandon` the reply.
         """
-        await self._event.wait()
+        global _last_yield, _waiting
+        spin = self.spin
+        if spin is not None and not self._done and not _waiting:
+            spin(self)
+            if self.done:  # (a property: the spin may have answered it)
+                now = time.perf_counter()
+                if now - _last_yield < _YIELD_EVERY:
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                else:
+                    _last_yield = now
+                    await trio.lowlevel.checkpoint()
+        elif self._done:
+            await trio.lowlevel.checkpoint()
+        if not self._done:
+            self._task = trio.lowlevel.current_task()
+            _waiting += 1
+            try:
+                await trio.lowlevel.wait_task_rescheduled(self._abort)
+            finally:
+                _waiting -= 1
         if self._error is not None:
             raise self._error
         return typing.cast(T, self._value)
@@ -171,6 +238,8 @@ class PendingCalls:
         self._deadlines: dict[CallKind, deque[tuple[float, str]]] = {k: deque() for k in timeouts}
         self._timer_target = math.inf
         self._timer_wake = trio.Event()
+        #: trio's clock, read once per call (deadlines and latencies).
+        self._now: Callable[[], float] = trio.current_time
         self.counts = {"calls": 0, "errors": 0, "timeouts": 0, "bad_frames": 0}
         self._latencies: deque[float] = deque(maxlen=2048)
 
@@ -187,10 +256,10 @@ class PendingCalls:
         its deadline starts now."""
         kind = reply.kind
         reply.rid = rid
-        reply.t0 = time.perf_counter()
+        reply.t0 = now = self._now()
         reply._calls = self
         self._pending[rid] = reply
-        deadline = trio.current_time() + self._timeouts[kind]
+        deadline = now + self._timeouts[kind]
         queue = self._deadlines[kind]
         queue.append((deadline, rid))
         # Calls are mostly answered in order: keep the queue about as long as the
@@ -212,7 +281,7 @@ class PendingCalls:
             return None
         del self._pending[rid]
         reply._calls = None
-        self._latencies.append(time.perf_counter() - reply.t0)
+        self._latencies.append(self._now() - reply.t0)
         return reply
 
     def take_any(self, rid: str) -> Reply[Any] | None:
@@ -257,8 +326,9 @@ class PendingCalls:
 
         Cancellation: the timer stops; pending calls are left to the owner.
         """
+        self._now = trio.lowlevel.current_clock().current_time
         while True:
-            now = trio.current_time()
+            now = self._now()
             target = math.inf
             for kind, queue in self._deadlines.items():
                 while queue and (queue[0][1] not in self._pending or queue[0][0] <= now):

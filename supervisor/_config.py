@@ -169,3 +169,7 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     )
     #: Frames queued for an extension that is not reading its stdin before calls fail.
     write_backlog: int = 1024
+    #: A lone call (nothing else in flight to that extension) reads its answer itself
+    #: for up to this long before parking, which saves two task switches when the
+    #: extension answers fast; 0 never spins. See docs/architecture.md for the figures.
+    reply_spin: float = 50e-6

@@ -325,7 +325,10 @@ class Extension:
 
     async def _untrusted(self) -> bool:
         """Check trust right before a spawn (restarts too): the directory may have changed."""
-        problem = await trio.to_thread.run_sync(self._host.trust_problem, self._spec)
+        # Here, not in a worker thread: unchanged files are known by their stat (0.1 ms
+        # for a typical extension, 10 ms for 1,000 files), less than the trip there.
+        problem = self._host.trust_problem(self._spec)
+        await trio.lowlevel.checkpoint()
         if problem is None:
             return False
         self._problem = problem
@@ -560,19 +563,19 @@ class Extension:
         return True
 
     def _send(self, rid: str, line: bytes, reply: Reply[Any]) -> None:
-        inc = self._inc
-        error = "the extension is not running" if inc is None or not line else inc.send(line)
+        talk = self._talk
+        if talk is None or not line:
+            error: str | None = "the extension is not running"
+        else:
+            error = talk.call(rid, line, reply)
         if error is not None:
             self._calls.counts["errors"] += 1
             reply.fail(ExtensionGone(self.name, reply.what, error))
-            return
-        self._calls.add(rid, reply)
 
     def send_event(self, frame: f.Event) -> None:
         """Queue a one-way lifecycle event if the extension subscribed to it."""
-        inc = self._inc
-        if inc is not None and self.serving and frame.event in self._regs.events:
-            inc.send(f.encode_frame(frame))
+        if self._inc is not None and self.serving and frame.event in self._regs.events:
+            self._inc.send(f.encode_frame(frame))
 
     def _unavailable(self, what: str) -> ExtensionGone:
         state = self._lifecycle.state
@@ -582,8 +585,6 @@ class Extension:
             why = f" (last exit: {self._problem})" if self._problem else ""
             return ExtensionGone(self.name, what, f"the extension is restarting{why}")
         return ExtensionGone(self.name, what, f"the extension is {state.value}")
-
-    # --- stats -----------------------------------------------------------------------------
 
     @property
     def calls(self) -> PendingCalls:

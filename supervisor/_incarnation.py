@@ -39,7 +39,7 @@ from ._exceptions import ExtensionGone, ExtensionStopping
 from ._io import StderrLog
 from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
-from ._reap import Claimed, descendants, find_leftovers, kill_and_wait, signal_all, signal_group
+from ._reap import Claimed, kill_and_wait, leftovers, signal_group
 from ._restart import describe_exit
 
 __all__ = ["Conversation", "Incarnation"]
@@ -110,8 +110,8 @@ class Incarnation:
         self._stopping = False
         #: Where to leave the token instead of sweeping now (see :meth:`stop`).
         self._sweep_into: list[str] | None = None
-        #: Processes to kill (and wait for) once the extension exits.
-        self._doomed: list[Claimed] = []
+        #: The stderr pipe reached its end (everything the extension said is logged).
+        self._stderr_done = trio.Event()
 
     def __repr__(self) -> str:
         return f"<Incarnation {self._name!r} pid={self.pid} returncode={self.returncode}>"
@@ -148,13 +148,14 @@ class Incarnation:
         """SIGKILL the process group now (a refused handshake); :meth:`serve` reaps."""
         signal_group(self._proc.pid, signal.SIGKILL)
 
-    def send(self, data: bytes) -> str | None:
+    def send(self, data: bytes, *, coalesce: bool = False) -> str | None:
         """Queue a frame for stdin (never blocks); returns an error text when it cannot.
 
-        A frame that finds the writer idle goes straight to the pipe (see
+        A frame that finds the writer idle goes straight to the pipe, unless
+        ``coalesce`` asks to batch it with the others of this scheduler pass (see
         :class:`~supervisor._lines.LineWriter`).
         """
-        unsent = self._writer.write_nowait(data)
+        unsent = self._writer.write_nowait(data, coalesce=coalesce)
         return None if unsent is None else _UNSENT[unsent]
 
     # --- the owner's part --------------------------------------------------------------
@@ -172,7 +173,7 @@ class Incarnation:
         reader_done = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._stderr.drain, self._stderr_pipe)
+                nursery.start_soon(self._drain_stderr)
                 nursery.start_soon(self._writer.run)
                 nursery.start_soon(self._read_loop, conversation, reader_done)
                 nursery.start_soon(self._calls.run_timer)
@@ -199,15 +200,14 @@ class Incarnation:
     async def _reap(self) -> None:
         """Kill whatever is left of the incarnation and wait for it; bounded."""
         proc = self._proc
-        # The extension is gone; its group (ordinary children) has no reason to live.
-        # Found before the group is killed, so that what is killed is waited for.
-        found: list[Claimed] = []
+        # The extension is gone; its group (ordinary children) has no reason to live,
+        # nor has what escaped the group (the guardian adopted it: see _reap).
+        signal_group(proc.pid, signal.SIGKILL)
+        doomed: list[Claimed] = []
         if self._sweep_into is not None:
             self._sweep_into.append(self._token)
         else:
-            found = await trio.to_thread.run_sync(find_leftovers, [self._token], [proc.pid])
-        signal_group(proc.pid, signal.SIGKILL)
-        doomed, self._doomed = [*self._doomed, *found], []
+            doomed = await leftovers([self._token], [proc.pid])
         with trio.move_on_after(self._config.term_grace) as waited:
             await kill_and_wait(doomed)
             if proc.returncode is None:  # only if the ladder itself failed
@@ -232,11 +232,8 @@ class Incarnation:
         proc = self._proc
         self._calls.fail_all(ExtensionStopping, "the extension is being stopped")
         cfg = self._config
-        if self._plan.backend != "bwrap":
-            # Taken before asking it to stop: once it exits, the daemons it adopted as
-            # a subreaper are handed to init, and one with a clean environment would
-            # be lost. (bwrap's PID namespace takes everything down by itself.)
-            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
+        # Its daemons are not chased here: once it exits they are the guardian's
+        # orphans, killed by the sweep in _reap (or the caller's, for many at once).
         with trio.move_on_after(cfg.shutdown_grace):
             # A write cut short by the cancel leaves half a line: end it first.
             broken = b"\n" if self._writer.busy else b""
@@ -258,14 +255,11 @@ class Incarnation:
             return
         log.warning("extension_sigterm", pid=proc.pid)
         signal_group(proc.pid, signal.SIGTERM)
-        signal_all(self._doomed, signal.SIGTERM)
         with trio.move_on_after(cfg.term_grace):
             await proc.wait()
         if proc.returncode is None:
             log.warning("extension_sigkill", pid=proc.pid)
-            self._doomed += await trio.to_thread.run_sync(descendants, proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
-        signal_all(self._doomed, signal.SIGKILL)
         await proc.wait()
 
     async def _cut_after_ack(self, acked: trio.Event, race: trio.CancelScope) -> None:
@@ -298,8 +292,15 @@ class Incarnation:
         finally:
             done.set()
         # EOF: the extension is going away; nothing pending can be answered now. Its
-        # exit usually comes with the EOF: wait for it (briefly) so errors carry it.
-        if self._proc.returncode is None:
-            with trio.move_on_after(_EOF_AFTER_EXIT):
-                await self._proc.wait()
+        # exit usually comes with the EOF, and its last words (why it crashed) are
+        # in the stderr pipe: wait for both (briefly) so that errors carry them.
+        with trio.move_on_after(_EOF_AFTER_EXIT):
+            await self._proc.wait()
+            await self._stderr_done.wait()
         self._fail_calls()
+
+    async def _drain_stderr(self) -> None:
+        try:
+            await self._stderr.drain(self._stderr_pipe)
+        finally:
+            self._stderr_done.set()

@@ -3,35 +3,28 @@
 The one wrapper for a child corral spawns: extensions (the supervisor) and the
 agent's ``bash`` tool both use :func:`open_child` and :class:`ChildProcess`.
 
-Why not ``trio.lowlevel.open_process``: it forks from a trio worker thread, and
-worker threads exit after 10 s idle. ``PR_SET_PDEATHSIG`` (which the sandbox sets
-so a child dies with the host, and which bwrap's ``--die-with-parent`` uses) fires
-when the *thread* that forked the child exits, so every extension would be killed
-10 s after the last spawn. :func:`sandbox.spawn` forks from one daemon thread that
-lives as long as the host process, which keeps "dies with the host" true and idle
-extensions alive.
-
-Exit is awaited on a pidfd where the kernel has them (Linux ≥ 5.3), else in a
-worker thread; never by polling.
+Children are started by the sandbox's guardian (:func:`sandbox.spawn`): the host
+never forks, and spawning is a message to the guardian and back (a fraction of a
+millisecond), made right here in the trio thread, with no worker thread. The
+child is the guardian's: its start and its exit arrive on a status pipe, which
+:meth:`ChildProcess.wait` waits on like any other descriptor; nothing polls.
 """
 
 from __future__ import annotations
 
-import functools
-import os
 import subprocess
 import typing
 
 import trio
 
-from sandbox import LaunchPlan, spawn
+from sandbox import LaunchPlan, Spawned, spawn
 
 __all__ = ["ChildProcess", "open_child"]
 
 
 @typing.final
 class ChildProcess:
-    """A running child; :meth:`wait` reaps it, :meth:`aclose` closes its pipes.
+    """A running child; :meth:`wait` waits for its exit, :meth:`aclose` closes its pipes.
 
     ``stdin``, ``stdout`` and ``stderr`` are the host's ends of the pipes
     :func:`open_child` made (None for a stream that was not piped).
@@ -39,70 +32,69 @@ class ChildProcess:
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
+        child: Spawned,
         stdin: trio.lowlevel.FdStream | None,
         stdout: trio.lowlevel.FdStream | None,
         stderr: trio.lowlevel.FdStream | None,
     ) -> None:
-        self._popen = popen
-        self.pid = popen.pid
-        self.args = popen.args
+        self._child = child
+        self._status = child.status
+        self.pid = child.pid
+        self.args = child.args
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
         self._lock = trio.Lock()
-        self._pidfd: int | None = None
-        if hasattr(os, "pidfd_open"):
-            try:
-                self._pidfd = os.pidfd_open(popen.pid)
-            except OSError:  # an old kernel or a seccomp filter: use a thread instead
-                self._pidfd = None
 
     def __repr__(self) -> str:
         return f"<ChildProcess pid={self.pid} returncode={self.returncode}>"
 
     @property
     def returncode(self) -> int | None:
-        """Exit status once reaped (negative: killed by that signal), else None."""
-        return self._popen.returncode
+        """Exit status once it exited (negative: killed by that signal), else None."""
+        return self._status.returncode
+
+    async def _until(self, done: typing.Callable[[], bool]) -> None:
+        async with self._lock:
+            status = self._status
+            status.read()
+            while not done():
+                await trio.lowlevel.wait_readable(status.fileno())
+                status.read()
+
+    async def started(self) -> None:
+        """Wait until the program runs.
+
+        Raises:
+            OSError: it could not be started (not found, not executable, ...).
+
+        Cancellation: stops waiting; the child may still start (wait for it).
+        """
+        await self._until(lambda: self._status.started is not None)
+        if self._status.error is not None:
+            raise self._status.error
 
     async def wait(self) -> int:
-        """Wait for the child to exit and reap it.
+        """Wait for the child to exit.
 
-        Cancellation: stops waiting; the child is not signalled and not reaped, so
-        the caller must wait again (the shutdown ladder does).
+        Cancellation: stops waiting; the child is not signalled, so the caller must
+        wait again (the shutdown ladder does).
         """
-        async with self._lock:
-            if self._popen.returncode is None:
-                if self._pidfd is not None:
-                    await trio.lowlevel.wait_readable(self._pidfd)
-                else:
-                    await trio.to_thread.run_sync(self._wait_blocking, abandon_on_cancel=True)
-                self._popen.wait()
-                self._close_pidfd()
-        rc = self._popen.returncode
+        await self._until(lambda: self._status.returncode is not None)
+        rc = self._status.returncode
         assert rc is not None
         return rc
 
-    def _wait_blocking(self) -> None:
-        # WNOWAIT: only wait; the reaping waitpid happens in the trio thread.
-        os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
-
-    def _close_pidfd(self) -> None:
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
-
     async def aclose(self) -> None:
-        """Close the pipes (and the pidfd of a child never waited for).
+        """Close the pipes (and the status pipe of a child that exited).
 
         Cancellation: the pipes are closed all the same.
         """
         for stream in (self.stdin, self.stdout, self.stderr):
             if stream is not None:
                 await stream.aclose()
-        if self._popen.returncode is not None:
-            self._close_pidfd()
+        if self._status.returncode is not None:
+            self._status.close()
 
 
 async def open_child(
@@ -118,49 +110,33 @@ async def open_child(
         plan: what to run.
         stdin: pipe stdin (False: ``/dev/null``).
         merge_stderr: send stderr into the stdout pipe (``stderr`` is then None).
-        prepare: run the plan's preparation in the child (limits, cgroup, death
+        prepare: apply the plan's preparation in the child (limits, cgroup, death
             with the host); False starts ``plan.argv`` as a plain process in a new
             session (the unsandboxed ``bash`` tool). See :func:`sandbox.spawn`.
 
     Raises:
         OSError: the executable could not be started (not found, not executable).
 
-    Cancellation: not cancellable once started (it takes milliseconds); the process
-    is returned and a pending cancel arrives at the caller's next checkpoint, so
-    the caller can always reap what was spawned.
+    Cancellation: the spawn itself is not cancellable (a fraction of a
+    millisecond); cancelled while waiting for the program to start, the child is
+    killed and waited for before the cancellation propagates.
     """
-    # os.pipe() fds are close-on-exec (PEP 446); Popen dup2s the child's ends.
-    ours: list[int] = []
-    theirs: list[int] = []
-    try:
-        child_in = subprocess.DEVNULL
-        if stdin:
-            child_in, w = os.pipe()
-            ours.append(w)
-            theirs.append(child_in)
-        r, child_out = os.pipe()
-        ours.append(r)
-        theirs.append(child_out)
-        child_err = subprocess.STDOUT
-        if not merge_stderr:
-            r, child_err = os.pipe()
-            ours.append(r)
-            theirs.append(child_err)
-        start = functools.partial(
-            spawn, plan, stdin=child_in, stdout=child_out, stderr=child_err, prepare=prepare
-        )
-        popen = await trio.to_thread.run_sync(start)
-    except BaseException:
-        for fd in ours + theirs:
-            os.close(fd)
-        raise
-    # The child has its copies; ours must go so EOF reaches the other side.
-    for fd in theirs:
-        os.close(fd)
-    streams = [trio.lowlevel.FdStream(fd) for fd in ours]
-    return ChildProcess(
-        popen,
-        streams.pop(0) if stdin else None,
-        streams.pop(0),
-        streams.pop(0) if not merge_stderr else None,
+    child = spawn(
+        plan,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        prepare=prepare,
+        wait_started=False,
+        files=False,
     )
+    streams = [trio.lowlevel.FdStream(fd) if fd >= 0 else None for fd in child.fds]
+    proc = ChildProcess(child, *streams)
+    try:
+        await proc.started()
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            child.kill()
+            await proc.wait()
+            await proc.aclose()
+        raise
+    return proc

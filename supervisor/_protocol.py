@@ -22,6 +22,7 @@ the small :class:`Owner` interface, so the lifecycle stays the owner's.
 from __future__ import annotations
 
 import re
+import time
 import typing
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -31,11 +32,11 @@ import trio
 
 from . import _frames as f
 from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutcome
-from ._calls import CallKind, PendingCalls, Reply
+from ._calls import CallKind, PendingCalls, Reply, callers_waiting
 from ._config import HostInfo, SupervisorConfig
-from ._lines import LineReader, Oversize
+from ._lines import MORE, LineReader, Oversize
 from ._requests import CallTool, PreviewToolCall
-from ._version import VERSION
+from ._version import corral_version
 
 __all__ = [
     "ID_RE",
@@ -108,7 +109,7 @@ class Host(Protocol):
 
 
 class _Pipe(Protocol):
-    def send(self, data: bytes) -> str | None: ...
+    def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
 
     def kill(self) -> None: ...
 
@@ -134,6 +135,11 @@ class ChildProtocol:
         #: The child's stdout ended before its start-up was over.
         self.early_exit = False
         self._ready = False
+        #: The reader while lines are routed (see :meth:`spin`).
+        self._routing: LineReader | None = None
+        # Bound here, not only in the owner task's context: a caller spinning for
+        # its answer handles lines in its own task (see spin).
+        self._log = log.bind(extension=owner.name)
 
     def __repr__(self) -> str:
         return (
@@ -143,8 +149,75 @@ class ChildProtocol:
     def _refuse(self, reason: str) -> None:
         """Refuse the child: it is killed, and not restarted."""
         self.refused = reason
-        log.error("extension_refused", reason=reason)
+        self._log.error("extension_refused", reason=reason)
         self._pipe.kill()
+
+    def _handle(self, item: bytes | Oversize) -> None:
+        """Act on one line once start-up is over (each kind its own)."""
+        raise NotImplementedError
+
+    async def _route(self, reader: LineReader) -> None:
+        """Route every line until EOF (after start-up).
+
+        The pipe is read directly (see :class:`~supervisor._lines.LineReader`), and
+        a caller waiting for an answer may read it too (:meth:`spin`).
+
+        Cancellation: stops reading where it is.
+        """
+        self._routing = reader
+        handle = self._handle
+        try:
+            while True:
+                item = reader.next_nowait()
+                if item is MORE:
+                    await reader.fill()
+                elif item is None:
+                    return
+                else:
+                    handle(item)
+        finally:
+            self._routing = None
+
+    def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:
+        """Send a request and track it as ``rid``; an error text when it cannot be sent.
+
+        With other calls in flight, more lines follow in this scheduler pass (their
+        callers were woken together): the line waits for one write with theirs. A
+        lone call is written at once and may :meth:`spin` for its answer.
+        """
+        calls = self._calls
+        alone = not calls and not callers_waiting()
+        error = self._pipe.send(line, coalesce=not alone)
+        if error is None:
+            calls.add(rid, reply)
+            if alone and self._routing is not None and self._config.reply_spin > 0:
+                reply.spin = self.spin
+        return error
+
+    def spin(self, reply: Reply[Any]) -> None:
+        """Read and handle lines without waiting until ``reply`` is answered, for up to
+        ``reply_spin`` seconds (see :meth:`Reply.wait <supervisor._calls.Reply.wait>`).
+
+        It runs in the caller's task while the reader task waits for the pipe to
+        become readable: both take lines from the one reader, and neither awaits in
+        the middle of a line, so each line is handled exactly once, in order.
+        """
+        reader = self._routing
+        if reader is None:
+            return
+        handle = self._handle
+        clock = time.perf_counter
+        deadline = clock() + self._config.reply_spin
+        while True:
+            if reader.read_nowait():
+                while (item := reader.next_nowait()) is not MORE:
+                    if item is None:
+                        return  # the reader task sees the end too
+                    handle(item)
+                if reply.done:
+                    return
+            if clock() >= deadline:
+                return
 
     def _oversize(self, item: Oversize) -> tuple[str, str | None]:
         """What is wrong with an oversize line, and the id in its head (if any)."""
@@ -194,8 +267,7 @@ class ExtensionProtocol(ChildProtocol):
         """
         if await self._handshake(reader):
             await self._registration(reader)
-            while (item := await reader.next()) is not None:
-                self._handle(item)
+            await self._route(reader)
 
     # --- start-up ------------------------------------------------------------------
 
@@ -227,8 +299,8 @@ class ExtensionProtocol(ChildProtocol):
         self._owner.hello_accepted(self.registrations)
         info = self._host.host_info()
         ack = f.HelloAck(
-            corral_version=VERSION,
-            zot_version=VERSION,
+            corral_version=corral_version(),
+            zot_version=corral_version(),
             provider=info.provider,
             model=info.model,
             cwd=info.cwd,
@@ -264,7 +336,7 @@ class ExtensionProtocol(ChildProtocol):
         counts["bad_frames"] += 1
         n = counts["bad_frames"]
         if n <= _BAD_FRAME_LOG_LIMIT or n % 1000 == 0:
-            log.warning("bad_frame", problem=message, excerpt=excerpt, count=n)
+            self._log.warning("bad_frame", problem=message, excerpt=excerpt, count=n)
         if frame_id is not None:
             self._calls.violated(frame_id, message, excerpt)
 
@@ -297,7 +369,7 @@ class ExtensionProtocol(ChildProtocol):
             case f.Ready():
                 self._mark_ready("ready frame")
             case f.ShutdownAck():
-                log.debug("shutdown_ack")
+                self._log.debug("shutdown_ack")
                 self.acked.set()
             case f.Hello():
                 self._bad_frame("hello sent twice", f.excerpt(item), None)
@@ -308,19 +380,21 @@ class ExtensionProtocol(ChildProtocol):
             case f.Subscribe():
                 unknown = set(frame.intercept) - INTERCEPTABLE
                 if unknown:
-                    log.warning("subscribe_unknown_intercept", events=sorted(unknown))
+                    self._log.warning("subscribe_unknown_intercept", events=sorted(unknown))
                 regs.events = frozenset(frame.events)
                 regs.intercepts = frozenset(e for e in frame.intercept if e in INTERCEPTABLE)
             case f.RegisterTool():
                 problem = tool_problem(frame)
                 if problem:
-                    log.warning("tool_rejected", tool=frame.name, problem=problem)
+                    self._log.warning("tool_rejected", tool=frame.name, problem=problem)
                     return
                 regs.tools[frame.name] = frame
             case f.RegisterCommand():
                 name = frame.name.lstrip("/")
                 if not name or any(c.isspace() for c in name):
-                    log.warning("command_rejected", command=frame.name, problem="invalid name")
+                    self._log.warning(
+                        "command_rejected", command=frame.name, problem="invalid name"
+                    )
                     return
                 regs.commands[name] = f.RegisterCommand(name=name, description=frame.description)
         if self._ready:

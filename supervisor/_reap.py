@@ -1,13 +1,16 @@
 """Finding, killing and waiting for everything an extension started.
 
 An extension runs in its own process group, so one ``killpg`` reaches it and its
-ordinary children. Daemons escape the group (``setsid`` after a double fork), so
-every incarnation also carries a token in its environment, which descendants
-inherit, and without a sandbox the extension is its own child subreaper (see
-:mod:`sandbox._preexec`): a daemon that clears its environment is still its
-descendant while it runs, and the shutdown ladder snapshots its descendants
-before asking it to stop. Under bwrap the extension's PID namespace already
-guarantees all of this; these sweeps keep the unsandboxed case clean.
+ordinary children. Daemons escape the group (``setsid`` after a double fork).
+On Linux every child is the sandbox guardian's, and the guardian is a child
+subreaper (see :mod:`sandbox._guardian`): while the extension runs its orphans
+stay its descendants (it is a subreaper too), and once it exited they are the
+guardian's, so :func:`leftovers` asks the guardian to kill every orphan it
+adopted, a daemon that cleared its environment included, in one pass. Elsewhere
+every incarnation carries a token in its environment, which descendants inherit,
+and :func:`find_leftovers` looks for it. Under bwrap the extension's PID
+namespace already takes everything down; these sweeps keep the unsandboxed case
+clean.
 
 Killing is done through pidfds where the kernel has them (Linux >= 5.3): a
 process is *claimed* (a pidfd opened, then checked to still be the process that
@@ -29,18 +32,18 @@ import sys
 import typing
 from collections.abc import Iterable
 
-import psutil
 import trio
+
+from sandbox import sweep_orphans
 
 from ._spawn import INSTANCE_VAR
 
 __all__ = [
     "Claimed",
     "claim",
-    "descendants",
     "find_leftovers",
     "kill_and_wait",
-    "signal_all",
+    "leftovers",
     "signal_group",
 ]
 
@@ -107,15 +110,6 @@ def claim(found: Iterable[tuple[int, int | None]]) -> list[Claimed]:
     return out
 
 
-def descendants(pid: int) -> list[Claimed]:
-    """Claim every live descendant of ``pid`` (empty if it is gone)."""
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    return claim((c.pid, _start_time(c.pid) if _LINUX else None) for c in children)
-
-
 def find_leftovers(tokens: Iterable[str], groups: Iterable[int] = ()) -> list[Claimed]:
     """Claim live processes whose environment holds one of ``tokens`` or in ``groups``."""
     wanted = {f"{INSTANCE_VAR}={t}".encode() for t in tokens}
@@ -153,6 +147,8 @@ def _scan_proc(wanted: set[bytes], pgids: set[int], me: int) -> list[tuple[int, 
 
 
 def _scan_psutil(wanted: set[bytes], pgids: set[int]) -> list[int]:
+    import psutil  # not on Linux's path: importing it costs start-up time
+
     found: list[int] = []
     me = os.getpid()
     for proc in psutil.process_iter():
@@ -170,14 +166,30 @@ def _scan_psutil(wanted: set[bytes], pgids: set[int]) -> list[int]:
     return found
 
 
-def signal_all(claimed: Iterable[Claimed], sig: signal.Signals) -> None:
-    """Send ``sig`` to each claimed process, ignoring those already gone."""
+def _signal_all(claimed: Iterable[Claimed], sig: signal.Signals) -> None:
     for c in claimed:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if c.fd >= 0:
                 signal.pidfd_send_signal(c.fd, sig)
             else:
                 os.kill(c.pid, sig)
+
+
+async def leftovers(tokens: list[str], groups: Iterable[int] = ()) -> list[Claimed]:
+    """Claim (and on Linux already kill) what exited extensions left running.
+
+    On Linux the guardian's orphans: everything whose parent is gone, whatever
+    its group, session or environment (one round trip; the guardian reads
+    ``/proc`` once). Elsewhere the processes carrying one of ``tokens`` or in
+    ``groups`` (a worker thread reads ``/proc``). Callers kill and wait with
+    :func:`kill_and_wait`.
+
+    Cancellation: not cancellable while the guardian looks (milliseconds);
+    otherwise the search is abandoned.
+    """
+    if _PIDFD:
+        return [Claimed(pid, fd) for pid, fd in sweep_orphans()]
+    return await trio.to_thread.run_sync(find_leftovers, tokens, list(groups))
 
 
 async def kill_and_wait(claimed: list[Claimed]) -> None:
@@ -191,7 +203,7 @@ async def kill_and_wait(claimed: list[Claimed]) -> None:
     Cancellation: stops waiting; the signals are sent and every pidfd is closed.
     """
     try:
-        signal_all(claimed, signal.SIGKILL)
+        _signal_all(claimed, signal.SIGKILL)
         for c in claimed:
             if c.fd >= 0:
                 await trio.lowlevel.wait_readable(c.fd)

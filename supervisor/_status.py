@@ -7,7 +7,8 @@ import typing
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import psutil
+if typing.TYPE_CHECKING:
+    import psutil
 
 from ._api import ExtensionInfo, ExtensionStats
 from ._extension import Extension
@@ -34,6 +35,8 @@ class ProcessFigures:
 
     def measure(self, pids: Iterable[int]) -> dict[int, dict[str, Any]]:
         """Figures per root pid (blocking: run it in a worker thread)."""
+        import psutil  # only ``ext list`` needs it: not imported at start-up
+
         out: dict[int, dict[str, Any]] = {}
         seen: set[int] = set()
         for pid in pids:

@@ -20,7 +20,7 @@ import msgspec
 import structlog
 import trio
 
-from sandbox import Sandbox, SandboxUnavailable, select_sandbox
+from sandbox import Sandbox, SandboxUnavailable, select_sandbox, start_guardian
 
 from . import _frames as f
 from ._api import (
@@ -51,7 +51,7 @@ from ._gate import ReloadGate
 from ._intercept import run_chain
 from ._lifecycle import ExtensionState
 from ._manifest import Discovery, ExtensionSpec, discover
-from ._reap import find_leftovers, kill_and_wait
+from ._reap import kill_and_wait, leftovers
 from ._registry import Registry
 from ._requests import (
     CallTool,
@@ -300,7 +300,7 @@ class _Supervisor:
             for ext in exts:
                 stopping.start_soon(functools.partial(ext.stop, sweep_into=tokens))
         if tokens:
-            found = await trio.to_thread.run_sync(find_leftovers, tokens)
+            found = await leftovers(tokens)
             if found:
                 log.warning("leftovers_killed", pids=[c.pid for c in found])
                 with trio.move_on_after(self.config.term_grace) as waited:
@@ -531,7 +531,7 @@ class _Supervisor:
 
     async def _infos(self, exts: list[Extension]) -> list[ExtensionInfo]:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
-        figures = await trio.to_thread.run_sync(self._figures.measure, pids)
+        figures = await trio.to_thread.run_sync(self._figures.measure, pids) if pids else {}
         return extension_infos(exts, figures, self._sandbox.backend)
 
 
@@ -565,6 +565,8 @@ async def open_supervisor(
     runs the shutdown ladder for all extensions in parallel (shielded, bounded by
     ``shutdown_grace + term_grace`` plus reaping) and kills anything they left.
     """
+    # The guardian (once per process) boots while manifests are read and planned.
+    start_guardian()
     config = config or SupervisorConfig()
     if sandbox is None:
         try:

@@ -145,7 +145,7 @@ class Host(Protocol):
 
 
 class _Pipe(Protocol):
-    def send(self, data: bytes) -> str | None: ...
+    def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
 
     def kill(self) -> None: ...
 
@@ -205,8 +205,7 @@ class ToolHostProtocol(ChildProtocol):
             if not self.early_exit and self.refused is None:
                 self._refuse(f"start-up (init, get_tool_schemas) not done within {timeout:g} s")
             return
-        while (item := await reader.next()) is not None:
-            self._handle(item)
+        await self._route(reader)
 
     async def _start(self, reader: LineReader) -> bool:
         config = self._host_config

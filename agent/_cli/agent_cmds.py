@@ -31,8 +31,6 @@ from .._host import AgentHost, AgentOptions, open_agent
 from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
-from .chat import run_chat
-from .demo import default_examples_dir, missing_examples, run_demo
 from .helptext import AGENT_ENV, COMMON_ENV, epilog
 from .lifecycle import SignalCancel, check_started, requested_extensions
 from .logs import configure_logging, human_stderr
@@ -444,6 +442,8 @@ async def run_chat_until_signal(options: AgentOptions) -> int:
 
     Cancellation: the session ends; every extension is stopped.
     """
+    from .chat import run_chat  # the line editor: only a chat needs it
+
     signals = SignalCancel((signal.SIGTERM, signal.SIGHUP))
     async with trio.open_nursery() as outer:
         await outer.start(signals.watch)
@@ -557,6 +557,8 @@ def demo_cmd(ctx: click.Context, examples: Path | None, sandbox: str) -> None:
     directory: tool calls, a guard blocking and rewriting commands, redaction, a
     crash and restart mid-session, /reload-ext, and a clean stop. No key, no network.
     """
+    from .demo import default_examples_dir, missing_examples, run_demo
+
     # The demo narrates crashes and restarts itself; the supervisor's own warnings
     # would only repeat them (``-v`` or CORRAL_LOG still shows them).
     if not ctx.find_root().params.get("verbose"):

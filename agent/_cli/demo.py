@@ -216,8 +216,13 @@ class _NoInput:
 
 
 def _leftovers() -> list[psutil.Process]:
+    # The sandbox's guardian (and its spares) live as long as this process.
+    from sandbox import guardian_pids
+
+    keep = guardian_pids()
     try:
-        return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+        found = psutil.Process().children(recursive=True)
+        return [p for p in found if p.pid not in keep and p.is_running()]
     except psutil.Error:
         return []
 

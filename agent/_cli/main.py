@@ -13,7 +13,10 @@ table below without importing any of them).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import sys
+import threading
 import typing
 
 import click
@@ -43,6 +46,56 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+def _import_structlog() -> None:
+    """Import structlog (every command's modules log) without rich's tracebacks.
+
+    With rich installed, structlog imports ``rich.traceback`` and ``rich.pretty``
+    (and through them pygments) when it is imported, to format exceptions: a third
+    of ``corral run``'s start-up. corral formats exceptions as text before any
+    renderer sees them (``format_exc_info``, see ``logs``), so they are kept out
+    while structlog imports (a None in ``sys.modules`` fails the import, and
+    structlog falls back) and allowed again afterwards.
+    """
+    if "structlog" in sys.modules:
+        return
+    blocked = [name for name in ("rich.traceback", "rich.pretty") if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        importlib.import_module("structlog")
+    finally:
+        for name in blocked:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+#: Commands that run an agent (and so extensions and the bash tool).
+_AGENT_COMMANDS = frozenset({"run", "chat", "demo", "rpc"})
+
+
+def _prefetch_sandbox(args: list[str]) -> None:
+    """Start the sandbox's guardian and probe in the background, while the command's
+    modules import (a third of a second): both take tens of milliseconds of
+    waiting for child processes, which then overlap the imports instead of
+    following them. The probe's result is cached for the command to find."""
+    mode = "auto"
+    for i, arg in enumerate(args):
+        if arg == "--sandbox" and i + 1 < len(args):
+            mode = args[i + 1]
+        elif arg.startswith("--sandbox="):
+            mode = arg.partition("=")[2]
+
+    def prefetch() -> None:
+        from sandbox import SandboxError, select_sandbox, start_guardian
+
+        start_guardian()
+        if mode != "off":
+            with contextlib.suppress(SandboxError, ValueError):  # the command says why
+                select_sandbox(mode)
+
+    threading.Thread(target=prefetch, name="corral-sandbox-prefetch", daemon=True).start()
+
+
 @typing.final
 class _Main(click.Group):
     """The group: lazy commands, and the ``--rpc`` / ``-e PATH`` shortcuts."""
@@ -53,11 +106,20 @@ class _Main(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [*COMMANDS, *(name for name in super().list_commands(ctx) if name not in COMMANDS)]
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] in _AGENT_COMMANDS:
+            _import_structlog()  # first: the prefetch imports it too
+            _prefetch_sandbox(args[1:])
+        return super().resolve_command(ctx, args)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         found = super().get_command(ctx, cmd_name)  # added with add_command
         if found is not None or cmd_name not in COMMANDS:
             return found
         module, attr, summary = COMMANDS[cmd_name]
+        _import_structlog()
         command = getattr(importlib.import_module(f".{module}", __package__), attr)
         assert isinstance(command, click.Command)
         command.short_help = summary

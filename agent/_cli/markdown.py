@@ -16,7 +16,6 @@ import re
 import typing
 
 from rich.console import Console, Group, RenderableType
-from rich.markdown import Markdown
 from rich.segment import Segment, Segments
 
 from .screen import Terminal
@@ -58,6 +57,10 @@ def split_blocks(text: str) -> tuple[list[str], str]:
 
 def render_block(console: Console, text: str) -> RenderableType:
     """``text`` as rendered Markdown, without the blank lines rich puts around a block."""
+    # Imported here: a pipe or a file gets raw text, and the Markdown parser is a
+    # seventh of ``corral run``'s start-up.
+    from rich.markdown import Markdown
+
     markdown = Markdown(text, code_theme=CODE_THEME, hyperlinks=False)
     lines = console.render_lines(markdown, console.options, pad=False)
     while lines and not "".join(s.text for s in lines[0]).strip():

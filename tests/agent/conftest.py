@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.procs import children
+from helpers.procs import children, lasting
 
 
 @pytest.fixture
@@ -14,8 +14,8 @@ def no_leaks() -> Iterator[None]:
     """Fail the test if it leaves a child process running."""
     before = {p.pid for p in children()}
     yield
-    left = [p for p in children() if p.pid not in before]
-    assert not left, f"leaked processes: {[(p.pid, p.cmdline()) for p in left]}"
+    left = lasting(before)
+    assert not left, f"leaked processes: {left}"
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
+from helpers.procs import spawned_by
 from helpers.rpc_harness import chaos_ext, open_rpc, write_script
 
 BATCHES = 4
@@ -65,11 +66,11 @@ async def test_two_thousand_prompts_keep_memory_and_descriptors_flat(tmp_path: P
                 rpc.raw.clear()
                 samples.append((server.memory_info().rss, server.num_fds()))
                 if batch == 0:
-                    extension_pids = {p.pid for p in server.children(recursive=True)}
+                    extension_pids = {p.pid for p in spawned_by(server)}
                     assert len(extension_pids) == 1
             state = (await rpc.call("get_state"))["data"]
             assert (state["busy"], state["message_count"]) == (False, 0)
-            assert {p.pid for p in server.children(recursive=True)} == extension_pids
+            assert {p.pid for p in spawned_by(server)} == extension_pids
             print("rss, fds after each batch:", samples)
             (warm_rss, warm_fds), (last_rss, last_fds) = samples[1], samples[-1]
             assert last_fds == warm_fds, samples

@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
-from helpers.procs import children
+from helpers.procs import children, lasting
 
 from agent import ImageContent, TextContent, ToolError
 from agent._registry import ToolRunResult
@@ -259,14 +259,14 @@ async def test_bash_timeout_kills_the_whole_group(bash: BashTool) -> None:
     assert result.is_error
     assert "timed out after 0.5 s" in body(result)
     assert "started" in body(result)
-    assert {p.pid for p in children()} <= before
+    assert lasting(before) == []
 
 
 async def test_bash_background_jobs_do_not_outlive_the_call(bash: BashTool) -> None:
     before = {p.pid for p in children()}
     result = await run(bash, command="sleep 300 >/dev/null 2>&1 & echo spawned")
     assert body(result) == "spawned"
-    assert {p.pid for p in children()} <= before
+    assert lasting(before) == []
 
 
 async def test_bash_cancellation_kills_and_reaps(bash: BashTool) -> None:
@@ -274,7 +274,7 @@ async def test_bash_cancellation_kills_and_reaps(bash: BashTool) -> None:
     with trio.move_on_after(0.5) as scope:
         await bash.run("c", {"command": "sleep 300"}, any_progress)
     assert scope.cancelled_caught
-    assert {p.pid for p in children()} <= before
+    assert lasting(before) == []
 
 
 async def test_bash_argument_errors(bash: BashTool) -> None:

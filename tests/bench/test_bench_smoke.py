@@ -1,72 +1,60 @@
-"""Smoke test of the benchmark runner: ``bench/run.py --quick --only supervisor``.
+"""Smoke tests of the benchmark runner: ``bench/run.py --quick --only NAME``.
 
-It checks that every case is measured and reported as a number; it asserts nothing
-about speed (that is what the full benchmark is for, on a quiet machine).
+They check that every case is measured and reported as a number; they assert
+nothing about speed (that is what the full benchmark is for, on a quiet machine).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers.paths import REPO as ROOT
+from helpers.benchkit import quick_rows
+from helpers.paths import REPO
 
 EXPECTED_CASES = {
     "raw.seq",
     "raw.pipelined32",
+    "raw.seq_cpu",
     "mcp.seq",
     "mcp.concurrent32",
     "corral.seq",
+    "corral.seq_nospin",
     "corral.concurrent32",
     "corral.seq_vs_raw",
+    "corral.seq_nospin_vs_raw",
+    "corral.seq_cpu",
+    "corral.seq_cpu_vs_raw",
+    "corral.seq_nospin_cpu_vs_raw",
     "corral.concurrent32_vs_raw_pipelined",
     "corral.seq_vs_mcp",
     "corral.concurrent32_vs_mcp",
     "corral.intercept_chain1",
     "corral.intercept_chain5",
-    "corral.ready1",
-    "corral.ready10",
-    "corral.ready50",
-    "corral.bare_python50",
-    "corral.ready50_vs_bare",
-    "corral.direct_lean50_ready",
-    "corral.ready50_vs_direct",
-    "corral.stop50_cooperative",
-    "corral.direct_lean50_stop",
     "corral.stop10_stubborn",
-    "corral.idle_cpu_s",
-    "corral.idle_cpu_pct",
 }
-ROW_KEYS = {"bench", "case", "value", "unit", "target", "ok", "note"}
 
 
 @pytest.mark.slow
 def test_quick_supervisor_bench_reports_every_case(tmp_path: Path) -> None:
     pytest.importorskip("mcp", reason="the MCP comparison needs the 'bench' extra")
-    out = tmp_path / "rows.json"
-    argv = [sys.executable, "bench/run.py", "--quick", "--only", "supervisor", "--json", str(out)]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = quick_rows("supervisor", tmp_path)
+    assert {row["case"] for row in rows} == EXPECTED_CASES
+    assert all(row["value"] >= 0 for row in rows)
 
-    rows = json.loads(out.read_text())
-    assert isinstance(rows, list)
-    for row in rows:
-        assert set(row) == ROW_KEYS, row
-        assert row["bench"] == "supervisor"
-        assert not row["note"].startswith("error:"), row
-        value = row["value"]
-        assert isinstance(value, int | float), row
-        assert not isinstance(value, bool), row
-        assert math.isfinite(value), row
-        assert value >= 0, row
-        assert row["ok"] in (True, False, None), row
-        assert (row["target"] is None) == (row["ok"] is None), row
-    cases = [row["case"] for row in rows]
-    assert len(cases) == len(set(cases)), cases
-    assert set(cases) == EXPECTED_CASES
-    # The table is printed before the JSON.
-    assert "corral.seq_vs_raw" in proc.stdout.split("[", 1)[0]
+
+@pytest.mark.slow
+def test_quick_spawn_bench_compares_each_figure_with_its_direct_twin(tmp_path: Path) -> None:
+    cases = {row["case"] for row in quick_rows("spawn", tmp_path)}
+    for n in (1, 5, 10):
+        assert {f"ready{n}", f"ready{n}_direct", f"ready{n}_vs_direct"} <= cases
+    assert {"stop5", "stop5_direct", "stop5_vs_direct", "ready1_first_vs_direct"} <= cases
+
+
+@pytest.mark.slow
+def test_quick_curves_bench_reports_each_count_and_plots(tmp_path: Path) -> None:
+    rows = {row["case"]: row for row in quick_rows("curves", tmp_path)}
+    for n in (1, 5, 10):
+        assert {f"ready.n{n}", f"rss.n{n}", f"idle_cpu.n{n}", f"call.n{n}"} <= set(rows)
+    assert rows["rss.per_extension"]["unit"] == "KiB"
+    assert (REPO / "bench" / "results" / "curves.png").read_bytes().startswith(b"\x89PNG")

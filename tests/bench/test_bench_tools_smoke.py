@@ -47,6 +47,8 @@ def test_quick_mcp_and_dynamic_benches_report_every_case(tmp_path: Path) -> None
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = json.loads(out.read_text())
+    # The load average beside the figures (bench/run.py), not a measurement of these.
+    rows = [row for row in rows if row["bench"] != "machine"]
     for row in rows:
         assert not row["note"].startswith("error:"), row
         assert isinstance(row["value"], int | float), row

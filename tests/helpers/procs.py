@@ -7,11 +7,48 @@ import typing
 
 import psutil
 
+from sandbox import guardian_pids, start_guardian
+
+
+def descendants() -> list[psutil.Process]:
+    """Descendants of this test process, zombies included, but not its guardian, which
+    lives as long as the test process, nor the guardian's spares (see
+    ``CgroupManager.park_spare``); everything else of the guardian's is listed."""
+    start_guardian()
+    own = guardian_pids()
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in own]
+
+
+def spawned_by(host: psutil.Process) -> list[psutil.Process]:
+    """The descendants of a corral process (a CLI, an RPC server, this one) but its
+    guardian and the guardian's spares (forks of it, waiting: same command line)."""
+    out = []
+    for proc in host.children(recursive=True):
+        try:
+            if not any(a.endswith("_guardian_main.py") for a in proc.cmdline()):
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def lasting(known: set[int] | frozenset[int] = frozenset(), limit: float = 10.0) -> list[int]:
+    """Pids of descendants still there once those already dying are gone.
+
+    Every child is the guardian's, and the guardian reaps what it adopted (the
+    orphans of an extension it just killed, bwrap's inner process after the outer
+    one exited) a moment after they died: waiting for them (bounded) tells a
+    process that outlived its stop from one the kernel is still taking down.
+    Processes in ``known`` (running before) are not waited for, nor returned.
+    """
+    _, alive = psutil.wait_procs([p for p in descendants() if p.pid not in known], timeout=limit)
+    return [p.pid for p in alive]
+
 
 def children() -> list[psutil.Process]:
-    """Live (not zombie) descendants of this test process."""
+    """Live (not zombie) descendants of this test process (see :func:`descendants`)."""
     found = []
-    for proc in psutil.Process().children(recursive=True):
+    for proc in descendants():
         try:
             if proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)

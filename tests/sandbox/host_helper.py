@@ -14,9 +14,9 @@ Job fields: ``mode``, ``cgroups``, ``attack`` (file in the extension dir),
 ``then`` (``hold``, once the child printed ``READY``: ``exit`` when our stdin
 closes, or ``wait``),
 ``idle`` (``hold``: seconds to wait after ``READY`` before writing "ping"),
-``spawn_from`` (``spawner`` | ``main`` | ``short-thread`` | ``short-thread-spawn``),
-``tty`` (inherit our
-stdin, a terminal, without a new session).
+``spawn_from`` (``main`` | ``short-thread``: ``sandbox.spawn`` from a thread
+that exits right after), ``tty`` (inherit our stdin, a terminal, without a new
+session).
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from sandbox import (
     LaunchPlan,
     LaunchRequest,
     Permissions,
+    Spawned,
     check_permissions,
     host_environment,
-    preexec_for,
     select_sandbox,
     spawn,
 )
@@ -58,11 +58,12 @@ def _env(job: dict[str, Any], perms: Permissions) -> dict[str, str]:
     return env
 
 
-def _popen(plan: LaunchPlan, job: dict[str, Any]) -> subprocess.Popen[bytes]:
-    how = job.get("spawn_from", "spawner")
+def _popen(plan: LaunchPlan, job: dict[str, Any]) -> subprocess.Popen[bytes] | Spawned:
     if job.get("tty"):
-        # The terminal is our stdin and controlling terminal; no new session, so
-        # only the sandbox's own --new-session stands between it and the extension.
+        # The terminal is our stdin and controlling terminal; no new session and no
+        # guardian (whose children are in its own session), so only the sandbox's
+        # own --new-session stands between it and the extension. Nothing prepared:
+        # this is about the terminal, not the limits.
         return subprocess.Popen(
             plan.argv,
             stdin=0,
@@ -72,33 +73,13 @@ def _popen(plan: LaunchPlan, job: dict[str, Any]) -> subprocess.Popen[bytes]:
             cwd=plan.cwd,
             close_fds=True,
             pass_fds=plan.pass_fds,
-            preexec_fn=preexec_for(plan),
         )
-    if how == "spawner":
+    if job.get("spawn_from", "main") == "main":
         return spawn(plan)
-    kwargs: dict[str, Any] = {
-        "stdin": subprocess.PIPE,
-        "stdout": subprocess.PIPE,
-        "stderr": subprocess.PIPE,
-        "env": plan.env,
-        "cwd": plan.cwd,
-        "start_new_session": True,
-        "close_fds": True,
-        "pass_fds": plan.pass_fds,
-    }
-    if how == "main":
-        return subprocess.Popen(plan.argv, preexec_fn=preexec_for(plan), **kwargs)
-    box: list[subprocess.Popen[bytes]] = []
-
-    def short_lived() -> None:
-        # A worker thread that is gone right after the spawn, like trio's cached
-        # threads after 10 s idle: directly with Popen, or through sandbox.spawn.
-        if how == "short-thread-spawn":
-            box.append(spawn(plan))
-        else:
-            box.append(subprocess.Popen(plan.argv, preexec_fn=preexec_for(plan), **kwargs))
-
-    thread = threading.Thread(target=short_lived)
+    box: list[Spawned] = []
+    # A worker thread that is gone right after the spawn, like trio's cached
+    # threads after 10 s idle.
+    thread = threading.Thread(target=lambda: box.append(spawn(plan)))
     thread.start()
     thread.join()
     return box[0]

@@ -21,6 +21,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
+from helpers.procs import descendants, lasting
 
 import sandbox
 from agent._messages import TextContent
@@ -53,7 +54,7 @@ async def _run(
     tools: DynamicTools, code: str, args: dict[str, Any] | None = None
 ) -> tuple[bool, str]:
     """Create a tool with ``code`` and call it; (succeeded, text). Nothing may be left."""
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    before = {p.pid for p in descendants()}
     fds = set(os.listdir("/proc/self/fd"))
 
     async def progress(text: str) -> None:
@@ -66,7 +67,7 @@ async def _run(
             replace=True,
         )
         result: ToolRunResult = await tool.run("c1", args or {}, progress)
-    assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
+    assert lasting(before) == []
     assert set(os.listdir("/proc/self/fd")) <= fds
     text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
     return not result.is_error, text

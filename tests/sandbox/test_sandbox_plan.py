@@ -1,4 +1,4 @@
-"""What a bwrap plan contains, and what ``preexec_for`` does in the child."""
+"""What a bwrap plan contains, and what the guardian's child does before ``exec``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import msgspec
+import psutil
 import pytest
 
 from sandbox import (
@@ -18,12 +20,14 @@ from sandbox import (
     Limits,
     Permissions,
     PlanError,
-    preexec_for,
+    Spawned,
+    guardian_pids,
     select_sandbox,
     spawn,
+    start_guardian,
+    sweep_orphans,
 )
 from sandbox._bwrap import BwrapSandbox
-from sandbox._preexec import SPAWN_THREAD_EXIT
 
 
 def _request(tmp_path: Path, **fields: object) -> LaunchRequest:
@@ -119,11 +123,11 @@ def test_shims_are_refused(bwrap: BwrapSandbox, tmp_path: Path) -> None:
 
 
 def _none_plan(tmp_path: Path, limits: Limits) -> LaunchPlan:
-    backend = select_sandbox("off", cgroups=False)
+    backend = select_sandbox("off")
     return backend.plan(_request(tmp_path, permissions=Permissions(limits=limits)))
 
 
-def test_preexec_applies_limits(tmp_path: Path) -> None:
+def test_the_child_applies_limits(tmp_path: Path) -> None:
     plan = _none_plan(tmp_path, Limits(open_files=77, file_mb=3, memory_mb=300))
     code = (
         "import json, resource as r; print(json.dumps([r.getrlimit(r.RLIMIT_NOFILE), "
@@ -138,37 +142,22 @@ def test_preexec_applies_limits(tmp_path: Path) -> None:
     assert resource.getrlimit(resource.RLIMIT_NOFILE) != (77, 77)  # not the host's
 
 
-def test_preexec_refuses_short_lived_threads(tmp_path: Path) -> None:
-    plan = _none_plan(tmp_path, Limits())
-    box: list[subprocess.Popen[bytes]] = []
-
-    def worker() -> None:
-        box.append(
-            subprocess.Popen(
-                [sys.executable, "-c", "print('ran')"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                preexec_fn=preexec_for(plan),
-            )
-        )
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    thread.join()
-    out, err = box[0].communicate(timeout=60)
-    assert box[0].returncode == SPAWN_THREAD_EXIT
-    assert out == b""
-    assert b"short-lived thread" in err
-
-
 def test_spawn_works_from_any_thread(tmp_path: Path) -> None:
+    # The guardian forks every child from its one thread: a host thread that exits
+    # right after spawning takes nothing with it (PR_SET_PDEATHSIG is per thread).
     plan = _none_plan(tmp_path, Limits())
-    box: list[subprocess.Popen[bytes]] = []
+    code = "import os, time; time.sleep(0.5); print(os.getppid(), sorted(os.listdir('/dev/fd')))"
+    plan = msgspec.structs.replace(plan, argv=[sys.executable, "-c", code])
+    box: list[Spawned] = []
     thread = threading.Thread(target=lambda: box.append(spawn(plan, stdin=subprocess.DEVNULL)))
     thread.start()
     thread.join()
-    _out, _ = box[0].communicate(timeout=60)
-    assert box[0].returncode == 0
+    out, err = box[0].communicate(timeout=60)
+    assert box[0].returncode == 0, err
+    parent, fds = out.decode().split(" ", 1)
+    assert int(parent) == start_guardian()  # not ours: nothing here waits for it
+    # Its standard streams and the listing's own descriptor, nothing else.
+    assert fds.strip() == "['0', '1', '2', '3']"
 
 
 def test_runtime_paths_and_no_data_dir(bwrap: BwrapSandbox, tmp_path: Path) -> None:
@@ -219,3 +208,28 @@ def test_unvalidated_grants_are_resolved(bwrap: BwrapSandbox, tmp_path: Path) ->
     assert proc.returncode == 0, err
     assert out.decode().strip() == ws
     assert (real / "made").exists()
+
+
+def test_a_spawn_into_cgroups_takes_the_spare(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    # Joining a cgroup costs a kernel grace period: a spare child of the guardian
+    # joins the next cgroups ahead of time, and the spawn into them is handed to it.
+    manager = bwrap.cgroups
+    if manager is None:
+        pytest.skip("this user may not create cgroups here")
+    manager.park_spare()
+    spares = guardian_pids() - {start_guardian()}
+    assert spares
+    for _, fd in sweep_orphans():  # what a stop does: a spare is not an orphan
+        os.close(fd)
+    assert all(psutil.pid_exists(pid) for pid in spares)
+    plan = bwrap.plan(_request(tmp_path))
+    try:
+        child = spawn(plan, stdin=subprocess.DEVNULL)
+        _out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        assert child.pid in spares
+        assert plan.cgroup is not None
+        with open(os.path.join(plan.cgroup, "cgroup.procs")) as f:
+            assert f.read().split() == []  # it ran there and is gone
+    finally:
+        bwrap.cleanup(plan)

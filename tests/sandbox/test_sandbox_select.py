@@ -31,6 +31,7 @@ from sandbox._bwrap import BwrapSandbox
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """Forget the cached probe and backends for this test only."""
     monkeypatch.setattr(_select, "_probe", None)
+    monkeypatch.setattr(_select, "_report", None)
     monkeypatch.setattr(_select, "_backends", {})
 
 

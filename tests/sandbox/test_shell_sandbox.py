@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import trio
+from helpers.procs import descendants, lasting
 
 import sandbox
 from agent import TextContent
@@ -71,7 +71,7 @@ def _fds() -> set[int]:
 
 async def sh(tool: BashTool, command: str) -> tuple[bool, str]:
     """Run ``command``; (succeeded, output). Checks nothing is left running or open."""
-    before_pids = {p.pid for p in psutil.Process().children(recursive=True)}
+    before_pids = {p.pid for p in descendants()}
     before_fds = _fds()
 
     streamed: list[str] = []
@@ -81,8 +81,7 @@ async def sh(tool: BashTool, command: str) -> tuple[bool, str]:
 
     with trio.fail_after(60):
         result: ToolRunResult = await tool.run("c1", {"command": command}, progress)
-    after = {p.pid for p in psutil.Process().children(recursive=True)}
-    assert after <= before_pids
+    assert lasting(before_pids) == []
     assert _fds() <= before_fds
     text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
     # Output lines stream as progress too; each of them is also in the result.

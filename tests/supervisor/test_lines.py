@@ -113,3 +113,38 @@ async def test_writer_fast_path_full_backlog_and_a_broken_pipe() -> None:
         assert writer.write_nowait(b"more\n") is Unsent.BROKEN
         with pytest.raises(trio.BrokenResourceError):
             await writer.write(b"more\n")
+
+
+async def test_a_second_reader_may_take_the_bytes_a_waiting_fill_was_woken_for() -> None:
+    # A caller spinning for its answer reads the pipe while the reader task waits
+    # for it to become readable: the task must neither lose nor repeat a line, and
+    # must see the end of the stream even when the other one read it.
+    r, w = os.pipe()
+    reader = LineReader(trio.lowlevel.FdStream(r), 100)
+    got: list[bytes | None] = []
+
+    async def task() -> None:
+        while True:
+            item = await reader.next()
+            assert not isinstance(item, tuple)
+            got.append(item)
+            if item is None:
+                return
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(task)
+            await trio.testing.wait_all_tasks_blocked()
+            os.write(w, b"one\ntwo\n")
+            # The other reader takes both lines before the task runs again.
+            assert reader.read_nowait()
+            assert reader.next_nowait() == b"one"
+            assert reader.next_nowait() == b"two"
+            assert reader.read_nowait() is False  # nothing left
+            await trio.testing.wait_all_tasks_blocked()
+            os.write(w, b"three\n")
+            await trio.testing.wait_all_tasks_blocked()
+            os.close(w)
+            assert reader.read_nowait()  # the end of the stream, read by the other one
+            assert reader.eof
+    assert got == [b"three", None]

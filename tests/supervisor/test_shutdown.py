@@ -6,10 +6,9 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 
-import psutil
 import pytest
 import trio
-from helpers.procs import alive, num_fds
+from helpers.procs import alive, lasting, num_fds
 from helpers.supkit import CYCLE, Kit, capture_logs, wait_for
 
 from supervisor import (
@@ -26,8 +25,9 @@ from supervisor import (
 
 
 def _children() -> list[int]:
-    """Pids of this process's live or zombie descendants."""
-    return [p.pid for p in psutil.Process().children(recursive=True)]
+    """Pids of this process's descendants (its guardian's included) that outlived the
+    stop: zombies and processes the kernel is taking down are waited for."""
+    return lasting()
 
 
 async def test_cooperative_extensions_stop_fast(kit: Kit) -> None:

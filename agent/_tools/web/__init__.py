@@ -8,16 +8,21 @@ no environment proxies) for any HTTP client that must not reach internal hosts.
 
 from __future__ import annotations
 
-from sandbox import Sandbox
+import typing
 
-from ..._registry import Tool
-from .address import AddressPolicy, Allowance, blocked_reason, parse_allowance, parse_host
-from .browser import PageRenderer, find_chromium
+from ..._lazy import lazy_exports as _lazy_exports
 from .config import WebConfig
-from .errors import BlockedTarget, BrowserError, FetchFailed, WebConfigError, WebError
-from .fetch import RenderMode, WebFetchTool
-from .guard import NetGuard, Resolver, redirect_target, system_resolver
-from .search import SearchOutput, WebSearchTool
+
+if typing.TYPE_CHECKING:
+    from sandbox import Sandbox
+
+    from ..._registry import Tool
+    from .address import AddressPolicy, Allowance, blocked_reason, parse_allowance, parse_host
+    from .browser import PageRenderer, find_chromium
+    from .errors import BlockedTarget, BrowserError, FetchFailed, WebConfigError, WebError
+    from .fetch import RenderMode, WebFetchTool
+    from .guard import NetGuard, Resolver, redirect_target, system_resolver
+    from .search import SearchOutput, WebSearchTool
 
 __all__ = [
     "WEB_TOOLS",
@@ -57,7 +62,39 @@ def web_tools(
     Raises:
         WebConfigError: an allowance in ``config`` is not an address or network.
     """
+    from .fetch import WebFetchTool
+    from .search import WebSearchTool
+
     return {
         "web_fetch": WebFetchTool(config, sandbox=sandbox, require_sandbox=require_sandbox),
         "web_search": WebSearchTool(config),
     }
+
+
+#: Where each other public name lives: imported on first use (PEP 562), so that
+#: an agent without the web tools (the default) does not load HTTP and HTML code.
+_WHERE: dict[str, str] = {
+    "AddressPolicy": ".address",
+    "Allowance": ".address",
+    "blocked_reason": ".address",
+    "parse_allowance": ".address",
+    "parse_host": ".address",
+    "PageRenderer": ".browser",
+    "find_chromium": ".browser",
+    "BlockedTarget": ".errors",
+    "BrowserError": ".errors",
+    "FetchFailed": ".errors",
+    "WebConfigError": ".errors",
+    "WebError": ".errors",
+    "RenderMode": ".fetch",
+    "WebFetchTool": ".fetch",
+    "NetGuard": ".guard",
+    "Resolver": ".guard",
+    "redirect_target": ".guard",
+    "system_resolver": ".guard",
+    "SearchOutput": ".search",
+    "WebSearchTool": ".search",
+}
+
+
+__getattr__, __dir__ = _lazy_exports(__name__, _WHERE, globals(), __all__)

@@ -54,7 +54,7 @@ import psutil
 import structlog
 import trio
 
-from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox
+from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox, Spawned
 from sandbox import spawn as sandbox_spawn
 
 from .cdp import CdpConnection, CdpEvent
@@ -494,7 +494,7 @@ class PageRenderer:
         dead = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         dead.bind(("127.0.0.1", 0))
         plan: LaunchPlan | None = None
-        proc: subprocess.Popen[bytes] | None = None
+        proc: Spawned | None = None
         cdp: CdpConnection | None = None
         stderr_path = os.path.join(profile, _LOG)
         try:
@@ -531,15 +531,15 @@ class PageRenderer:
                         log.warning("browser_sandbox_cleanup_failed", error=str(exc))
 
 
-def _start(plan: LaunchPlan, stderr_path: str) -> subprocess.Popen[bytes]:
-    # Blocking: the log file is opened here, and the sandbox's spawner thread forks.
+def _start(plan: LaunchPlan, stderr_path: str) -> Spawned:
+    # Blocking: the log file is opened here, and the guardian is asked to spawn.
     with open(stderr_path, "wb") as stderr:
         return sandbox_spawn(
             plan, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
         )
 
 
-async def _stop(proc: subprocess.Popen[bytes]) -> None:
+async def _stop(proc: Spawned) -> None:
     """Kill the browser's process group (and any descendant that left it), then reap."""
     known = await trio.to_thread.run_sync(_descendants, proc.pid)
     _kill_tree(proc.pid, known)

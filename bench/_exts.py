@@ -1,0 +1,152 @@
+"""Extensions the benchmarks run, and the same extensions started without corral.
+
+* :func:`chaos_dirs`: ``examples/extensions/chaos`` under given names (tool calls,
+  intercept chains, stubborn stops);
+* :func:`lean_dirs`: the lightest realistic extension (the stdlib-only SDK, one
+  tool, a ``ready`` frame), for start-up and stop;
+* :func:`start_stop`: enter ``open_supervisor`` until every extension is ready,
+  then leave it (all stopped), timing both;
+* :func:`direct_lean`: the same lean extensions started without corral, as a
+  host would with ``subprocess.Popen``: the baseline of "ready" and "stop".
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import psutil
+import trio
+from _common import ROOT, stopwatch
+
+from supervisor import SDK_DIR, SupervisorClient, SupervisorConfig, open_supervisor
+
+CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
+
+#: The lightest realistic extension: the stdlib-only SDK, one tool, a ``ready`` frame.
+LEAN = """\
+import os
+import corral_ext
+
+ext = corral_ext.Extension(os.environ["CORRAL_EXT_NAME"], "1.0.0")
+
+
+@ext.tool("lean_" + ext.name.replace("-", "_"), "echo", {"type": "object"})
+def echo(args):
+    return "ok"
+
+
+ext.run()
+"""
+
+
+def chaos_dirs(root: Path, names: list[str], *flags: str) -> list[str]:
+    """One extension directory per name, each running chaos.py as that name."""
+    paths = []
+    for name in names:
+        d = root / "exts" / name
+        d.mkdir(parents=True, exist_ok=True)
+        manifest = {
+            "name": name,
+            "version": "1.0.0",
+            "exec": str(CHAOS),
+            "args": ["--name", name, *flags],
+            "language": "python",
+        }
+        (d / "extension.json").write_bytes(msgspec.json.encode(manifest))
+        paths.append(str(d))
+    return paths
+
+
+def lean_dirs(root: Path, names: list[str]) -> list[str]:
+    """One extension directory per name, each running the lean SDK extension."""
+    paths = []
+    for name in names:
+        d = root / "lean" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "lean.py").write_text(LEAN)
+        manifest = {"name": name, "version": "1.0.0", "exec": "./lean.py"}
+        (d / "extension.json").write_bytes(msgspec.json.encode(manifest))
+        paths.append(str(d))
+    return paths
+
+
+def config(root: Path, **overrides: Any) -> SupervisorConfig:
+    """A supervisor without a sandbox (``--sandbox off``: corral's own costs)."""
+    return SupervisorConfig(home=str(root / "home"), **{"sandbox": "off", **overrides})
+
+
+async def running(client: SupervisorClient) -> list[int]:
+    """Pids of the extensions in state ``running``."""
+    return [i.pid for i in await client.list_extensions() if i.state == "running" and i.pid]
+
+
+def alive(pids: list[int]) -> int:
+    """How many of ``pids`` still run."""
+    return sum(1 for pid in pids if psutil.pid_exists(pid))
+
+
+class StartStop(msgspec.Struct, frozen=True, kw_only=True):
+    """One open/close of a supervisor."""
+
+    ready_s: float
+    stop_s: float
+    running: int
+    left_alive: int
+
+
+async def start_stop(paths: list[str], cfg: SupervisorConfig) -> StartStop:
+    """Time entering ``open_supervisor`` (all ready) and leaving it (all stopped)."""
+    with trio.fail_after(300):
+        t0 = time.perf_counter()
+        async with open_supervisor(cfg, ext_paths=paths, discover=False) as c:
+            t1 = time.perf_counter()
+            pids = await running(c)
+            t2 = time.perf_counter()
+        t3 = time.perf_counter()
+    return StartStop(ready_s=t1 - t0, stop_s=t3 - t2, running=len(pids), left_alive=alive(pids))
+
+
+def child_env() -> dict[str, str]:
+    """A small environment like the one corral gives Python extensions."""
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    return env | {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def direct_lean(paths: list[str]) -> tuple[float, float]:
+    """Without corral: seconds until the lean extensions in ``paths``, started at once
+    (each in a session of its own, as corral starts them), all sent ``ready``, and
+    seconds from closing their stdin until all exited."""
+    pipe = subprocess.PIPE
+    with stopwatch() as ready:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(Path(d) / "lean.py")],
+                env=child_env() | {"PYTHONPATH": SDK_DIR, "CORRAL_EXT_NAME": Path(d).name},
+                cwd=d,
+                stdin=pipe,
+                stdout=pipe,
+                start_new_session=True,
+            )
+            for d in paths
+        ]
+        for p in procs:
+            assert p.stdout is not None
+            for line in p.stdout:
+                if b'"ready"' in line:
+                    break
+    with stopwatch() as stop:
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.close()
+        for p in procs:
+            p.wait()
+    for p in procs:
+        assert p.stdout is not None
+        p.stdout.close()
+    return ready[0], stop[0]

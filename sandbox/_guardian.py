@@ -1,0 +1,330 @@
+"""The host's side of the guardian: one small process that spawns and outlives nothing.
+
+Every child corral starts (extensions, tool hosts, the agent's shell, the
+browser) is forked by the *guardian* (``_guardian_main.py``), a single-threaded
+Python process the host starts once (on first use, or early with
+:func:`start_guardian`) and talks to over a ``SOCK_SEQPACKET`` socket pair. Why:
+
+* **No fork of the host.** A ``preexec_fn`` forces ``fork()`` of the whole
+  multi-threaded host (5-10 ms in a 40-60 MiB process, per spawn, blocking it);
+  the guardian is a 10 MiB single-threaded process whose fork costs the host
+  nothing but a message (``vfork`` starts the guardian itself). Limits, session,
+  cgroup membership and the parent-death signal are set in the guardian's child,
+  where any Python is safe.
+* **No thread lesson to remember.** ``PR_SET_PDEATHSIG`` fires when the *thread*
+  that forked the child exits; the guardian has one thread, which lives as long
+  as it does, so any host thread may spawn (no spawner thread, no thread hop).
+* **Nothing outlives the host.** The guardian is a child subreaper: whatever the
+  children leave behind (a double-forked ``setsid`` daemon with a cleared
+  environment included) stays its descendant. When the host dies, by SIGKILL too,
+  its end of the socket closes, and the guardian kills every descendant and every
+  cgroup it placed a child in, reaps them and exits; in every sandbox backend,
+  with or without cgroups, as root or not.
+
+A request carries the child's descriptors (``SCM_RIGHTS``); the reply is its pid
+and a *status pipe* (:class:`ChildStatus`) that says whether the program started
+and, later, its wait status. The guardian never blocks on a child, so a request
+takes a fraction of a millisecond: callers make it synchronously, from any thread.
+"""
+
+from __future__ import annotations
+
+import array
+import errno
+import marshal
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import typing
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "ChildStatus",
+    "Guardian",
+    "guardian",
+    "guardian_pids",
+    "start_guardian",
+    "sweep_orphans",
+]
+
+_PROGRAM = str(Path(__file__).with_name("_guardian_main.py"))
+#: Descriptors one reply may carry (the pidfds of a sweep).
+_MAX_FDS = 250
+
+
+@typing.final
+class ChildStatus:
+    """The status pipe of one child: whether it started, then its wait status.
+
+    Non-blocking: :meth:`read` takes what the guardian wrote so far.
+    """
+
+    def __init__(self, fd: int, argv0: str) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._argv0 = argv0
+        self._buf = b""
+        #: True once the program runs, False if it could not start, None until known.
+        self.started: bool | None = None
+        #: Why it did not start.
+        self.error: OSError | None = None
+        #: Its exit status once reaped (negative: killed by that signal), else None.
+        self.returncode: int | None = None
+        #: The guardian closed the pipe (after the exit status, or because it died).
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<ChildStatus started={self.started} returncode={self.returncode}>"
+
+    def fileno(self) -> int:
+        """The pipe's descriptor (-1 once closed), to wait for it to become readable."""
+        return self._fd
+
+    def read(self) -> None:
+        """Take every record written so far (never blocks)."""
+        while self._fd >= 0:
+            try:
+                data = os.read(self._fd, 4096)
+            except BlockingIOError:
+                return
+            if not data:
+                self._end()
+                return
+            self._buf += data
+            while len(self._buf) >= 2:
+                (size,) = struct.unpack("!H", self._buf[:2])
+                if len(self._buf) < 2 + size:
+                    break
+                self._record(*marshal.loads(self._buf[2 : 2 + size]))
+                self._buf = self._buf[2 + size :]
+
+    def _record(self, tag: bytes, value: int, step: str) -> None:
+        if tag == b"x":
+            self.started = True
+        elif tag == b"e":
+            self.started = False
+            what = self._argv0 if step == "exec" else f"{self._argv0} ({step})"
+            self.error = OSError(value, os.strerror(value), what)
+        elif tag == b"s":
+            if self.started is None:
+                self.started = True
+            self.returncode = os.waitstatus_to_exitcode(value)
+
+    def _end(self) -> None:
+        self.close()
+        if self.returncode is None:
+            # The guardian died before the child: its children die with it
+            # (PR_SET_PDEATHSIG), so this one is gone or going.
+            self.returncode = -9
+            if self.started is None:
+                self.started = False
+                self.error = OSError(errno.ECHILD, "the guardian process went away", "")
+
+    def close(self) -> None:
+        """Close the pipe (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.closed = True
+
+
+@typing.final
+class Guardian:
+    """The connection to this process's guardian; thread-safe (see the module docstring)."""
+
+    def __init__(self, python: str | None = None) -> None:
+        self._python = python or sys.executable
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._owner = 0
+        #: The spare children parked and not yet taken, by their cgroups (see :meth:`park`).
+        self._spares: dict[tuple[str, ...], int] = {}
+
+    def __repr__(self) -> str:
+        pid = self._proc.pid if self._proc is not None else None
+        return f"<Guardian pid={pid}>"
+
+    @property
+    def pid(self) -> int | None:
+        """The guardian's pid, once started."""
+        return self._proc.pid if self._proc is not None and self._owner == os.getpid() else None
+
+    def start(self) -> None:
+        """Start the guardian now if it is not running (it starts on first use anyway)."""
+        with self._lock:
+            self._ensure()
+
+    def _ensure(self) -> socket.socket:
+        if self._sock is not None and self._owner == os.getpid():
+            return self._sock
+        # Never started, or this is a forked copy of the host: its own guardian.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc = subprocess.Popen(
+                [self._python, "-I", "-S", _PROGRAM, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                # Its own session: the terminal's signals (Ctrl-C) are the host's.
+                start_new_session=True,
+                close_fds=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock, self._owner = ours, os.getpid()
+        return ours
+
+    def _discard(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+
+    def spawn(self, order: dict[str, Any], fds: list[int], argv0: str) -> tuple[int, ChildStatus]:
+        """Have the guardian start one child; returns its pid and its status pipe.
+
+        Blocking for a fraction of a millisecond (the first call also waits for
+        the guardian to start). ``fds`` are sent, not consumed: the caller closes
+        its copies.
+
+        Raises:
+            OSError: the guardian could not fork (the program's own start is
+                reported on the status pipe).
+        """
+        reply, got = self._ask(order, fds)
+        if "errno" in reply:
+            for fd in got:
+                os.close(fd)
+            err = reply["errno"]
+            raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
+        self._spares.pop(tuple(order.get("cgroups", ())), None)  # a spare taken: the child
+        return reply["pid"], ChildStatus(got[0], argv0)
+
+    def park(self, cgroups: list[str]) -> None:
+        """Have the guardian fork a spare child into ``cgroups`` now (it joins them while
+        nothing waits); the next spawn into exactly these cgroups takes it.
+
+        Raises:
+            OSError: the guardian could not fork.
+        """
+        reply, got = self._ask({"op": "park", "cgroups": list(cgroups)}, [])
+        for fd in got:
+            os.close(fd)
+        if "errno" in reply:
+            err = reply["errno"]
+            raise OSError(err, os.strerror(err))
+        self._spares[tuple(cgroups)] = reply["pid"]
+
+    def unpark(self, cgroups: list[str]) -> None:
+        """Forget the spare parked in ``cgroups``: they were removed (and it was
+        killed with them) without a spawn taking it."""
+        self._spares.pop(tuple(cgroups), None)
+
+    def own_pids(self) -> set[int]:
+        """The guardian and its parked spares: processes of corral's own that live as
+        long as this one and run nothing of an extension's."""
+        pid = self.pid
+        return set() if pid is None else {pid, *self._spares.values()}
+
+    def sweep(self) -> list[tuple[int, int]]:
+        """Kill every orphan the guardian adopted: what exited children left behind.
+
+        Returns ``(pid, pidfd)`` of each process killed (the caller waits for the
+        pidfds to become readable and closes them). Nothing when the guardian has
+        not started. Blocking for the guardian's one pass over ``/proc``.
+        """
+        if self._sock is None or self._owner != os.getpid():
+            return []
+        reply, got = self._ask({"op": "sweep"}, [])
+        return list(zip(reply.get("pids", []), got, strict=False))
+
+    def _ask(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        """One request and its reply (with the descriptors it carries)."""
+        data = marshal.dumps(order)
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        with self._lock:
+            for attempt in (1, 2):
+                sock = self._ensure()
+                try:
+                    sock.sendmsg([data], rights)
+                    msg, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS * 4))
+                except OSError:
+                    msg, ancdata = b"", []
+                got = _fds(ancdata)
+                if msg:
+                    break
+                # The guardian went away (killed from outside): start another, once.
+                for fd in got:
+                    os.close(fd)
+                self._discard()
+                if attempt == 2:
+                    raise OSError(errno.ECHILD, "the guardian process does not answer")
+        reply: dict[str, Any] = marshal.loads(msg)
+        return reply, got
+
+
+def _fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    out: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            out += array.array("i", data[:usable]).tolist()
+    return out
+
+
+_guardian = Guardian()
+
+
+def guardian() -> Guardian:
+    """This process's guardian (started on first use)."""
+    return _guardian
+
+
+def guardian_pids() -> set[int]:
+    """The guardian's pid and those of its parked spares (see ``Guardian.own_pids``):
+    what a check for leftover processes leaves out. Empty before it started."""
+    return _guardian.own_pids()
+
+
+def start_guardian() -> int | None:
+    """Start this process's guardian now, so that the first spawn does not wait for it.
+
+    A command that will start extensions calls this first thing: the guardian's
+    start-up (a fresh interpreter, ~20 ms) then overlaps the host's own.
+
+    Returns:
+        The guardian's pid; None if it could not be started (the first spawn then
+        says why).
+    """
+    try:
+        _guardian.start()
+    except OSError:
+        return None
+    return _guardian.pid
+
+
+def sweep_orphans() -> list[tuple[int, int]]:
+    """Kill whatever children spawned through :func:`sandbox.spawn` left behind.
+
+    Every process whose parent has exited is adopted by the guardian (a child
+    subreaper): the group of an extension that exited, a daemon that left its
+    session and cleared its environment. This SIGKILLs them all in one pass.
+
+    Returns:
+        ``(pid, pidfd)`` per process killed: wait for each pidfd to become readable
+        (the process is gone), then close it. Empty on a platform without pidfds.
+    """
+    if not hasattr(os, "pidfd_open"):
+        return []
+    return _guardian.sweep()

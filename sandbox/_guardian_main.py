@@ -1,0 +1,555 @@
+"""corral's guardian: starts every child corral spawns, and ends them all with the host.
+
+This file is a program, not a module of the package: the host runs it as
+``python -I -S _guardian_main.py FD`` (standard library only, no site packages),
+once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD``
+(see :mod:`sandbox._guardian`, the host's side).
+
+* **Spawning.** Each request is a marshalled order (argv, environment, working
+  directory, which descriptors go where, and what to prepare) with the child's
+  descriptors attached (``SCM_RIGHTS``). The guardian forks, which is cheap for a
+  small single-threaded process, and the child prepares itself and executes the
+  program: new session, descriptors in place, ``PR_SET_PDEATHSIG`` (it dies if the
+  guardian does), child subreaper (daemons of the extension stay its
+  descendants), cgroup membership, rlimits, and inode-capped tmpfs mounts in a
+  user and mount namespace of its own (see :mod:`sandbox._bwrap`). The reply is
+  the pid and the read end of a *status pipe*: the guardian writes there whether
+  the program started (or why not) and, once it has reaped the child, its wait
+  status.
+* **Guarding.** The guardian is a child subreaper itself, so every process the
+  children leave behind (a double-forked daemon in a new session, with a clean
+  environment) stays a descendant of it. When the host goes away, however it
+  goes (its end of the socket closes when the process dies, even by SIGKILL),
+  the guardian SIGKILLs every descendant and every cgroup it placed a child in,
+  reaps them, removes those cgroups and exits. Nothing corral started outlives it.
+
+Records on a status pipe: ``(b"x", 0, "")`` the program is running; ``(b"e", errno,
+step)`` it could not be started (``step``: ``"exec"``, ``"chdir"``, ``"cgroup"``);
+``(b"s", wait_status, "")`` it exited. Each record is marshalled, after a 2-byte
+length.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import marshal
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REC = 0x4000
+_MS_SLAVE = 1 << 19
+#: Exit status of a child whose preparation failed (a message went to its stderr).
+SETUP_FAILED_EXIT = 125
+#: Descriptors one message may carry (SCM_RIGHTS takes at most 253).
+MAX_FDS = 250
+#: How long the last clean-up may take before the guardian gives up and exits.
+CLEANUP_LIMIT = 10.0
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = getattr(_libc, "prctl", None)
+_unshare = getattr(_libc, "unshare", None)
+_mount = getattr(_libc, "mount", None)
+if _prctl is not None:
+    _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+if _mount is not None:
+    _mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+
+
+def record(tag: bytes, value: int, step: str = "") -> bytes:
+    data = marshal.dumps((tag, value, step))
+    return struct.pack("!H", len(data)) + data
+
+
+class _SetupFailed(Exception):
+    def __init__(self, step: str, err: int) -> None:
+        super().__init__(step, err)
+        self.step = step
+        self.errno = err
+
+
+# --- in the child, between fork and exec -----------------------------------------------
+
+
+def _place_fds(fds: list[int], targets: list[int], keep: list[int]) -> None:
+    """Put received descriptor ``fds[i]`` at number ``targets[i]``; close all others."""
+    base = max([*targets, 2]) + 1
+    temps = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in fds]
+    for temp, target in zip(temps, targets, strict=True):
+        os.dup2(temp, target, inheritable=True)
+    kept = {*targets, *keep}
+    try:
+        open_fds = os.listdir("/proc/self/fd")
+    except OSError:
+        open_fds = os.listdir("/dev/fd")
+    for name in open_fds:
+        if int(name) not in kept:
+            with contextlib.suppress(OSError):  # the listing's own, already closed
+                os.close(int(name))
+
+
+def _tmpfs(mounts: list[tuple[str, int, int]]) -> None:
+    """Mount inode-capped tmpfs in a user and mount namespace of our own."""
+    uid, gid = os.getuid(), os.getgid()
+    if _unshare is None or _mount is None:
+        raise _SetupFailed("unshare", errno.ENOSYS)
+    if _unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        raise _SetupFailed("unshare", ctypes.get_errno())
+    for path, data in (
+        ("/proc/self/setgroups", b"deny"),
+        ("/proc/self/uid_map", f"{uid} {uid} 1".encode()),
+        ("/proc/self/gid_map", f"{gid} {gid} 1".encode()),
+    ):
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    # Keep our mounts to ourselves whatever the host's propagation is.
+    if _mount(None, b"/", None, _MS_REC | _MS_SLAVE, None) != 0:
+        raise _SetupFailed("make-rslave", ctypes.get_errno())
+    for target, size, inodes in mounts:
+        options = f"size={size},nr_inodes={inodes},mode=1777".encode()
+        if _mount(b"tmpfs", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+            raise _SetupFailed("mount", ctypes.get_errno())
+
+
+def _execute(argv: list[str], env: dict[str, str]) -> None:
+    """``execve`` the program, looked up on the order's PATH like ``execvpe``; on
+    failure, the most telling error."""
+    program = argv[0]
+    if "/" in program:
+        os.execve(program, argv, env)
+    found = None
+    for directory in env.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            os.execve(os.path.join(directory or ".", program), argv, env)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) and found is None:
+                found = exc
+    raise found or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+def _join(cgroups: list[str]) -> None:
+    """Move this process into ``cgroups`` (a kernel RCU grace period, 10-20 ms, unless
+    another process joined one just before)."""
+    for path in cgroups:
+        try:
+            # "0" means "the writing process" in both cgroup versions.
+            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _SetupFailed("cgroup", exc.errno or errno.EIO) from None
+
+
+def _reset_signals() -> None:
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
+    """A child parked in its cgroups before anyone needs it, then given its order.
+
+    Joining a cgroup costs a grace period; a spare pays it while nothing waits
+    (see :meth:`Guardian.park`), so the spawn that takes it starts at once.
+    """
+    _reset_signals()
+    _place_fds([], [], [0, 1, 2, sock.fileno()])  # nothing of the guardian's while it waits
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != guardian:
+            os._exit(SETUP_FAILED_EXIT)
+    try:
+        _join(cgroups)
+    except _SetupFailed:
+        os._exit(SETUP_FAILED_EXIT)
+    msg, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+    if not msg:
+        os._exit(0)  # the guardian let it go
+    fds = _received(ancdata)
+    order = marshal.loads(msg)
+    order["cgroups"] = []  # joined already
+    # Received descriptors are inheritable: the exec pipe must close at exec.
+    os.set_inheritable(fds[-1], False)
+    _run_child(order, fds[:-1], fds[-1], guardian)
+
+
+def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
+    """Everything between fork and exec (the guardian is single-threaded: any Python is safe)."""
+    _reset_signals()
+    if order.get("session", True):
+        os.setsid()
+    _place_fds(fds, order["targets"], [exec_w])
+    try:
+        os.chdir(order["cwd"])
+    except OSError as exc:
+        raise _SetupFailed("chdir", exc.errno or errno.EIO) from None
+    if order.get("prepare") and _prctl is not None:
+        if _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise _SetupFailed("pdeathsig", ctypes.get_errno())
+        if os.getppid() != guardian:  # the guardian died before the line above
+            os._exit(SETUP_FAILED_EXIT)
+        # Orphans of the program's own children stay its descendants while it runs
+        # (the supervisor finds daemons that cleared their environment that way).
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _join(order.get("cgroups", ()))
+    for which, soft, hard in order.get("rlimits", ()):
+        resource.setrlimit(which, (soft, hard))
+    if order.get("tmpfs"):
+        try:
+            _tmpfs(order["tmpfs"])
+        except _SetupFailed as exc:
+            message = "corral sandbox: cannot mount the private /tmp (%s: errno %d)\n"
+            os.write(2, (message % (exc.step, exc.errno)).encode())
+            os._exit(SETUP_FAILED_EXIT)
+    try:
+        _execute(order["argv"], order["env"])
+    except OSError as exc:
+        raise _SetupFailed("exec", exc.errno or errno.EIO) from None
+
+
+def _run_child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
+    try:
+        _child(order, fds, exec_w, guardian)
+    except _SetupFailed as exc:
+        os.write(exec_w, marshal.dumps((exc.errno, exc.step)))
+    except BaseException:  # a bug here: report it as a failure to start
+        os.write(exec_w, marshal.dumps((errno.EIO, "setup")))
+    os._exit(127)
+
+
+# --- the guardian ----------------------------------------------------------------------
+
+
+class Guardian:
+    """The guardian's state: its children, their status pipes and their cgroups."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.pid = os.getpid()
+        #: pid -> (status pipe write end, cgroups)
+        self.children: dict[int, tuple[int, list[str]]] = {}
+        #: exec pipe read end -> pid, until the program started or failed to
+        self.starting: dict[int, int] = {}
+        #: Spare children by the cgroups they joined: pid and the socket of their order.
+        self.spares: dict[tuple[str, ...], tuple[int, socket.socket]] = {}
+        self.poller = select.poll()
+        self.wake_r, wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        self.poller.register(sock.fileno(), select.POLLIN)
+        self.poller.register(self.wake_r, select.POLLIN)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                events = self.poller.poll()
+            except InterruptedError:
+                continue
+            for fd, _ in events:
+                if fd == self.sock.fileno():
+                    if not self.request():
+                        return
+                elif fd == self.wake_r:
+                    if self.woken():
+                        return
+                elif fd in self.starting:
+                    self.started(fd)
+            self.reap()
+
+    def woken(self) -> bool:
+        """Drain the signal wake-up pipe; True on SIGTERM (end everything, like EOF)."""
+        try:
+            signals = os.read(self.wake_r, 512)
+        except BlockingIOError:
+            return False
+        return signal.SIGTERM in signals
+
+    def request(self) -> bool:
+        """Handle one request; False when the host is gone."""
+        try:
+            msg, ancdata, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+        except (ConnectionError, OSError):
+            return False
+        if not msg:
+            return False
+        fds = _received(ancdata)
+        reply: dict[str, Any] = {}
+        give: list[int] = []
+        try:
+            order = marshal.loads(msg)
+            if order.get("op") == "sweep":
+                reply, give = self.sweep()
+            elif order.get("op") == "park":
+                reply = self.park(order["cgroups"])
+            else:
+                reply, give = self.spawn(order, fds)
+        except OSError as exc:
+            reply = {"errno": exc.errno or errno.EIO}
+        except Exception as exc:  # a bad order must not end the guardian
+            reply = {"errno": errno.EINVAL, "detail": repr(exc)}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(give)}i", *give))]
+            self.sock.sendmsg([marshal.dumps(reply)], rights if give else [])
+        except OSError:
+            return False
+        finally:
+            for fd in give:
+                os.close(fd)
+        return True
+
+    def park(self, cgroups: list[str]) -> dict[str, Any]:
+        """Fork a spare child into ``cgroups`` now, for a later spawn into them."""
+        key = tuple(cgroups)
+        if key in self.spares:
+            return {"pid": self.spares[key][0]}
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:
+            ours.close()
+            try:
+                _spare(theirs, cgroups, self.pid)
+            finally:
+                os._exit(127)
+        theirs.close()
+        self.spares[key] = (pid, ours)
+        return {"pid": pid}
+
+    def _use_spare(self, order: dict[str, Any], fds: list[int], exec_w: int) -> int | None:
+        """Hand the order to the spare parked in its cgroups, if one is alive; its pid."""
+        spare = self.spares.pop(tuple(order.get("cgroups", ())), None)
+        if spare is None:
+            return None
+        pid, sock = spare
+        sent = struct.pack(f"{len(fds) + 1}i", *fds, exec_w)
+        try:
+            sock.sendmsg([marshal.dumps(order)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
+        except OSError:
+            return None  # it died (it could not join its cgroups): fork a child instead
+        finally:
+            sock.close()
+        return pid
+
+    def spawn(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        status_r, status_w = os.pipe()
+        try:
+            exec_r, exec_w = os.pipe()
+        except OSError:
+            os.close(status_r)
+            os.close(status_w)
+            raise
+        pid = self._use_spare(order, fds, exec_w)
+        if pid is None:
+            try:
+                pid = os.fork()
+            except OSError:
+                for fd in (status_r, status_w, exec_r, exec_w):
+                    os.close(fd)
+                raise
+            if pid == 0:
+                _run_child(order, fds, exec_w, self.pid)
+        os.close(exec_w)
+        self.children[pid] = (status_w, list(order.get("cgroups", ())))
+        self.starting[exec_r] = pid
+        self.poller.register(exec_r, select.POLLIN)
+        return {"pid": pid}, [status_r]
+
+    def started(self, exec_r: int) -> None:
+        """The exec pipe closed (the program runs) or says why it did not start."""
+        pid = self.starting.pop(exec_r)
+        self.poller.unregister(exec_r)
+        try:
+            data = os.read(exec_r, 4096)
+        except OSError:
+            data = b""
+        os.close(exec_r)
+        entry = self.children.get(pid)
+        if entry is None:
+            return
+        if data:
+            try:
+                err, step = marshal.loads(data)
+            except Exception:
+                err, step = errno.EIO, "setup"
+            self.tell(entry[0], record(b"e", err, step))
+        else:
+            self.tell(entry[0], record(b"x", 0))
+
+    def tell(self, fd: int, data: bytes) -> None:
+        with contextlib.suppress(OSError):  # the host closed its end: it no longer cares
+            os.write(fd, data)
+
+    def reap(self) -> None:
+        """Reap every child that exited, ours or adopted; report ours."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for exec_r, owner in list(self.starting.items()):
+                if owner == pid:
+                    self.started(exec_r)  # its exec pipe is closed by now
+            entry = self.children.pop(pid, None)
+            if entry is not None:
+                self.tell(entry[0], record(b"s", status))
+                os.close(entry[0])
+            for key, (spare, sock) in list(self.spares.items()):
+                if spare == pid:  # a spare that could not join its cgroups
+                    sock.close()
+                    del self.spares[key]
+
+    def sweep(self) -> tuple[dict[str, Any], list[int]]:
+        """SIGKILL every orphan we adopted (and its descendants); pidfds to wait on.
+
+        An orphan is a process whose parent died: what a child that exited left
+        behind (its group, a daemon in a session of its own, with a clean
+        environment or not). Nobody supervises it any more, so it is a leftover.
+        """
+        tree = self.tree()
+        ours = {*self.children, *(pid for pid, _ in self.spares.values())}
+        doomed = [p for p in tree.get(self.pid, ()) if p not in ours]
+        for pid in doomed:
+            doomed += tree.get(pid, ())
+        pids: list[int] = []
+        fds: list[int] = []
+        for pid in doomed:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue  # gone already
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            if len(fds) < MAX_FDS:
+                pids.append(pid)
+                fds.append(fd)
+            else:
+                os.close(fd)  # killed all the same; the host waits for the first ones
+        return {"pids": pids}, fds
+
+    def tree(self) -> dict[int, list[int]]:
+        """Parent pid -> child pids, of every process (one pass over /proc)."""
+        parents: dict[int, list[int]] = {}
+        try:
+            names = os.listdir("/proc")
+        except OSError:  # no procfs (macOS): the guardian's own children only
+            return {self.pid: list(self.children)}
+        for name in names:
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            parents.setdefault(int(fields[1]), []).append(int(name))
+        return parents
+
+    def descendants(self) -> list[int]:
+        """Every live descendant of the guardian (children first)."""
+        parents = self.tree()
+        found, todo = [], [self.pid]
+        while todo:
+            for child in parents.get(todo.pop(), ()):
+                found.append(child)
+                todo.append(child)
+        return found
+
+    def end_all(self) -> None:
+        """The host is gone: kill everything we started and what it started; reap."""
+        cgroups = [c for _, groups in self.children.values() for c in groups]
+        cgroups += [c for key in self.spares for c in key]
+        waiter = select.poll()
+        waiter.register(self.wake_r, select.POLLIN)
+        deadline = time.monotonic() + CLEANUP_LIMIT
+        while time.monotonic() < deadline:
+            doomed = self.descendants()
+            for pid in self.children:  # their groups too, where /proc cannot tell
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+            for path in cgroups:
+                doomed += _cgroup_kill(path)
+            for pid in doomed:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            self.reap()
+            if not doomed:
+                break
+            # Killed processes take a moment to exit: SIGCHLD (or the timeout) wakes us.
+            with contextlib.suppress(InterruptedError):
+                waiter.poll(10)
+            self.woken()
+        for path in cgroups:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+
+
+def _received(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
+    return fds
+
+
+def _cgroup_kill(path: str) -> list[int]:
+    """Processes left in a cgroup (after asking v2 to kill them all at once)."""
+    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
+        f.write("1")
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    sock = socket.socket(fileno=fd)
+    os.set_inheritable(fd, False)
+    if _prctl is not None:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    guardian = Guardian(sock)
+    try:
+        guardian.serve()
+    finally:
+        sock.close()
+        guardian.end_all()
+
+
+if __name__ == "__main__":
+    main()
