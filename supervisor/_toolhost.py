@@ -12,6 +12,12 @@ quarantine, the shutdown ladder, logs, stats) is the extension's machinery.
   ``get_ui_elements``, ``get_tags`` and ``required_tags``. A host that does not get
   through (no answer, an error from a required method, a config that does not fit)
   is refused like an extension without ``hello``: killed, FAILED, not restarted.
+  That is three round trips for a host with its own ``exec``; corral's runners
+  (manifest ``runtime``) get all seven requests in one write (one round trip): they
+  answer in order, and ``get_tool_schemas`` without a state uses the state their
+  ``init`` made. The answers are judged in the same order, so a config that does
+  not fit is still told as "before init" (the runner's ``init`` has then seen it
+  and refused it too; it is killed either way).
 * **calls**: ``execute_tool`` carries the state kept so far; every answer that
   carries a state replaces it (state is kept across a crash: the host gets
   ``init`` again, then the calls carry the state the client held). ``part`` events
@@ -170,6 +176,7 @@ class ToolHostProtocol(ChildProtocol):
         host_config: dict[str, Any],
         session: HostSession,
         ui_cache: Path | None = None,
+        pipelined: bool = False,
     ) -> None:
         super().__init__(owner, pipe, calls, config)  # acked: never set (no acknowledgement)
         self._owner: Owner = owner
@@ -178,6 +185,8 @@ class ToolHostProtocol(ChildProtocol):
         self._session = session
         #: Where ``get_ui_elements`` is kept for ``corral ext list --json``.
         self._ui_cache = ui_cache
+        #: Send every start-up request at once (corral's runners; see :meth:`_start`).
+        self._pipelined = pipelined
         #: Optional methods the host answered with an error: not asked again.
         self._lacks: set[Method] = set()
         self._tools: dict[str, f.RegisterTool] = {}
@@ -208,24 +217,49 @@ class ToolHostProtocol(ChildProtocol):
         await self._route(reader)
 
     async def _start(self, reader: LineReader) -> bool:
-        config = self._host_config
-        answers = await self._exchange(reader, [(Method.GET_CONFIG_SCHEMA, {})])
-        if answers is None or not self._config_fits(answers[Method.GET_CONFIG_SCHEMA], "before"):
+        before: list[tuple[Method, dict[str, Any]]] = [(Method.GET_CONFIG_SCHEMA, {})]
+        init: list[tuple[Method, dict[str, Any]]] = [(Method.INIT, {"config": self._host_config})]
+        if self._pipelined:
+            # One round trip: corral's runners answer in order, and get_tool_schemas
+            # without a state uses the runner's own (the state init gives).
+            after = self._after_init()
+            answers = await self._exchange(reader, [*before, *init, *after])
+            if answers is None:
+                return False
+            schema, initialized, *rest = answers
+            if not self._config_fits(schema, "before") or not self._initialized(initialized):
+                return False
+            return await self._finish(after, rest)
+        answers = await self._exchange(reader, before)
+        if answers is None or not self._config_fits(answers[0], "before"):
             return False
-        answers = await self._exchange(reader, [(Method.INIT, {"config": config})])
-        if answers is None:
+        answers = await self._exchange(reader, init)
+        if answers is None or not self._initialized(answers[0]):
             return False
-        init = answers[Method.INIT]
-        if isinstance(init, ErrorResponse):
-            self._refuse(f"init failed: {_error_text(init)}")
+        after = self._after_init()
+        answers = await self._exchange(reader, after)
+        return answers is not None and await self._finish(after, answers)
+
+    def _initialized(self, answer: OkResponse | ErrorResponse) -> bool:
+        if isinstance(answer, ErrorResponse):
+            self._refuse(f"init failed: {_error_text(answer)}")
             return False
-        self._keep_state(init, initial=True)
+        self._keep_state(answer, initial=True)
+        return True
+
+    def _after_init(self) -> list[tuple[Method, dict[str, Any]]]:
+        """What start-up asks once ``init`` is done (before its answer, when pipelined)."""
         state = {"state": self._session.state} if self._session.state is not None else {}
-        asked = [m for m in _AFTER_INIT if m not in self._lacks]
         params = {Method.GET_TOOL_SCHEMAS: state, Method.GET_TAGS: self._tag_params()}
-        answers = await self._exchange(reader, [(m, params.get(m, {})) for m in asked])
-        if answers is None:
-            return False
+        return [(m, params.get(m, {})) for m in _AFTER_INIT if m not in self._lacks]
+
+    async def _finish(
+        self,
+        asked: list[tuple[Method, dict[str, Any]]],
+        answered: list[OkResponse | ErrorResponse],
+    ) -> bool:
+        """Take the answers to :meth:`_after_init`'s requests; ready unless refused."""
+        answers = {method: answer for (method, _), answer in zip(asked, answered, strict=True)}
         if Method.GET_CONFIG_SCHEMA in answers and not self._config_fits(
             answers[Method.GET_CONFIG_SCHEMA], "after"
         ):
@@ -254,14 +288,17 @@ class ToolHostProtocol(ChildProtocol):
 
     async def _exchange(
         self, reader: LineReader, requests: list[tuple[Method, dict[str, Any]]]
-    ) -> dict[Method, OkResponse | ErrorResponse] | None:
-        """Send ``requests`` at once and read until each is answered; None at EOF."""
-        waiting: dict[str, Method] = {}
-        for asked, params in requests:
+    ) -> list[OkResponse | ErrorResponse] | None:
+        """Send ``requests`` at once and read until each is answered; the answers in
+        the order asked, or None at EOF."""
+        waiting: dict[str, int] = {}
+        lines: list[bytes] = []
+        for index, (asked, params) in enumerate(requests):
             rid = PendingCalls.new_id(CallKind.HOOK)
-            waiting[rid] = asked
-            self._pipe.send(encode_request(Request(id=rid, method=asked, params=params)))
-        answers: dict[Method, OkResponse | ErrorResponse] = {}
+            waiting[rid] = index
+            lines.append(encode_request(Request(id=rid, method=asked, params=params)))
+        self._pipe.send(b"".join(lines))  # one write
+        answers: list[OkResponse | ErrorResponse | None] = [None] * len(requests)
         while waiting:
             item = await reader.next()
             if item is None:
@@ -270,15 +307,15 @@ class ToolHostProtocol(ChildProtocol):
             msg = self._decode(item)
             if msg is None:
                 continue
-            method = waiting.get(msg.id)
-            if method is None or isinstance(msg, HostEvent):
+            index = waiting.pop(msg.id, -1)
+            if index < 0 or isinstance(msg, HostEvent):
                 self._complain(f"a line for id {msg.id[:64]!r}, which no request of start-up has")
                 continue
-            del waiting[msg.id]
+            method = requests[index][0]
             if isinstance(msg, ErrorResponse) and method in OPTIONAL_METHODS:
                 self._lacking(method, msg)
-            answers[method] = msg
-        return answers
+            answers[index] = msg
+        return [answer for answer in answers if answer is not None]
 
     def _config_fits(self, answer: OkResponse | ErrorResponse, when: str) -> bool:
         """Check the manifest's config against the host's schema (refuse if it does not fit)."""
