@@ -12,12 +12,9 @@ quarantine, the shutdown ladder, logs, stats) is the extension's machinery.
   ``get_ui_elements``, ``get_tags`` and ``required_tags``. A host that does not get
   through (no answer, an error from a required method, a config that does not fit)
   is refused like an extension without ``hello``: killed, FAILED, not restarted.
-  That is three round trips for a host with its own ``exec``; corral's runners
-  (manifest ``runtime``) get all seven requests in one write (one round trip): they
-  answer in order, and ``get_tool_schemas`` without a state uses the state their
-  ``init`` made. The answers are judged in the same order, so a config that does
-  not fit is still told as "before init" (the runner's ``init`` has then seen it
-  and refused it too; it is killed either way).
+  Three round trips for a host with its own ``exec``; corral's runners (``runtime``)
+  get all seven requests in one write: they answer in order, and ``get_tool_schemas``
+  without a state uses the state their ``init`` made. Answers are judged in order.
 * **calls**: ``execute_tool`` carries the state kept so far; every answer that
   carries a state replaces it (state is kept across a crash: the host gets
   ``init`` again, then the calls carry the state the client held). ``part`` events
@@ -94,6 +91,8 @@ _AFTER_INIT = (
     Method.GET_TAGS,
     Method.REQUIRED_TAGS,
 )
+#: Requests of start-up (method, params).
+_Asks = list[tuple[Method, dict[str, Any]]]
 
 
 @typing.final
@@ -126,20 +125,16 @@ class Owner(Protocol):
 
     def hello_accepted(self, registrations: Registrations) -> None:
         """``init`` succeeded: its registrations are ``registrations`` from now on."""
-        ...
 
     def ready(self, how: str) -> None:
         """The host is ready."""
-        ...
 
     def registrations_changed(self) -> None:
         """The tools offered changed (tags) after ready."""
-        ...
 
     def note(self, text: str, *, problem: bool = False) -> None:
         """Write ``text`` to the host's log; a ``problem`` (something the host sent is
         wrong) is also its status."""
-        ...
 
 
 class Host(Protocol):
@@ -147,7 +142,6 @@ class Host(Protocol):
 
     def host_info(self) -> HostInfo:
         """The current provider, model and cwd (``get_tags`` gets them)."""
-        ...
 
 
 class _Pipe(Protocol):
@@ -185,8 +179,7 @@ class ToolHostProtocol(ChildProtocol):
         self._session = session
         #: Where ``get_ui_elements`` is kept for ``corral ext list --json``.
         self._ui_cache = ui_cache
-        #: Send every start-up request at once (corral's runners; see :meth:`_start`).
-        self._pipelined = pipelined
+        self._pipelined = pipelined  # every start-up request in one write (corral's runners)
         #: Optional methods the host answered with an error: not asked again.
         self._lacks: set[Method] = set()
         self._tools: dict[str, f.RegisterTool] = {}
@@ -217,52 +210,34 @@ class ToolHostProtocol(ChildProtocol):
         await self._route(reader)
 
     async def _start(self, reader: LineReader) -> bool:
-        before: list[tuple[Method, dict[str, Any]]] = [(Method.GET_CONFIG_SCHEMA, {})]
-        init: list[tuple[Method, dict[str, Any]]] = [(Method.INIT, {"config": self._host_config})]
-        if self._pipelined:
-            # One round trip: corral's runners answer in order, and get_tool_schemas
-            # without a state uses the runner's own (the state init gives).
-            after = self._after_init()
-            answers = await self._exchange(reader, [*before, *init, *after])
-            if answers is None:
-                return False
-            schema, initialized, *rest = answers
-            if not self._config_fits(schema, "before") or not self._initialized(initialized):
-                return False
-            return await self._finish(after, rest)
-        answers = await self._exchange(reader, before)
+        schema: _Asks = [(Method.GET_CONFIG_SCHEMA, {})]
+        init: _Asks = [(Method.INIT, {"config": self._host_config})]
+        ahead = self._after_init() if self._pipelined else []  # one round trip, or three
+        answers = await self._exchange(reader, [*schema, *init, *ahead] if ahead else schema)
         if answers is None or not self._config_fits(answers[0], "before"):
             return False
-        answers = await self._exchange(reader, init)
-        if answers is None or not self._initialized(answers[0]):
+        if not ahead and (answers := await self._exchange(reader, init)) is None:
             return False
-        after = self._after_init()
-        answers = await self._exchange(reader, after)
-        return answers is not None and await self._finish(after, answers)
-
-    def _initialized(self, answer: OkResponse | ErrorResponse) -> bool:
-        if isinstance(answer, ErrorResponse):
-            self._refuse(f"init failed: {_error_text(answer)}")
+        initialized = answers[1 if ahead else 0]
+        if isinstance(initialized, ErrorResponse):
+            self._refuse(f"init failed: {_error_text(initialized)}")
             return False
-        self._keep_state(answer, initial=True)
-        return True
+        self._keep_state(initialized, initial=True)
+        after = ahead or self._after_init()
+        rest = answers[2:] if ahead else await self._exchange(reader, after)
+        return rest is not None and await self._finish(after, rest)
 
-    def _after_init(self) -> list[tuple[Method, dict[str, Any]]]:
+    def _after_init(self) -> _Asks:
         """What start-up asks once ``init`` is done (before its answer, when pipelined)."""
         state = {"state": self._session.state} if self._session.state is not None else {}
         params = {Method.GET_TOOL_SCHEMAS: state, Method.GET_TAGS: self._tag_params()}
         return [(m, params.get(m, {})) for m in _AFTER_INIT if m not in self._lacks]
 
-    async def _finish(
-        self,
-        asked: list[tuple[Method, dict[str, Any]]],
-        answered: list[OkResponse | ErrorResponse],
-    ) -> bool:
+    async def _finish(self, asked: _Asks, answered: list[OkResponse | ErrorResponse]) -> bool:
         """Take the answers to :meth:`_after_init`'s requests; ready unless refused."""
         answers = {method: answer for (method, _), answer in zip(asked, answered, strict=True)}
-        if Method.GET_CONFIG_SCHEMA in answers and not self._config_fits(
-            answers[Method.GET_CONFIG_SCHEMA], "after"
-        ):
+        schema = answers.get(Method.GET_CONFIG_SCHEMA)
+        if schema is not None and not self._config_fits(schema, "after"):
             return False
         if not self._take_tools(answers[Method.GET_TOOL_SCHEMAS]):
             return False
@@ -287,10 +262,9 @@ class ToolHostProtocol(ChildProtocol):
             log.warning("toolhost_ui_not_kept", path=str(self._ui_cache), error=str(exc))
 
     async def _exchange(
-        self, reader: LineReader, requests: list[tuple[Method, dict[str, Any]]]
+        self, reader: LineReader, requests: _Asks
     ) -> list[OkResponse | ErrorResponse] | None:
-        """Send ``requests`` at once and read until each is answered; the answers in
-        the order asked, or None at EOF."""
+        """Send ``requests`` at once, read until each is answered; answers in order, None at EOF."""
         waiting: dict[str, int] = {}
         lines: list[bytes] = []
         for index, (asked, params) in enumerate(requests):
