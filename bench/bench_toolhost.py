@@ -9,14 +9,19 @@ Run from the repository root::
    a typed tool), a Node tool host (corral's runner) and an extension (the
    stdlib-only SDK, ``concurrent=True``), all in one supervisor, repetitions
    alternating. Target: a tool host within 1.5x of the extension.
-2. **Spawn-to-ready through the supervisor**: entering ``open_supervisor`` with one
-   tool host until it is ready (manifest, plan, spawn, ``get_config_schema``,
-   ``init``, ``get_tool_schemas`` ...), against a bare ``python -c pass`` /
-   ``node -e 0`` started and reaped the same way. Target: within 1.3x. The Python
-   runner with a hand-written tool (``corral_tools`` only) and with a typed one
-   (its module imports msgspec); ``--sandbox off`` (the target) and, for scale,
-   under bwrap. The lean SDK extension is started the same way: what the
-   supervisor's own start path costs every kind of child alike.
+2. **Spawn-to-ready**, per host, three ways measured back to back in an order that
+   rotates every repetition: through the supervisor (entering ``open_supervisor``
+   with the one host until it is ready: manifest, plan, spawn, the start-up
+   handshake), the same runner started directly by a minimal client that sends it
+   the same handshake (no supervisor), and a bare ``python -c pass`` / ``node -e 0``
+   started and reaped. The ratios are paired (median of the per-repetition ratios):
+   ``corral_vs_bare`` (target: within 1.3x) splits into ``direct_vs_bare`` (the
+   interpreter's imports and the handshake: the runner's own cost) and
+   ``corral_vs_direct`` (corral's). The Python runner with a hand-written tool
+   (``corral_tools`` only) and with a typed one (its module imports msgspec);
+   ``--sandbox off`` (the target) and, for scale, under bwrap. The lean SDK
+   extension is started the same way: what the supervisor's start path costs every
+   kind of child alike.
 
 Figures are medians; the compared variants alternate so load from elsewhere hits
 each alike. No bench figure is asserted anywhere in the tests.
@@ -25,11 +30,13 @@ each alike. No bench figure is asserted anywhere in the tests.
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +44,11 @@ import msgspec
 import trio
 from _common import Row, Rows, main, median
 from _exts import child_env
-from bench_toolkit import JS_MODULE, LEAN_EXT, RAW_MODULE, TYPED_MODULE
+from bench_toolkit import JS_MODULE, LEAN_EXT, RAW_MODULE, TYPED_MODULE, runner_argv
 
 from agent._cli.logs import configure_logging
-from supervisor import SupervisorClient, SupervisorConfig, TextBlock, open_supervisor
+from supervisor import SDK_DIR, SupervisorClient, SupervisorConfig, TextBlock, open_supervisor
+from supervisor._hostwire import Method, OkResponse, Request, decode_host_message, encode_request
 
 WINDOW = 32
 ARGS = {"text": "hi"}
@@ -160,30 +168,103 @@ def bare_s(argv: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+#: What the supervisor sends one of corral's runners at start, all at once (see
+#: supervisor/_toolhost.py): the minimal client of the "direct" rows sends the same.
+HANDSHAKE = (
+    Method.GET_CONFIG_SCHEMA,
+    Method.INIT,
+    Method.GET_CONFIG_SCHEMA,
+    Method.GET_TOOL_SCHEMAS,
+    Method.GET_UI_ELEMENTS,
+    Method.GET_TAGS,
+    Method.REQUIRED_TAGS,
+)
+_MODELS = {"models": [{"id": "model", "provider": "offline"}]}
+
+
+def direct_s(lang: str, path: str) -> float:
+    """Seconds from starting the runner of the host in ``path`` directly (no supervisor;
+    the supervisor's environment) until it answered the whole start-up handshake."""
+    config = msgspec.json.decode((Path(path) / "extension.json").read_bytes())["config"]
+    params = {Method.INIT: {"config": config}, Method.GET_TAGS: {"config": config, **_MODELS}}
+    lines = b"".join(
+        encode_request(Request(id=str(i), method=m, params=params.get(m, {})))
+        for i, m in enumerate(HANDSHAKE)
+    )
+    env = child_env() | {"PYTHONPATH": SDK_DIR}
+    pipe = subprocess.PIPE
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        runner_argv(lang), cwd=path, env=env, stdin=pipe, stdout=pipe, start_new_session=True
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    proc.stdin.write(lines)
+    proc.stdin.flush()
+    answers = [decode_host_message(proc.stdout.readline()) for _ in HANDSHAKE]
+    elapsed = time.perf_counter() - t0
+    proc.stdin.close()
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    if not (isinstance(answers[1], OkResponse) and isinstance(answers[3], OkResponse)):
+        raise RuntimeError(f"the {lang} runner in {path} did not start: {answers}")
+    return elapsed
+
+
+class Host(msgspec.Struct, frozen=True):
+    path: str
+    bare: list[str]  # the interpreter doing nothing
+    runner: str | None  # "py" / "js": the runner started directly; None: an extension
+
+
 async def spawns(
     root: Path, sizes: Sizes, with_node: bool, with_bwrap: bool
-) -> dict[str, list[float]]:
+) -> dict[str, dict[str, list[float]]]:
+    """Per host: seconds to ready through the supervisor (``corral``, ``--sandbox off``;
+    ``bwrap`` for scale), the runner started directly (``direct``) and the bare
+    interpreter (``bare``), measured back to back in an order that rotates every
+    repetition (so the per-repetition ratios are paired)."""
+    python = [sys.executable, "-c", "pass"]
     hosts = {
-        "extension": extension(root),
-        "python raw": py_host(root, typed=False),
-        "python typed": py_host(root, typed=True),
+        "extension": Host(extension(root), python, None),
+        "python raw": Host(py_host(root, typed=False), python, "py"),
+        "python typed": Host(py_host(root, typed=True), python, "py"),
     }
-    bare = {"python": [sys.executable, "-c", "pass"]}
     if with_node:
-        hosts["node"] = js_host(root)
-        bare["node"] = [shutil.which("node") or "node", "-e", "0"]
-    modes = ["off", "auto"] if with_bwrap else ["off"]
-    samples: dict[str, list[float]] = {}
-    for path in hosts.values():  # warm the page cache and the bytecode
-        await ready_s(path, root, "off")
-    for _ in range(sizes.spawn_reps):
-        for name, argv in bare.items():
-            samples.setdefault(f"bare {name}", []).append(bare_s(argv))
-        for what, path in hosts.items():
-            for mode in modes:
-                key = f"{what} ({'bwrap' if mode == 'auto' else 'no sandbox'})"
-                samples.setdefault(key, []).append(await ready_s(path, root, mode))
+        hosts["node"] = Host(js_host(root), [shutil.which("node") or "node", "-e", "0"], "js")
+    samples: dict[str, dict[str, list[float]]] = {}
+    for host in hosts.values():  # warm the page cache and the bytecode
+        await ready_s(host.path, root, "off")
+    for rep in range(sizes.spawn_reps):
+        for what, host in hosts.items():
+            runs: dict[str, Callable[[], Awaitable[float]]] = {
+                "bare": functools.partial(trio.to_thread.run_sync, bare_s, host.bare),
+                "corral": functools.partial(ready_s, host.path, root, "off"),
+            }
+            if host.runner is not None:
+                runs["direct"] = functools.partial(
+                    trio.to_thread.run_sync, direct_s, host.runner, host.path
+                )
+            if with_bwrap:
+                runs["bwrap"] = functools.partial(ready_s, host.path, root, "auto")
+            order = list(runs)
+            shift = rep % len(order)
+            for kind in order[shift:] + order[:shift]:
+                samples.setdefault(what, {}).setdefault(kind, []).append(await runs[kind]())
     return samples
+
+
+def paired(ours: list[float], theirs: list[float]) -> float:
+    """The median of the per-repetition ratios."""
+    return median([a / b for a, b in zip(ours, theirs, strict=True)])
+
+
+_KINDS = {
+    "bare": "the bare interpreter, started and reaped",
+    "corral": "through the supervisor, --sandbox off, until ready",
+    "direct": "the runner started directly, until it answered the start-up handshake",
+    "bwrap": "through the supervisor under bwrap, until ready (for scale)",
+}
 
 
 # --- measure -------------------------------------------------------------------------------------
@@ -226,22 +307,34 @@ async def measure(quick: bool) -> list[Row]:
                     )
         with rows.guard("spawn"):
             samples = await spawns(root / "spawn", sizes, with_node, _bwrap_works())
-            ms = {k: median(v) * 1000 for k, v in samples.items()}
-            for key, value in ms.items():
-                rows.add(f"ready.{key.replace(' ', '_')}", value, "ms")
-            for key, value in ms.items():
-                if key.startswith(("bare", "extension")) or "bwrap" in key:
-                    continue
-                base = ms["bare node" if key.startswith("node") else "bare python"]
-                ratio = value / base
+            reps = f"paired, median of {sizes.spawn_reps} rotating repetitions"
+            for what, runs in samples.items():
+                key = what.replace(" ", "_")
+                for kind, values in runs.items():
+                    rows.add(f"ready.{key}.{kind}", median(values) * 1000, "ms", note=_KINDS[kind])
+                bare = "bare " + ("node -e 0" if what == "node" else "python -c pass")
+                ratio = paired(runs["corral"], runs["bare"])
                 rows.add(
-                    f"ready.{key.split(' (')[0].replace(' ', '_')}_vs_bare",
+                    f"ready.{key}.corral_vs_bare",
                     ratio,
                     "x",
-                    target="<= 1.3x",
-                    ok=ratio <= 1.3,
-                    note="through the supervisor, --sandbox off",
+                    target="<= 1.3x" if "direct" in runs else None,
+                    ok=ratio <= 1.3 if "direct" in runs else None,
+                    note=f"through the supervisor (--sandbox off) vs {bare}; {reps}",
                 )
+                if "direct" in runs:
+                    rows.add(
+                        f"ready.{key}.direct_vs_bare",
+                        paired(runs["direct"], runs["bare"]),
+                        "x",
+                        note=f"the runner's own cost: started directly vs {bare}; {reps}",
+                    )
+                    rows.add(
+                        f"ready.{key}.corral_vs_direct",
+                        paired(runs["corral"], runs["direct"]),
+                        "x",
+                        note=f"corral's cost: through the supervisor vs started directly; {reps}",
+                    )
     return rows.rows
 
 

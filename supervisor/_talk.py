@@ -148,6 +148,7 @@ def open_talk(
                 host_config=settings,
                 session=session,
                 ui_cache=ui_file(config.home, spec.identity),
+                pipelined=spec.manifest.runtime is not None,
             )
         case ChildKind.MCP_SERVER:
             assert isinstance(session, Relay)

@@ -12,6 +12,9 @@ quarantine, the shutdown ladder, logs, stats) is the extension's machinery.
   ``get_ui_elements``, ``get_tags`` and ``required_tags``. A host that does not get
   through (no answer, an error from a required method, a config that does not fit)
   is refused like an extension without ``hello``: killed, FAILED, not restarted.
+  Three round trips for a host with its own ``exec``; corral's runners (``runtime``)
+  get all seven requests in one write: they answer in order, and ``get_tool_schemas``
+  without a state uses the state their ``init`` made. Answers are judged in order.
 * **calls**: ``execute_tool`` carries the state kept so far; every answer that
   carries a state replaces it (state is kept across a crash: the host gets
   ``init`` again, then the calls carry the state the client held). ``part`` events
@@ -88,6 +91,8 @@ _AFTER_INIT = (
     Method.GET_TAGS,
     Method.REQUIRED_TAGS,
 )
+#: Requests of start-up (method, params).
+_Asks = list[tuple[Method, dict[str, Any]]]
 
 
 @typing.final
@@ -120,20 +125,16 @@ class Owner(Protocol):
 
     def hello_accepted(self, registrations: Registrations) -> None:
         """``init`` succeeded: its registrations are ``registrations`` from now on."""
-        ...
 
     def ready(self, how: str) -> None:
         """The host is ready."""
-        ...
 
     def registrations_changed(self) -> None:
         """The tools offered changed (tags) after ready."""
-        ...
 
     def note(self, text: str, *, problem: bool = False) -> None:
         """Write ``text`` to the host's log; a ``problem`` (something the host sent is
         wrong) is also its status."""
-        ...
 
 
 class Host(Protocol):
@@ -141,7 +142,6 @@ class Host(Protocol):
 
     def host_info(self) -> HostInfo:
         """The current provider, model and cwd (``get_tags`` gets them)."""
-        ...
 
 
 class _Pipe(Protocol):
@@ -170,6 +170,7 @@ class ToolHostProtocol(ChildProtocol):
         host_config: dict[str, Any],
         session: HostSession,
         ui_cache: Path | None = None,
+        pipelined: bool = False,
     ) -> None:
         super().__init__(owner, pipe, calls, config)  # acked: never set (no acknowledgement)
         self._owner: Owner = owner
@@ -178,6 +179,7 @@ class ToolHostProtocol(ChildProtocol):
         self._session = session
         #: Where ``get_ui_elements`` is kept for ``corral ext list --json``.
         self._ui_cache = ui_cache
+        self._pipelined = pipelined  # every start-up request in one write (corral's runners)
         #: Optional methods the host answered with an error: not asked again.
         self._lacks: set[Method] = set()
         self._tools: dict[str, f.RegisterTool] = {}
@@ -208,27 +210,34 @@ class ToolHostProtocol(ChildProtocol):
         await self._route(reader)
 
     async def _start(self, reader: LineReader) -> bool:
-        config = self._host_config
-        answers = await self._exchange(reader, [(Method.GET_CONFIG_SCHEMA, {})])
-        if answers is None or not self._config_fits(answers[Method.GET_CONFIG_SCHEMA], "before"):
+        schema: _Asks = [(Method.GET_CONFIG_SCHEMA, {})]
+        init: _Asks = [(Method.INIT, {"config": self._host_config})]
+        ahead = self._after_init() if self._pipelined else []  # one round trip, or three
+        answers = await self._exchange(reader, [*schema, *init, *ahead] if ahead else schema)
+        if answers is None or not self._config_fits(answers[0], "before"):
             return False
-        answers = await self._exchange(reader, [(Method.INIT, {"config": config})])
-        if answers is None:
+        if not ahead and (answers := await self._exchange(reader, init)) is None:
             return False
-        init = answers[Method.INIT]
-        if isinstance(init, ErrorResponse):
-            self._refuse(f"init failed: {_error_text(init)}")
+        initialized = answers[1 if ahead else 0]
+        if isinstance(initialized, ErrorResponse):
+            self._refuse(f"init failed: {_error_text(initialized)}")
             return False
-        self._keep_state(init, initial=True)
+        self._keep_state(initialized, initial=True)
+        after = ahead or self._after_init()
+        rest = answers[2:] if ahead else await self._exchange(reader, after)
+        return rest is not None and await self._finish(after, rest)
+
+    def _after_init(self) -> _Asks:
+        """What start-up asks once ``init`` is done (before its answer, when pipelined)."""
         state = {"state": self._session.state} if self._session.state is not None else {}
-        asked = [m for m in _AFTER_INIT if m not in self._lacks]
         params = {Method.GET_TOOL_SCHEMAS: state, Method.GET_TAGS: self._tag_params()}
-        answers = await self._exchange(reader, [(m, params.get(m, {})) for m in asked])
-        if answers is None:
-            return False
-        if Method.GET_CONFIG_SCHEMA in answers and not self._config_fits(
-            answers[Method.GET_CONFIG_SCHEMA], "after"
-        ):
+        return [(m, params.get(m, {})) for m in _AFTER_INIT if m not in self._lacks]
+
+    async def _finish(self, asked: _Asks, answered: list[OkResponse | ErrorResponse]) -> bool:
+        """Take the answers to :meth:`_after_init`'s requests; ready unless refused."""
+        answers = {method: answer for (method, _), answer in zip(asked, answered, strict=True)}
+        schema = answers.get(Method.GET_CONFIG_SCHEMA)
+        if schema is not None and not self._config_fits(schema, "after"):
             return False
         if not self._take_tools(answers[Method.GET_TOOL_SCHEMAS]):
             return False
@@ -253,15 +262,17 @@ class ToolHostProtocol(ChildProtocol):
             log.warning("toolhost_ui_not_kept", path=str(self._ui_cache), error=str(exc))
 
     async def _exchange(
-        self, reader: LineReader, requests: list[tuple[Method, dict[str, Any]]]
-    ) -> dict[Method, OkResponse | ErrorResponse] | None:
-        """Send ``requests`` at once and read until each is answered; None at EOF."""
-        waiting: dict[str, Method] = {}
-        for asked, params in requests:
+        self, reader: LineReader, requests: _Asks
+    ) -> list[OkResponse | ErrorResponse] | None:
+        """Send ``requests`` at once, read until each is answered; answers in order, None at EOF."""
+        waiting: dict[str, int] = {}
+        lines: list[bytes] = []
+        for index, (asked, params) in enumerate(requests):
             rid = PendingCalls.new_id(CallKind.HOOK)
-            waiting[rid] = asked
-            self._pipe.send(encode_request(Request(id=rid, method=asked, params=params)))
-        answers: dict[Method, OkResponse | ErrorResponse] = {}
+            waiting[rid] = index
+            lines.append(encode_request(Request(id=rid, method=asked, params=params)))
+        self._pipe.send(b"".join(lines))  # one write
+        answers: list[OkResponse | ErrorResponse | None] = [None] * len(requests)
         while waiting:
             item = await reader.next()
             if item is None:
@@ -270,15 +281,15 @@ class ToolHostProtocol(ChildProtocol):
             msg = self._decode(item)
             if msg is None:
                 continue
-            method = waiting.get(msg.id)
-            if method is None or isinstance(msg, HostEvent):
+            index = waiting.pop(msg.id, -1)
+            if index < 0 or isinstance(msg, HostEvent):
                 self._complain(f"a line for id {msg.id[:64]!r}, which no request of start-up has")
                 continue
-            del waiting[msg.id]
+            method = requests[index][0]
             if isinstance(msg, ErrorResponse) and method in OPTIONAL_METHODS:
                 self._lacking(method, msg)
-            answers[method] = msg
-        return answers
+            answers[index] = msg
+        return [answer for answer in answers if answer is not None]
 
     def _config_fits(self, answer: OkResponse | ErrorResponse, when: str) -> bool:
         """Check the manifest's config against the host's schema (refuse if it does not fit)."""

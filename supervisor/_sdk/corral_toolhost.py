@@ -50,20 +50,30 @@ Guarantees:
 
 from __future__ import annotations
 
+import _thread
 import enum
-import json
 import os
 import sys
-import threading
-from collections.abc import Callable
-from queue import SimpleQueue
-from types import ModuleType
-from typing import IO, TYPE_CHECKING, Any, Final, final
 
+# Start-up is an interpreter's floor plus what it imports before init is answered:
+# typing, json (which compiles regular expressions), threading and queue are not
+# among it. Lines are parsed and written with json's C accelerator (_json); the
+# first call starts the worker threads (and imports threading then).
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # the type checker sees the SDK as part of the supervisor package
+    import threading
+    from collections.abc import Callable
+    from queue import SimpleQueue
+    from types import ModuleType
+    from typing import IO, Any, Final, final
+
     from supervisor._sdk import corral_tools
 else:
     import corral_tools
+
+    def final(cls):
+        return cls
+
 
 __all__ = [
     "MAX_REQUEST_BYTES",
@@ -165,12 +175,59 @@ def _call_hook(fn: Callable[..., Any], **params: Any) -> Any:
     return fn(**params)
 
 
-def _dumps(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+try:
+    import _json
+
+    class _Parsing:  # what the C scanner reads from json.JSONDecoder, without json
+        strict = True
+        object_hook = object_pairs_hook = None
+        parse_float, parse_int = float, int
+        parse_constant = {
+            "NaN": float("nan"),
+            "Infinity": float("inf"),
+            "-Infinity": float("-inf"),
+        }.__getitem__
+
+    _scan = _json.make_scanner(_Parsing())  # type: ignore[arg-type]  # it reads attributes
+
+    def _loads(line: bytes) -> Any:
+        """``json.loads`` of a stripped line: the same value, or the same error."""
+        try:
+            text = line.decode()
+            value, end = _scan(text, 0)
+            if end == len(text):
+                return value
+        except Exception:  # _json's errors need json.decoder imported: json says why
+            pass
+        import json
+
+        return json.loads(line)  # bad input (or a BOM): json's own answer
+
+    def _dumps(message: Any) -> bytes:
+        # A new encoder per message: its circular-reference markers are per message.
+        enc = _json.make_encoder(
+            {}, _not_json, _json.encode_basestring, None, ":", ",", False, False, False
+        )
+        return "".join(enc(message, 0)).encode()
+
+except ImportError:  # an interpreter without the accelerator
+    import json
+
+    def _loads(line: bytes) -> Any:
+        return json.loads(line)
+
+    def _dumps(message: Any) -> bytes:
+        text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        return text.encode()
 
 
 def _sniff_id(head: bytes) -> str | int | None:
     """The request id in the start of a line that could not be parsed, if one is there."""
+    import json
     import re
 
     m = re.search(rb'"id"\s*:\s*("(?:[^"\\]|\\.){0,256}"|-?\d{1,18}\b)', head[:_ID_HEAD])
@@ -195,8 +252,8 @@ class _Workers:
 
     def __init__(self, log: Callable[[str], None]) -> None:
         self._log = log
-        self._jobs: SimpleQueue[Callable[[], None] | None] = SimpleQueue()
-        self._lock = threading.Lock()
+        self._jobs: SimpleQueue[Callable[[], None] | None] | None = None  # at the first job
+        self._lock = _thread.allocate_lock()
         self._idle = 0  # threads done with their job and not yet promised another
         self._threads: list[threading.Thread] = []  # only the reading thread appends
 
@@ -205,14 +262,22 @@ class _Workers:
             start = self._idle == 0
             if not start:
                 self._idle -= 1  # promised to this job
+        if self._jobs is None:
+            from queue import SimpleQueue
+
+            self._jobs = SimpleQueue()
         self._jobs.put(job)
         if start:
+            import threading
+
             thread = threading.Thread(target=self._work, name=f"tool-{len(self._threads)}")
             self._threads.append(thread)
             thread.start()
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        jobs = self._jobs
+        assert jobs is not None  # set before the first thread starts
+        while (job := jobs.get()) is not None:
             try:
                 job()
             except BaseException as exc:  # calls answer their own errors; this is a bug
@@ -223,6 +288,7 @@ class _Workers:
     def join(self) -> None:
         """Let queued and running calls finish, then end every thread."""
         for _ in self._threads:
+            assert self._jobs is not None  # a thread is started only after it was set
             self._jobs.put(None)
         for thread in self._threads:
             thread.join()
@@ -238,7 +304,7 @@ class ToolHost:
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._broken = False
         self._modules: list[_Module] | None = None  # None until init succeeded
         self._tools: dict[str, tuple[corral_tools.Tool, _Module]] = {}
@@ -305,7 +371,7 @@ class ToolHost:
     def handle(self, line: bytes) -> None:
         """Handle one request line (without its newline)."""
         try:
-            msg = json.loads(line)
+            msg = _loads(line)
         except (ValueError, RecursionError) as exc:
             self._answer_unparsed(line, ErrorType.INVALID_REQUEST, f"not valid JSON: {exc}")
             return
@@ -572,7 +638,7 @@ class ToolHost:
         return None
 
     def _get_config_schema(self, params: dict[str, Any]) -> tuple[Any, Any]:
-        schema = json.loads(json.dumps(_RUNNER_SCHEMA))  # a fresh deep copy
+        schema = _loads(_dumps(_RUNNER_SCHEMA))  # a fresh deep copy
         for mod in self._modules or []:
             hook = mod.hooks.get("get_config_schema")
             extra = None if hook is None else _call_hook(hook)

@@ -44,15 +44,24 @@ starts without it.
 
 from __future__ import annotations
 
-import base64
 import enum
-import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any, Final, NoReturn, final, overload
 
+# Not typing or json: a tool host imports this module before it answers init.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import IO, Any, Final, NoReturn, final, overload
+
     import msgspec
+else:
+
+    def final(cls):
+        return cls
+
+    def overload(fn):
+        return fn
+
 
 __all__ = [
     "ArgumentError",
@@ -69,8 +78,14 @@ __all__ = [
     "tool",
 ]
 
-JSONObject = dict[str, Any]
-Emit = Callable[[Any], None]
+if TYPE_CHECKING:
+    JSONObject = dict[str, Any]
+    Emit = Callable[[Any], None]
+else:  # the same, as far as the runtime cares (without importing typing)
+    from collections.abc import Callable
+
+    JSONObject = dict
+    Emit = Callable[[object], None]
 """``emit(payload)`` sends ``payload`` as a streaming ``part`` of the running call."""
 
 _CO_COROUTINE: Final = 0x80  # inspect.CO_COROUTINE, without importing inspect
@@ -132,6 +147,8 @@ def text_block(text: str) -> JSONObject:
 def image_block(data: bytes | str, mime_type: str = "image/png") -> JSONObject:
     """A ``{"type": "image"}`` content block; raw ``bytes`` are base64-encoded here."""
     if isinstance(data, bytes | bytearray | memoryview):
+        import base64
+
         data = base64.b64encode(data).decode("ascii")
     return {"type": "image", "mime_type": mime_type, "data": data}
 
@@ -401,12 +418,12 @@ def tool(
 
 
 @overload
-def tool(
+def tool(  # noqa: F811  (overload is typing's, to the type checker)
     fn: None = None, *, name: str | None = None, description: str | None = None
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
-def tool(
+def tool(  # noqa: F811
     fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: a typed function becomes a :class:`Tool`.
@@ -753,6 +770,8 @@ def _walk_schema(schema: JSONObject, steps: Sequence[str | int]) -> JSONObject:
 
 
 def _show(value: Any) -> str:
+    import json
+
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -817,8 +836,12 @@ def _repair_names(repairs: Sequence[Repair]) -> str:
 
 
 def _part_to_stderr(payload: Any) -> None:
+    import json
+
     sys.stderr.write(json.dumps({"part": payload}, ensure_ascii=False, default=repr) + "\n")
 
 
 def _dumps(value: Any) -> bytes:
+    import json
+
     return json.dumps(value, ensure_ascii=False, allow_nan=False).encode() + b"\n"

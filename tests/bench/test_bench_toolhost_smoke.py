@@ -25,7 +25,11 @@ def test_quick_toolhost_bench_reports_every_case(tmp_path: Path) -> None:
     for host in ("python", "node"):
         assert {f"call.{host}.seq_vs_extension", f"call.{host}.conc_vs_extension"} <= cases
     for child in ("extension", "python_raw", "python_typed", "node"):
-        assert f"ready.{child}_(no_sandbox)" in cases
+        assert {
+            f"ready.{child}.bare",
+            f"ready.{child}.corral",
+            f"ready.{child}.corral_vs_bare",
+        } <= cases
     for host in ("python_raw", "python_typed", "node"):
-        assert f"ready.{host}_vs_bare" in cases
-    assert {"ready.bare_python", "ready.bare_node"} <= cases
+        paired = {f"ready.{host}.direct_vs_bare", f"ready.{host}.corral_vs_direct"}
+        assert {f"ready.{host}.direct", *paired} <= cases

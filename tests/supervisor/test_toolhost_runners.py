@@ -210,6 +210,43 @@ async def test_init_returns_state_and_calls_round_trip_it(lang: str) -> None:
             assert plain.result.state is None
 
 
+async def test_start_up_requests_sent_at_once_are_answered_in_order(lang: str) -> None:
+    # What the supervisor relies on to start corral's runners in one round trip.
+    config = {"modules": [RUNNERS[lang]["tools"]], "start": 5}
+    asked = [
+        (Method.GET_CONFIG_SCHEMA, {}),
+        (Method.INIT, {"config": config}),
+        (Method.GET_CONFIG_SCHEMA, {}),
+        (Method.GET_TOOL_SCHEMAS, {}),  # no state: the one init made
+        (Method.GET_UI_ELEMENTS, {}),
+        (Method.GET_TAGS, {"config": config, "models": []}),
+        (Method.REQUIRED_TAGS, {}),
+    ]
+    lines = [
+        encode_request(Request(id=f"s{i}", method=m, params=p)) for i, (m, p) in enumerate(asked)
+    ]
+    with trio.fail_after(STEP):
+        async with open_host(lang) as host:
+            await host.send_raw(b"".join(lines))
+            answers = [await host.recv() for _ in asked]
+            assert (
+                decode_execute_value(
+                    (
+                        await host.ok(Method.EXECUTE_TOOL, {"tool_name": "count", "arguments": {}})
+                    ).result.value
+                ).result
+                == 6
+            )
+    assert [a.id for a in answers] == [f"s{i}" for i in range(len(asked))]
+    assert all(isinstance(a, OkResponse) for a in answers), answers
+    before, init, after, schemas = (a.result.value for a in answers[:4])  # type: ignore[union-attr]
+    assert "start" not in before["properties"]
+    assert init == {"count": 5}
+    assert "start" in after["properties"]
+    tools, _ = decode_tool_schemas(schemas)
+    assert "count" in [t.name for t in tools]
+
+
 async def test_tool_schemas(lang: str) -> None:
     with trio.fail_after(STEP):
         async with open_host(lang) as host:
