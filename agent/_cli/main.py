@@ -21,6 +21,7 @@ import typing
 
 import click
 
+from .._version import __version__
 from .argv import rewrite_shortcuts
 from .helptext import epilog
 from .term import ColorMode, set_color_mode
@@ -169,7 +170,7 @@ class _Main(click.Group):
     expose_value=False,
     help="Same as `corral rpc`: serve one session as JSON lines on stdin/stdout.",
 )
-@click.version_option(package_name="corral")
+@click.version_option(__version__, package_name="corral")
 @click.pass_context
 def main(ctx: click.Context, verbose: int, color: str) -> None:
     """corral: run untrusted agent extensions as supervised, sandboxed subprocesses.
