@@ -18,12 +18,12 @@ from click.testing import CliRunner
 from helpers.paths import EXAMPLES, REPO
 
 from agent._cli.main import COMMANDS, main
-from agent._version import __version__
 from agent._cli.render import HumanRenderer
 from agent._cli.screen import Terminal, make_console
 from agent._cli.term import ColorMode, wants_color
 from agent._events import ExtNotify, ToolCallEvent
 from agent._tools.bash import PROGRESS_BURST, ProgressLines
+from agent._version import __version__
 from supervisor._io import StderrLog
 
 
