@@ -15,8 +15,8 @@ Every command runs from cached bytecode, as an installed corral does (pip compil
 it): ``PYTHONDONTWRITEBYTECODE`` is dropped, the bytecode goes to a cache directory
 in the temporary home (``PYTHONPYCACHEPREFIX``, nothing written into the checkout)
 and the first run of each command, which compiles, is not counted. Without that, a
-shell with ``PYTHONDONTWRITEBYTECODE=1`` and an editable install compiles all of
-corral on every run (about 0.3 s of ``run_offline``).
+shell with ``PYTHONDONTWRITEBYTECODE=1`` and a checkout without ``__pycache__``
+would time the compiler on every run, not corral.
 
 Figures are medians, in milliseconds. The machine is shared, so expect noise of
 a few milliseconds; the bench takes the median of many runs.
