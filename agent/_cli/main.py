@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 import threading
 import typing
 
 import click
 
+from .._version import __version__
 from .argv import rewrite_shortcuts
 from .helptext import epilog
 from .term import ColorMode, set_color_mode
@@ -44,29 +44,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sandbox": ("ext_cmds", "sandbox_group", "Check which sandbox backend works here."),
     "completion": ("completion", "completion_cmd", "Print a shell completion script."),
 }
-
-
-def _import_structlog() -> None:
-    """Import structlog (every command's modules log) without rich's tracebacks.
-
-    With rich installed, structlog imports ``rich.traceback`` and ``rich.pretty``
-    (and through them pygments) when it is imported, to format exceptions: a third
-    of ``corral run``'s start-up. corral formats exceptions as text before any
-    renderer sees them (``format_exc_info``, see ``logs``), so they are kept out
-    while structlog imports (a None in ``sys.modules`` fails the import, and
-    structlog falls back) and allowed again afterwards.
-    """
-    if "structlog" in sys.modules:
-        return
-    blocked = [name for name in ("rich.traceback", "rich.pretty") if name not in sys.modules]
-    for name in blocked:
-        sys.modules[name] = None  # type: ignore[assignment]
-    try:
-        importlib.import_module("structlog")
-    finally:
-        for name in blocked:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
 
 
 #: Commands that run an agent (and so extensions and the bash tool).
@@ -110,7 +87,6 @@ class _Main(click.Group):
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and args[0] in _AGENT_COMMANDS:
-            _import_structlog()  # first: the prefetch imports it too
             _prefetch_sandbox(args[1:])
         return super().resolve_command(ctx, args)
 
@@ -119,7 +95,6 @@ class _Main(click.Group):
         if found is not None or cmd_name not in COMMANDS:
             return found
         module, attr, summary = COMMANDS[cmd_name]
-        _import_structlog()
         command = getattr(importlib.import_module(f".{module}", __package__), attr)
         assert isinstance(command, click.Command)
         command.short_help = summary
@@ -169,7 +144,7 @@ class _Main(click.Group):
     expose_value=False,
     help="Same as `corral rpc`: serve one session as JSON lines on stdin/stdout.",
 )
-@click.version_option(package_name="corral")
+@click.version_option(__version__, package_name="corral")
 @click.pass_context
 def main(ctx: click.Context, verbose: int, color: str) -> None:
     """corral: run untrusted agent extensions as supervised, sandboxed subprocesses.

@@ -28,11 +28,12 @@ from collections.abc import Callable
 from typing import TextIO
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.live import Live
-from rich.spinner import Spinner
 from rich.text import Text
 
 from .term import ColorMode, is_terminal, wants_color
+
+if typing.TYPE_CHECKING:
+    from rich.live import Live
 
 __all__ = ["Activity", "Terminal", "make_console"]
 
@@ -62,6 +63,10 @@ class Activity:
     """
 
     def __init__(self, label: str, *, tail: int = 4) -> None:
+        # Only an interactive terminal draws one: a pipe never pays for the import
+        # (rich.spinner pulls in rich.table and decimal).
+        from rich.spinner import Spinner
+
         self.label = label
         self.started = time.monotonic()
         self._spinner = Spinner("dots", style="cyan")
@@ -156,6 +161,8 @@ class Terminal:
     def _put_up(self) -> None:
         if self._shown is None or not self.interactive:
             return
+        from rich.live import Live  # as Spinner: only for a terminal
+
         # rich refreshes from its own thread (animation); its console lock orders the writes.
         self._live = Live(
             self._shown,

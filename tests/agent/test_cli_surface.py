@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import io
 import json
 import os
@@ -22,6 +23,7 @@ from agent._cli.screen import Terminal, make_console
 from agent._cli.term import ColorMode, wants_color
 from agent._events import ExtNotify, ToolCallEvent
 from agent._tools.bash import PROGRESS_BURST, ProgressLines
+from agent._version import __version__
 from supervisor._io import StderrLog
 
 
@@ -61,17 +63,27 @@ def test_the_table_matches_each_commands_own_docstring() -> None:
         assert (command.help or "").splitlines()[0] == summary, name
 
 
-def test_help_and_version_import_no_command() -> None:
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
+def test_help_and_version_import_no_command(argv: list[str]) -> None:
+    # A real interpreter, as the console script starts it: what the answer imported.
     code = (
         "import sys; from agent._cli.main import main\n"
-        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"try:\n    main({argv!r}, prog_name='corral')\nexcept SystemExit:\n    pass\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('trio', 'supervisor', 'structlog', 'rich', 'prompt_toolkit', 'sandbox')))"
+        "('trio', 'supervisor', 'structlog', 'rich', 'prompt_toolkit', 'sandbox', 'asyncio')"
+        " or m == 'importlib.metadata'))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout
     assert out.strip().splitlines()[-1] == "[]"
+    if argv == ["--version"]:
+        assert out.splitlines()[0] == f"corral, version {__version__}"
+
+
+def test_the_version_is_the_installed_one() -> None:
+    # pyproject.toml reads agent/_version.py: the metadata says the same.
+    assert importlib.metadata.version("corral") == __version__
 
 
 def test_bare_ext_form_starts_a_chat(home: Path, work: Path) -> None:

@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from helpers.paths import REPO
 
 from agent._cli.main import main
+from agent._version import __version__
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -56,6 +57,7 @@ def test_demo_works_from_an_installed_wheel(tmp_path: Path) -> None:
         capture_output=True,
     )
     (wheel,) = wheels.glob("corral-*.whl")  # nothing fetched: no index is needed
+    assert wheel.name.startswith(f"corral-{__version__}-")  # pyproject reads agent/_version.py
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
