@@ -1,7 +1,9 @@
 """``corral run`` / ``chat`` as real processes: signals, required ``-e`` extensions, late ones.
 
 Every test runs the real CLI in a subprocess; leftovers are found by the grandchildren's
-tag in their argv (``chaos-grandchild``), which survives re-parenting.
+tag in their argv (``chaos-grandchild``), which survives re-parenting, and by this test's
+extension directory in their environment (``CORRAL_EXT_DIR``), which they inherit: other
+runs' chaos grandchildren on the same machine are not this test's.
 """
 
 from __future__ import annotations
@@ -21,10 +23,20 @@ from helpers.paths import REPO
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 
-def grandchildren(tag: str) -> list[psutil.Process]:
+def grandchildren(ext: str) -> list[psutil.Process]:
+    """The live ``chaos-grandchild`` processes of the extension in ``ext``."""
+    mine = os.path.realpath(ext)
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
-        if tag in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE:
+        if "chaos-grandchild" not in (p.info["cmdline"] or []):
+            continue
+        if p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        try:
+            env = p.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if os.path.realpath(env.get("CORRAL_EXT_DIR", "")) == mine:
             found.append(p)
     return found
 
@@ -44,7 +56,7 @@ def test_run_handles_sigterm_and_sighup_like_ctrl_c(
     args = ["run", "--json", "--sandbox", "off", "--no-extensions", "-e", ext]
     proc = spawn_corral([*args, "--script", slow_script, "go"], home, work)
     read_until(proc, '"tool_call"')
-    assert len(grandchildren("chaos-grandchild")) == 2
+    assert len(grandchildren(ext)) == 2
     proc.send_signal(sig)
     out, err = finish(proc)
     assert proc.returncode == status, err
@@ -52,7 +64,7 @@ def test_run_handles_sigterm_and_sighup_like_ctrl_c(
     assert {"type": "turn_end", "stop": "aborted"} in events
     assert events[-1] == {"type": "done"}
     assert "Traceback" not in err
-    assert grandchildren("chaos-grandchild") == []
+    assert grandchildren(ext) == []
 
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
@@ -62,12 +74,12 @@ def test_chat_handles_sigterm_and_sighup(
     ext = chaos(ext_dir, "--spawn", "1")
     proc = spawn_corral(["chat", "--sandbox", "off", "--no-extensions", "-e", ext], home, work)
     read_until(proc, "› ")
-    assert len(grandchildren("chaos-grandchild")) == 1
+    assert len(grandchildren(ext)) == 1
     proc.send_signal(sig)
     _, err = finish(proc)
     assert proc.returncode == status, err
     assert "Traceback" not in err
-    assert grandchildren("chaos-grandchild") == []
+    assert grandchildren(ext) == []
 
 
 def run(home: Path, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
