@@ -226,8 +226,10 @@ class Incarnation:
         """The shutdown ladder: goodbye + close stdin, SIGTERM, SIGKILL; always reaps.
 
         A child that acknowledged the goodbye said it is done: it gets ``ack_grace``
-        to exit by itself and is then killed, instead of holding the stop up for
-        the rest of ``shutdown_grace`` while its runtime tears down. Bounded by
+        to exit by itself (counted from the ack, or from the end of a first
+        ``ack_grace`` after the goodbye, whichever is later) and is then killed,
+        instead of holding the stop up for the rest of ``shutdown_grace`` while
+        its runtime tears down. Bounded by
         ``shutdown_grace + term_grace`` plus the time to reap a killed process.
         Callers shield it.
         """
