@@ -229,9 +229,8 @@ class Incarnation:
         to exit by itself (counted from the ack, or from the end of a first
         ``ack_grace`` after the goodbye, whichever is later) and is then killed,
         instead of holding the stop up for the rest of ``shutdown_grace`` while
-        its runtime tears down. Bounded by
-        ``shutdown_grace + term_grace`` plus the time to reap a killed process.
-        Callers shield it.
+        its runtime tears down. Bounded by ``shutdown_grace + term_grace`` plus
+        the time to reap a killed process. Callers shield it.
         """
         proc = self._proc
         self._calls.fail_all(ExtensionStopping, "the extension is being stopped")
@@ -274,9 +273,9 @@ class Incarnation:
     def _goodbye_nowait(self, goodbye: bytes) -> bool:
         """Write ``goodbye`` and close stdin if that cannot block; False: it could not.
 
-        Most goodbyes go this way: no checkpoint, no task switch, so that stopping
-        many extensions at once tells all of them in one pass, as closing their
-        stdin in a loop would.
+        Most goodbyes go this way, with no checkpoint or task switch before the
+        wait for the exit: a stop of many extensions competes with their exits for
+        the CPU, and every step of the host's counts.
         """
         if len(goodbye) > select.PIPE_BUF:  # a pipe takes more only in pieces
             return False
