@@ -401,16 +401,17 @@ class BwrapSandbox:
         """
         if pids_done:
             return command
-        if self.config.prlimit:
+        root = os.geteuid() == 0
+        if self.config.prlimit and not root:
             # RLIMIT_NPROC counts per (user namespace, uid): set inside the sandbox's
             # namespace it counts only the extension's own processes. Set by the host
             # before bwrap creates that namespace, it would also cap the user's
             # processes host-wide.
             n = limits.processes
             command = [self.config.prlimit, f"--nproc={n}:{n}", "--", *command]
-        if os.geteuid() == 0:
+        if root:
             # The kernel exempts uid 0 (the host's root, mapped into the sandbox) from
-            # RLIMIT_NPROC in every user namespace.
+            # RLIMIT_NPROC in every user namespace: prlimit would only cost an exec.
             notes.append("process limit not enforced: a root host needs a pids cgroup")
         elif not self.config.prlimit:
             notes.append("process limit not enforced: no pids cgroup and no prlimit")

@@ -439,11 +439,8 @@ class Guardian:
         behind (its group, a daemon in a session of its own, with a clean
         environment or not). Nobody supervises it any more, so it is a leftover.
         """
-        tree = self.tree()
         ours = {*self.children, *(pid for pid, _ in self.spares.values())}
-        doomed = [p for p in tree.get(self.pid, ()) if p not in ours]
-        for pid in doomed:
-            doomed += tree.get(pid, ())
+        doomed = self.orphans(ours)
         pids: list[int] = []
         fds: list[int] = []
         for pid in doomed:
@@ -459,6 +456,27 @@ class Guardian:
             else:
                 os.close(fd)  # killed all the same; the host waits for the first ones
         return {"pids": pids}, fds
+
+    def orphans(self, ours: set[int]) -> list[int]:
+        """Our children not in ``ours``, and their descendants (one snapshot).
+
+        Read from each process's ``children`` list in ``/proc`` (a handful of
+        files); where the kernel has no such lists, from one pass over ``/proc``.
+        """
+        kids = _children(self.pid)
+        doomed = [p for p in (kids or ()) if p not in ours]
+        for pid in doomed:
+            more = _children(pid)
+            if more is None:
+                kids = None
+                break
+            doomed += more
+        if kids is None:
+            tree = self.tree()
+            doomed = [p for p in tree.get(self.pid, ()) if p not in ours]
+            for pid in doomed:
+                doomed += tree.get(pid, ())
+        return doomed
 
     def tree(self) -> dict[int, list[int]]:
         """Parent pid -> child pids, of every process (one pass over /proc)."""
@@ -524,6 +542,28 @@ def _received(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
     return fds
+
+
+def _children(pid: int) -> list[int] | None:
+    """The children of ``pid`` (of all its threads); None where ``/proc`` cannot tell."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []  # it is gone
+    except OSError:
+        return None
+    found: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                found += [int(c) for c in f.read().split()]
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None  # a kernel without CONFIG_PROC_CHILDREN
+        except OSError:
+            return None
+    return found
 
 
 def _cgroup_kill(path: str) -> list[int]:

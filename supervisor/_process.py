@@ -92,9 +92,10 @@ class ChildProcess:
         """
         for stream in (self.stdin, self.stdout, self.stderr):
             if stream is not None:
-                await stream.aclose()
+                stream.close()  # one checkpoint below, not one per pipe
         if self._status.returncode is not None:
             self._status.close()
+        await trio.lowlevel.checkpoint()
 
 
 async def open_child(
