@@ -52,6 +52,7 @@ from supervisor._hostwire import (
     encode_request,
 )
 from supervisor._sdk.corral_tools import tool
+from supervisor._spawn import PYTHON_RUNNER
 
 WINDOW = 32
 
@@ -179,7 +180,7 @@ def write_modules(root: Path) -> None:
 def runner_argv(lang: str) -> list[str]:
     if lang == "js":
         return [_node(), str(Path(SDK_DIR) / "host.mjs")]
-    return [sys.executable, "-m", "corral_toolhost"]
+    return [sys.executable, *PYTHON_RUNNER]
 
 
 def _node() -> str:

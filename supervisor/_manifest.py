@@ -67,7 +67,7 @@ class ChildKind(enum.StrEnum):
 class Runtime(enum.StrEnum):
     """The tool-host runners corral ships (``runtime`` in a tool host's manifest)."""
 
-    #: ``python -m corral_toolhost``: serves ``corral_tools`` tools from Python modules.
+    #: corral's Python runner (``corral_toolhost``): serves ``corral_tools`` tools.
     PYTHON = "python"
     #: ``node host.mjs``: serves JavaScript tool modules.
     NODE = "node"

@@ -38,6 +38,11 @@ _JS_LANGS = frozenset({"javascript", "js", "node", "nodejs"})
 _JS_EXTS = (".js", ".mjs", ".cjs")
 
 
+#: How the Python interpreter runs corral's tool-host runner: an import runs it from
+#: its compiled bytecode (a script is compiled anew), without the runpy machinery
+#: that ``-m corral_toolhost`` loads first.
+PYTHON_RUNNER = ("-c", "import corral_toolhost as h; raise SystemExit(h.main())")
+
 #: The Node tool-host runner.
 _HOST_MJS = str(Path(SDK_DIR) / "host.mjs")
 
@@ -61,8 +66,7 @@ def _program(spec: ExtensionSpec) -> list[str]:
     """What the interpreter runs: the manifest's program, or corral's runner."""
     match spec.manifest.runtime:
         case Runtime.PYTHON:
-            # -m runs the runner from its compiled bytecode (a script is compiled anew).
-            return ["-m", "corral_toolhost"]
+            return list(PYTHON_RUNNER)
         case Runtime.NODE:
             return [_HOST_MJS]
         case None:
