@@ -214,7 +214,11 @@ try:
         )
         return "".join(enc(message, 0)).encode()
 
-except ImportError:  # an interpreter without the accelerator
+    # _json is private: an interpreter whose accelerator differs falls back at start.
+    if _loads(_dumps({"a": [1.5, "\u00e9", None, True]})) != {"a": [1.5, "\u00e9", None, True]}:
+        raise ImportError("_json behaves differently")
+
+except Exception:  # no accelerator, or not the one this was written against
     import json
 
     def _loads(line: bytes) -> Any:
