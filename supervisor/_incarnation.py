@@ -23,8 +23,6 @@ conversation, not another lifecycle.
 
 from __future__ import annotations
 
-import os
-import select
 import signal
 import time
 import typing
@@ -241,9 +239,14 @@ class Incarnation:
             # A write cut short by the cancel leaves half a line: end it first.
             broken = b"\n" if self._writer.busy else b""
             self._writer.cancel()
-            if broken or not self._goodbye_nowait(conversation.goodbye):
+            # Most goodbyes go out at once, with no checkpoint before the wait for the
+            # exit: a stop of many competes with their exits for the CPU.
+            rest = self._writer.end_nowait(broken + conversation.goodbye)
+            if not rest:
+                self._stdin.close()
+            else:  # a full pipe: wait for room, bounded by the grace period
                 try:
-                    await self._stdin.send_all(broken + conversation.goodbye)
+                    await self._stdin.send_all(rest)
                     await self._stdin.aclose()
                 except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                     pass
@@ -269,26 +272,6 @@ class Incarnation:
             log.warning("extension_sigkill", pid=proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
         await proc.wait()
-
-    def _goodbye_nowait(self, goodbye: bytes) -> bool:
-        """Write ``goodbye`` and close stdin if that cannot block; False: it could not.
-
-        Most goodbyes go this way, with no checkpoint or task switch before the
-        wait for the exit: a stop of many extensions competes with their exits for
-        the CPU, and every step of the host's counts.
-        """
-        if len(goodbye) > select.PIPE_BUF:  # a pipe takes more only in pieces
-            return False
-        try:
-            if goodbye:
-                os.write(self._stdin.fileno(), goodbye)  # all of it, or nothing
-        except BlockingIOError:
-            return False  # a full pipe: wait for room, bounded by the grace period
-        except OSError:
-            pass  # it closed its stdin: there is nobody to tell
-        self._writer.close()  # nothing more goes to this descriptor
-        self._stdin.close()
-        return True
 
     async def _cut_after_ack(self, acked: trio.Event, race: trio.CancelScope) -> None:
         await acked.wait()

@@ -292,6 +292,23 @@ class LineWriter:
                 raise trio.ClosedResourceError("the writer was closed")
             await self._room.park()
 
+    def end_nowait(self, data: bytes) -> bytes:
+        """Write what the stream takes of ``data`` (the last lines) now, and close.
+
+        For a stop after :meth:`cancel`: nothing queued is written any more. Never
+        blocks. Returns the rest the stream did not take (the caller sends it, or
+        gives up): ``b""`` when all of it went out or nobody reads the stream.
+        """
+        self._closed = True
+        self._queue.clear()
+        self._room.unpark_all()
+        if self.broken:
+            return b""
+        if self._fd < 0 or not data:
+            return data
+        rest = self._direct(data)
+        return b"" if isinstance(rest, Unsent) else rest
+
     def _wake(self) -> None:
         if self._idle is not None:
             task, self._idle = self._idle, None

@@ -115,6 +115,32 @@ async def test_writer_fast_path_full_backlog_and_a_broken_pipe() -> None:
             await writer.write(b"more\n")
 
 
+async def test_end_nowait_writes_what_the_pipe_takes_and_returns_the_rest() -> None:
+    with trio.fail_after(5):
+        # Room in the pipe: all of it goes out, and the writer takes nothing more.
+        r, w = os.pipe()
+        reader, stream = trio.lowlevel.FdStream(r), trio.lowlevel.FdStream(w)
+        writer = LineWriter(stream, backlog=2)
+        assert writer.end_nowait(b"bye\n") == b""
+        assert writer.write_nowait(b"late\n") is Unsent.CLOSED
+        assert await reader.receive_some(100) == b"bye\n"
+        # Nobody reads any more: nothing to send, nothing raised.
+        await reader.aclose()
+        gone = LineWriter(trio.lowlevel.FdStream(os.dup(w)), backlog=2)
+        assert gone.end_nowait(b"bye\n") == b""
+        await stream.aclose()
+        # A full pipe: the rest comes back to the caller, nothing is lost or repeated.
+        r, w = os.pipe()
+        reader, stream = trio.lowlevel.FdStream(r), trio.lowlevel.FdStream(w)
+        full = LineWriter(stream, backlog=2)
+        while full.write_nowait(b"z" * 4096 + b"\n") is None and not full.busy:
+            pass
+        full.cancel()
+        assert full.end_nowait(b"bye\n") == b"bye\n"
+        await reader.aclose()
+        await stream.aclose()
+
+
 async def test_a_second_reader_may_take_the_bytes_a_waiting_fill_was_woken_for() -> None:
     # A caller spinning for its answer reads the pipe while the reader task waits
     # for it to become readable: the task must neither lose nor repeat a line, and
