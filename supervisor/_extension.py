@@ -287,6 +287,12 @@ class Extension:
             self.begin_stop(sweep_into=sweep_into)
             await self._ended.wait()
 
+    def say_goodbye(self) -> None:
+        """Write the goodbye to the running process now (never blocks): the first step
+        of :meth:`begin_stop`, which a stop of many takes for all first."""
+        if self._active and not self._stop_requested and self._inc is not None:
+            self._inc.say_goodbye()
+
     def begin_stop(self, *, sweep_into: list[str] | None = None) -> None:
         """Begin to stop (never blocks): the goodbye goes out now; :meth:`stop` waits.
 

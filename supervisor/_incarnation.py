@@ -146,12 +146,24 @@ class Incarnation:
         """
         self._stopping = True
         self._sweep_into = sweep_into
-        if self._conversation is not None and self._bye_rest is None and self.returncode is None:
-            # The goodbye goes out now, before anything else this stop does: a stop of
-            # many then tells them all at once, and each begins to exit while the
-            # host is still busy with the others.
-            self._say_goodbye(self._conversation)
+        self.say_goodbye()
+        if self._bye_rest is not None:
+            self._end_stdin()
         self._wait_scope.cancel()
+
+    def say_goodbye(self) -> None:
+        """Write the conversation's goodbye now, once, if :meth:`serve` runs (never
+        blocks); :meth:`stop` then ends stdin.
+
+        The first thing a stop does: a stop of many says all its goodbyes in one
+        tight pass, so that all of them begin to exit at once, as when a host closes
+        their stdins, and only then does the rest of each stop.
+        """
+        if self._conversation is None or self._bye_rest is not None or self.returncode is not None:
+            return
+        # A write cut short by a cancel leaves half a line: end it first.
+        broken = b"\n" if self._writer.busy else b""
+        self._bye_rest = self._writer.end_nowait(broken + self._conversation.goodbye)
 
     def kill(self) -> None:
         """SIGKILL the process group now (a refused handshake); :meth:`serve` reaps."""
@@ -247,9 +259,8 @@ class Incarnation:
         # Its daemons are not chased here: once it exits they are the guardian's
         # orphans, killed by the sweep in _reap (or the caller's, for many at once).
         with trio.move_on_after(cfg.shutdown_grace):
-            if self._bye_rest is None:
-                self._say_goodbye(conversation)
-            rest = self._bye_rest
+            self.say_goodbye()
+            rest = self._end_stdin()
             if rest:  # a full pipe: wait for room, bounded by the grace period
                 try:
                     await self._stdin.send_all(rest)
@@ -279,16 +290,14 @@ class Incarnation:
         signal_group(proc.pid, signal.SIGKILL)
         await proc.wait()
 
-    def _say_goodbye(self, conversation: Conversation) -> None:
-        """Write the goodbye and close stdin, or keep what a full pipe did not take."""
-        # A write cut short by the cancel leaves half a line: end it first.
-        broken = b"\n" if self._writer.busy else b""
+    def _end_stdin(self) -> bytes:
+        """After the goodbye: stop the writer and close stdin, unless a full pipe did not
+        take all of it; returns that rest (idempotent)."""
         self._writer.cancel()
-        # Most goodbyes go out at once, without a checkpoint: a stop of many competes
-        # with their exits for the CPU.
-        self._bye_rest = self._writer.end_nowait(broken + conversation.goodbye)
-        if not self._bye_rest:
+        rest = self._bye_rest or b""
+        if not rest:
             self._stdin.close()
+        return rest
 
     async def _cut_after_ack(self, acked: trio.Event, race: trio.CancelScope) -> None:
         await acked.wait()
