@@ -258,6 +258,8 @@ class Guardian:
         self.spares: dict[tuple[str, ...], tuple[int, socket.socket]] = {}
         #: Park a spare in no cgroup once the host has asked nothing for SPARE_AFTER_IDLE.
         self.want_spare = True
+        #: When the last request came (monotonic seconds).
+        self.asked = time.monotonic()
         self.poller = select.poll()
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -271,15 +273,18 @@ class Guardian:
 
     def serve(self) -> None:
         while True:
-            wanted = self.want_spare and () not in self.spares
+            timeout = -1
+            if self.want_spare and () not in self.spares:
+                left = self.asked + SPARE_AFTER_IDLE / 1000 - time.monotonic()
+                if left <= 0:  # the host is quiet: a spare now costs no spawn anything
+                    self.want_spare = False
+                    with contextlib.suppress(OSError):  # then the next spawn forks
+                        self.park([])
+                    continue
+                timeout = int(left * 1000) + 1
             try:
-                events = self.poller.poll(SPARE_AFTER_IDLE if wanted else -1)
+                events = self.poller.poll(timeout)
             except InterruptedError:
-                continue
-            if not events:  # quiet: a spare now costs no spawn anything
-                self.want_spare = False
-                with contextlib.suppress(OSError):  # then the next spawn forks
-                    self.park([])
                 continue
             for fd, _ in events:
                 if fd == self.sock.fileno():
@@ -308,6 +313,7 @@ class Guardian:
             return False
         if not msg:
             return False
+        self.asked = time.monotonic()
         fds = _received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
