@@ -409,7 +409,6 @@ class CgroupManager:
         for directory in directories:
             _remove(directory)
         if self._spares and directories:
-            guardian().unpark(directories)  # if a spare was in them, it is gone now
             self.park_spare()
 
     def probe(self) -> str | None:

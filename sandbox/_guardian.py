@@ -142,8 +142,6 @@ class Guardian:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner = 0
-        #: The spare children parked and not yet taken, by their cgroups (see :meth:`park`).
-        self._spares: dict[tuple[str, ...], int] = {}
 
     def __repr__(self) -> str:
         pid = self._proc.pid if self._proc is not None else None
@@ -208,7 +206,6 @@ class Guardian:
                 os.close(fd)
             err = reply["errno"]
             raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
-        self._spares.pop(tuple(order.get("cgroups", ())), None)  # a spare taken: the child
         return reply["pid"], ChildStatus(got[0], argv0)
 
     def park(self, cgroups: list[str]) -> None:
@@ -224,18 +221,21 @@ class Guardian:
         if "errno" in reply:
             err = reply["errno"]
             raise OSError(err, os.strerror(err))
-        self._spares[tuple(cgroups)] = reply["pid"]
-
-    def unpark(self, cgroups: list[str]) -> None:
-        """Forget the spare parked in ``cgroups``: they were removed (and it was
-        killed with them) without a spawn taking it."""
-        self._spares.pop(tuple(cgroups), None)
 
     def own_pids(self) -> set[int]:
         """The guardian and its parked spares: processes of corral's own that live as
-        long as this one and run nothing of an extension's."""
+        long as this one and run nothing of an extension's (one round trip: the
+        guardian parks spares of its own accord)."""
         pid = self.pid
-        return set() if pid is None else {pid, *self._spares.values()}
+        if pid is None:
+            return set()
+        try:
+            reply, got = self._ask({"op": "spares"}, [])
+        except OSError:
+            return {pid}
+        for fd in got:
+            os.close(fd)
+        return {pid, *reply.get("pids", [])}
 
     def sweep(self) -> list[tuple[int, int]]:
         """Kill every orphan the guardian adopted: what exited children left behind.

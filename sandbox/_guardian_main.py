@@ -60,6 +60,9 @@ SETUP_FAILED_EXIT = 125
 MAX_FDS = 250
 #: How long the last clean-up may take before the guardian gives up and exits.
 CLEANUP_LIMIT = 10.0
+#: Milliseconds without a request after which a spare is parked for the next prepared
+#: spawn into no cgroup (a burst of spawns forks each child instead of waiting for it).
+SPARE_AFTER_IDLE = 20
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _prctl = getattr(_libc, "prctl", None)
@@ -253,6 +256,10 @@ class Guardian:
         self.starting: dict[int, int] = {}
         #: Spare children by the cgroups they joined: pid and the socket of their order.
         self.spares: dict[tuple[str, ...], tuple[int, socket.socket]] = {}
+        #: Park a spare in no cgroup once the host has asked nothing for SPARE_AFTER_IDLE.
+        self.want_spare = True
+        #: When the last request came (monotonic seconds).
+        self.asked = time.monotonic()
         self.poller = select.poll()
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -266,8 +273,17 @@ class Guardian:
 
     def serve(self) -> None:
         while True:
+            timeout = -1
+            if self.want_spare and () not in self.spares:
+                left = self.asked + SPARE_AFTER_IDLE / 1000 - time.monotonic()
+                if left <= 0:  # the host is quiet: a spare now costs no spawn anything
+                    self.want_spare = False
+                    with contextlib.suppress(OSError):  # then the next spawn forks
+                        self.park([])
+                    continue
+                timeout = int(left * 1000) + 1
             try:
-                events = self.poller.poll()
+                events = self.poller.poll(timeout)
             except InterruptedError:
                 continue
             for fd, _ in events:
@@ -297,6 +313,7 @@ class Guardian:
             return False
         if not msg:
             return False
+        self.asked = time.monotonic()
         fds = _received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
@@ -304,6 +321,8 @@ class Guardian:
             order = marshal.loads(msg)
             if order.get("op") == "sweep":
                 reply, give = self.sweep()
+            elif order.get("op") == "spares":
+                reply = {"pids": [pid for pid, _ in self.spares.values()]}
             elif order.get("op") == "park":
                 reply = self.park(order["cgroups"])
             else:
@@ -348,7 +367,9 @@ class Guardian:
         return {"pid": pid}
 
     def _use_spare(self, order: dict[str, Any], fds: list[int], exec_w: int) -> int | None:
-        """Hand the order to the spare parked in its cgroups, if one is alive; its pid."""
+        """Hand a prepared order to the spare parked in its cgroups, if one is alive; its pid."""
+        if not order.get("prepare"):
+            return None  # a spare dies with the guardian: only prepared children may
         spare = self.spares.pop(tuple(order.get("cgroups", ())), None)
         if spare is None:
             return None
@@ -384,6 +405,8 @@ class Guardian:
         self.children[pid] = (status_w, list(order.get("cgroups", ())))
         self.starting[exec_r] = pid
         self.poller.register(exec_r, select.POLLIN)
+        if order.get("prepare") and not order.get("cgroups"):
+            self.want_spare = True  # for the next such spawn, once nothing is asked
         return {"pid": pid}, [status_r]
 
     def started(self, exec_r: int) -> None:

@@ -283,14 +283,29 @@ class Extension:
 
         Cancellation: stops waiting; the stop goes on.
         """
-        if not self._active:
+        if self._active:
+            self.begin_stop(sweep_into=sweep_into)
+            await self._ended.wait()
+
+    def say_goodbye(self) -> None:
+        """Write the goodbye to the running process now (never blocks): the first step
+        of :meth:`begin_stop`, which a stop of many takes for all first."""
+        if self._active and not self._stop_requested and self._inc is not None:
+            self._inc.say_goodbye()
+
+    def begin_stop(self, *, sweep_into: list[str] | None = None) -> None:
+        """Begin to stop (never blocks): the goodbye goes out now; :meth:`stop` waits.
+
+        Args:
+            sweep_into: as for :meth:`stop`.
+        """
+        if not self._active or self._stop_requested:
             return
         self._stop_requested = True
         self._sweep_into = sweep_into
         self._stop_incarnation()
         if self._backoff is not None:
             self._backoff.cancel()
-        await self._ended.wait()
 
     def _stop_incarnation(self) -> None:
         if self._lifecycle.state in _ALIVE:

@@ -112,6 +112,10 @@ class Incarnation:
         self._sweep_into: list[str] | None = None
         #: The stderr pipe reached its end (everything the extension said is logged).
         self._stderr_done = trio.Event()
+        #: What :meth:`serve` speaks (None until it runs).
+        self._conversation: Conversation | None = None
+        #: The part of the goodbye the pipe did not take (None: not said yet).
+        self._bye_rest: bytes | None = None
 
     def __repr__(self) -> str:
         return f"<Incarnation {self._name!r} pid={self.pid} returncode={self.returncode}>"
@@ -142,7 +146,24 @@ class Incarnation:
         """
         self._stopping = True
         self._sweep_into = sweep_into
+        self.say_goodbye()
+        if self._bye_rest is not None:
+            self._end_stdin()
         self._wait_scope.cancel()
+
+    def say_goodbye(self) -> None:
+        """Write the conversation's goodbye now, once, if :meth:`serve` runs (never
+        blocks); :meth:`stop` then ends stdin.
+
+        The first thing a stop does: a stop of many says all its goodbyes in one
+        tight pass, so that all of them begin to exit at once, as when a host closes
+        their stdins, and only then does the rest of each stop.
+        """
+        if self._conversation is None or self._bye_rest is not None or self.returncode is not None:
+            return
+        # A write cut short by a cancel leaves half a line: end it first.
+        broken = b"\n" if self._writer.busy else b""
+        self._bye_rest = self._writer.end_nowait(broken + self._conversation.goodbye)
 
     def kill(self) -> None:
         """SIGKILL the process group now (a refused handshake); :meth:`serve` reaps."""
@@ -171,6 +192,7 @@ class Incarnation:
         """
         proc = self._proc
         reader_done = trio.Event()
+        self._conversation = conversation
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._drain_stderr)
@@ -187,8 +209,9 @@ class Incarnation:
                         # Frames written just before exit are still in the pipe: let
                         # the reader reach EOF, but not forever (a grandchild may
                         # hold stdout).
-                        with trio.move_on_after(_EOF_AFTER_EXIT):
-                            await reader_done.wait()
+                        if not reader_done.is_set():
+                            with trio.move_on_after(_EOF_AFTER_EXIT):
+                                await reader_done.wait()
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -208,15 +231,15 @@ class Incarnation:
             self._sweep_into.append(self._token)
         else:
             doomed = await leftovers([self._token], [proc.pid])
-        with trio.move_on_after(self._config.term_grace) as waited:
-            await kill_and_wait(doomed)
-            if proc.returncode is None:  # only if the ladder itself failed
+        if doomed or proc.returncode is None:  # None: only if the ladder itself failed
+            with trio.move_on_after(self._config.term_grace) as waited:
+                await kill_and_wait(doomed)
                 await proc.wait()
-        if waited.cancelled_caught:
-            log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
+            if waited.cancelled_caught:
+                log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
         self._writer.close()
         self._reaped = True  # from here on the pipes may be closed
-        await proc.aclose()
+        proc.close()  # no checkpoint: a stop of many ends each one in fewer steps
         self._sandbox.cleanup(self._plan)
         self._fail_calls()
 
@@ -236,15 +259,9 @@ class Incarnation:
         # Its daemons are not chased here: once it exits they are the guardian's
         # orphans, killed by the sweep in _reap (or the caller's, for many at once).
         with trio.move_on_after(cfg.shutdown_grace):
-            # A write cut short by the cancel leaves half a line: end it first.
-            broken = b"\n" if self._writer.busy else b""
-            self._writer.cancel()
-            # Most goodbyes go out at once, with no checkpoint before the wait for the
-            # exit: a stop of many competes with their exits for the CPU.
-            rest = self._writer.end_nowait(broken + conversation.goodbye)
-            if not rest:
-                self._stdin.close()
-            else:  # a full pipe: wait for room, bounded by the grace period
+            self.say_goodbye()
+            rest = self._end_stdin()
+            if rest:  # a full pipe: wait for room, bounded by the grace period
                 try:
                     await self._stdin.send_all(rest)
                     await self._stdin.aclose()
@@ -272,6 +289,15 @@ class Incarnation:
             log.warning("extension_sigkill", pid=proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
         await proc.wait()
+
+    def _end_stdin(self) -> bytes:
+        """After the goodbye: stop the writer and close stdin, unless a full pipe did not
+        take all of it; returns that rest (idempotent)."""
+        self._writer.cancel()
+        rest = self._bye_rest or b""
+        if not rest:
+            self._stdin.close()
+        return rest
 
     async def _cut_after_ack(self, acked: trio.Event, race: trio.CancelScope) -> None:
         await acked.wait()

@@ -85,16 +85,20 @@ class ChildProcess:
         assert rc is not None
         return rc
 
+    def close(self) -> None:
+        """Close the pipes (and the status pipe of a child that exited), at once."""
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        if self._status.returncode is not None:
+            self._status.close()
+
     async def aclose(self) -> None:
         """Close the pipes (and the status pipe of a child that exited).
 
         Cancellation: the pipes are closed all the same.
         """
-        for stream in (self.stdin, self.stdout, self.stderr):
-            if stream is not None:
-                stream.close()  # one checkpoint below, not one per pipe
-        if self._status.returncode is not None:
-            self._status.close()
+        self.close()
         await trio.lowlevel.checkpoint()
 
 

@@ -296,9 +296,15 @@ class _Supervisor:
         """
         running = sum(1 for e in exts if e.serving)
         tokens: list[str] = []
-        async with trio.open_nursery() as stopping:
-            for ext in exts:
-                stopping.start_soon(functools.partial(ext.stop, sweep_into=tokens))
+        # Every goodbye first, in one tight pass (as a host closing their stdins
+        # would), then the rest of each stop: they all exit in parallel while the
+        # host waits for each in turn.
+        for ext in exts:
+            ext.say_goodbye()
+        for ext in exts:
+            ext.begin_stop(sweep_into=tokens)
+        for ext in exts:
+            await ext.stop(sweep_into=tokens)
         if tokens:
             found = await leftovers(tokens)
             if found:

@@ -143,6 +143,41 @@ def test_the_child_applies_limits(tmp_path: Path) -> None:
     assert resource.getrlimit(resource.RLIMIT_NOFILE) != (77, 77)  # not the host's
 
 
+def _spares() -> set[int]:
+    """The guardian's spares, once it parked one (it does when idle), bounded."""
+    deadline = time.monotonic() + 10
+    while not (spares := guardian_pids() - {start_guardian()}):
+        assert time.monotonic() < deadline, "no spare parked"
+        time.sleep(0.01)
+    return spares
+
+
+def test_a_prepared_spawn_leaves_a_spare_for_the_next(tmp_path: Path) -> None:
+    # Once idle after a prepared spawn into no cgroup, the guardian parks a spare,
+    # and the next such spawn is handed to it (no fork between its order and its
+    # exec). A spare dies with the guardian: an unprepared spawn never takes one.
+    plan = _none_plan(tmp_path, Limits())
+    first = spawn(plan, stdin=subprocess.DEVNULL)
+    first.communicate(timeout=60)
+    spares = _spares()
+    for _, fd in sweep_orphans():  # what a stop does: a spare is not an orphan
+        os.close(fd)
+    assert all(psutil.pid_exists(pid) for pid in spares)
+    plain = spawn(plan, stdin=subprocess.DEVNULL, prepare=False)
+    plain.communicate(timeout=60)
+    assert plain.pid not in spares
+    code = (
+        "import os, resource as r; print(r.getrlimit(r.RLIMIT_CORE), sorted(os.listdir('/dev/fd')))"
+    )
+    second = spawn(msgspec.structs.replace(plan, argv=[sys.executable, "-c", code]))
+    out, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    assert second.pid in spares
+    # Prepared like any child: its limits, and nothing of the guardian's open.
+    assert out.decode().strip() == "(0, 0) ['0', '1', '2', '3']"
+    assert second.pid not in guardian_pids()  # it is the child now, not a spare
+
+
 def test_spawn_works_from_any_thread(tmp_path: Path) -> None:
     # The guardian forks every child from its one thread: a host thread that exits
     # right after spawning takes nothing with it (PR_SET_PDEATHSIG is per thread).
