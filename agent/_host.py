@@ -18,10 +18,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
-import structlog
 import trio
 
 from sandbox import Sandbox, SandboxMode, SandboxUnavailable, select_sandbox
+from sandbox._log import get_logger
 from supervisor import (
     CommandInfo,
     CommandOutcome,
@@ -76,7 +76,7 @@ __all__ = [
     "open_agent",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: The tools of ``--tools +mcp`` (kept here so that naming them imports nothing).
 _MCP_TOOLS = ("mcp_connect", "mcp_disconnect", "mcp_list")

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 import click
 import msgspec
-import structlog
 import trio
 
 from sandbox import SandboxMode
+from sandbox._log import get_logger
 from supervisor import SupervisorError
 
 from .._events import Done
@@ -56,7 +56,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: ``corral run`` starts the turn without an extension still silent after this long.
 RUN_LATE_AFTER = 2.0

@@ -24,8 +24,9 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 import msgspec
-import structlog
 from rich.text import Text
+
+from sandbox._log import get_logger
 
 from .._events import (
     AgentEvent,
@@ -104,7 +105,7 @@ _STATUS_STYLE = {
     "stopped": "dim",
 }
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 def format_usage(input_tokens: int, output_tokens: int, cost_usd: float) -> str:
