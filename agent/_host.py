@@ -58,13 +58,14 @@ from ._sessions import SessionHeader, SessionStore, latest_session
 from ._tools import BUILTIN_TOOLS
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
-from ._tools.dynamic import DYNAMIC_TOOLS, DynamicTools, NewTool, dynamic_tools
+from ._tools.dynamic import DYNAMIC_TOOLS, dynamic_tools
 from ._tools.files import EditTool, ReadTool, WriteTool
 from ._tools.selection import select_tools
 from ._tools.web import WEB_TOOLS, WebConfig, web_tools
 from ._transcript import Transcript
 
 if typing.TYPE_CHECKING:
+    from ._tools.dynamic import DynamicTools
     from ._tools.mcp import McpServers
 
 __all__ = [
@@ -467,6 +468,8 @@ async def open_agent(
                     require_sandbox=options.sandbox == SandboxMode.REQUIRED,
                 )
                 await dynamic.sync()
+                from ._tools.dynamic import NewTool
+
                 extra["new_tool"] = NewTool(dynamic)
             async with (
                 open_supervisor(
