@@ -380,7 +380,8 @@ def run_renderer(as_json: bool, *, usage: bool = False) -> HumanRenderer | JsonR
     """The renderer of ``corral run``: the answer on stdout, everything else on stderr."""
     if as_json:
         return JsonRenderer(sys.stdout)
-    terminal = Terminal(make_console(sys.stdout), make_console(sys.stderr))
+    # Plain consoles on pipes: an answer into a file never needs rich.
+    terminal = Terminal(make_console(sys.stdout, plain=True), make_console(sys.stderr, plain=True))
     return HumanRenderer(
         terminal,
         markdown=is_terminal(sys.stdout),
