@@ -42,8 +42,8 @@ class PlainConsole:
     the stream, written raw (rich is not imported for it).
 
     The answer is written raw there (no Markdown), and notes are drawn only on a
-    terminal; a line printed anyway is its plain text, as a colourless rich
-    console would print it.
+    terminal, so nothing is printed through it; a line printed anyway is written
+    as its plain text.
     """
 
     is_interactive = False
