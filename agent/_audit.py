@@ -39,8 +39,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from ._messages import InterventionRecord, now_iso
 
@@ -54,7 +55,7 @@ __all__ = [
     "select_records",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _encoder = msgspec.json.Encoder()
 _FILE_NAME = "audit.jsonl"

@@ -18,10 +18,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
-import structlog
 import trio
 
 from sandbox import Sandbox, SandboxMode, SandboxUnavailable, select_sandbox
+from sandbox._log import get_logger
 from supervisor import (
     CommandInfo,
     CommandOutcome,
@@ -58,13 +58,14 @@ from ._sessions import SessionHeader, SessionStore, latest_session
 from ._tools import BUILTIN_TOOLS
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
-from ._tools.dynamic import DYNAMIC_TOOLS, DynamicTools, NewTool, dynamic_tools
+from ._tools.dynamic import DYNAMIC_TOOLS, dynamic_tools
 from ._tools.files import EditTool, ReadTool, WriteTool
 from ._tools.selection import select_tools
 from ._tools.web import WEB_TOOLS, WebConfig, web_tools
 from ._transcript import Transcript
 
 if typing.TYPE_CHECKING:
+    from ._tools.dynamic import DynamicTools
     from ._tools.mcp import McpServers
 
 __all__ = [
@@ -76,7 +77,7 @@ __all__ = [
     "open_agent",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: The tools of ``--tools +mcp`` (kept here so that naming them imports nothing).
 _MCP_TOOLS = ("mcp_connect", "mcp_disconnect", "mcp_list")
@@ -467,6 +468,8 @@ async def open_agent(
                     require_sandbox=options.sandbox == SandboxMode.REQUIRED,
                 )
                 await dynamic.sync()
+                from ._tools.dynamic import NewTool
+
                 extra["new_tool"] = NewTool(dynamic)
             async with (
                 open_supervisor(

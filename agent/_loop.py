@@ -39,9 +39,9 @@ from contextlib import aclosing
 from typing import Any
 
 import msgspec
-import structlog
 import trio
 
+from sandbox._log import get_logger
 from supervisor import EmitEvent, InterceptOutcome, SupervisorError
 
 from ._audit import AuditLog
@@ -92,7 +92,7 @@ from ._transcript import Transcript, summary_message
 
 __all__ = ["AgentLoop", "LoopState", "default_system_prompt"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _ALLOW = InterceptOutcome()
 #: Bound on shielded clean-up work after a cancellation (an emit, a transcript write).

@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
-import structlog
 import trio
 
+from sandbox._log import get_logger
 from supervisor import ChildKind, ImageBlock, SupervisorError, ToolInfo, ToolOutcome
 
 from ._messages import ImageContent, NativeContent, TextContent, image_problem
@@ -49,7 +49,7 @@ __all__ = [
     "text_result",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Progress(Protocol):

@@ -29,9 +29,9 @@ from types import TracebackType
 from typing import Literal
 
 import msgspec
-import structlog
 import trio
 
+from sandbox._log import get_logger
 from supervisor import CommandOutcome, ExtensionInfo, ReloadStats
 
 from ._events import AgentEvent, Done, Emit, ErrorEvent, TurnEnd, UsageTotals
@@ -50,7 +50,7 @@ __all__ = [
     "open_runtime",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 JobKind = Literal["prompt", "compact"]
 #: Bound on delivering the last events of the jobs a closing runtime abandons.

@@ -38,7 +38,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
-import structlog
+
+from sandbox._log import get_logger
 
 from ._exceptions import SessionError
 from ._messages import InterventionRecord, Message, ToolCallContent, annotated, now_iso
@@ -54,7 +55,7 @@ __all__ = [
     "sessions_dir",
 ]
 
-log = structlog.get_logger()
+log = get_logger()
 
 _SESSION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SUFFIX = ".jsonl"

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import threading
 
-import structlog
-
 from ._bwrap import BwrapSandbox
 from ._exceptions import SandboxUnavailable
+from ._log import get_logger
 from ._none import NoneSandbox
 from ._plan import Sandbox, SandboxMode
 from ._probe import Probe, probe_machine, probe_runtimes
@@ -26,7 +25,7 @@ from ._seatbelt import SeatbeltSandbox
 
 __all__ = ["check_sandbox", "select_sandbox"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _lock = threading.Lock()
 _probe: Probe | None = None

@@ -25,15 +25,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from ._api import ExtensionStats
 from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation, SupervisorError
 
 __all__ = ["CallKind", "PendingCalls", "Reply", "Spin", "callers_waiting"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

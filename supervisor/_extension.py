@@ -28,10 +28,11 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import structlog
 import trio
 
 from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
+from sandbox._log import get_logger
+from sandbox._log import lazy_structlog as structlog  # structlog.contextvars, on first use
 
 from . import _frames as f
 from ._api import Quarantined
@@ -51,7 +52,7 @@ from ._talk import Host, Session, Talk, new_session, open_talk
 
 __all__ = ["Extension"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 S = ExtensionState
 #: States a stop request moves to STOPPING (a process is there to stop).

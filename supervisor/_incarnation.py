@@ -28,10 +28,10 @@ import time
 import typing
 from typing import Protocol
 
-import structlog
 import trio
 
 from sandbox import LaunchPlan, Sandbox
+from sandbox._log import get_logger
 
 from ._calls import PendingCalls
 from ._config import SupervisorConfig
@@ -44,7 +44,7 @@ from ._restart import describe_exit
 
 __all__ = ["Conversation", "Incarnation"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _UNSENT = {
     Unsent.BROKEN: "the extension is not reading its stdin (pipe closed)",

@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import MutableSet, Sequence
 from typing import Any, Protocol
 
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from . import _frames as f
 from ._api import InterceptOutcome, Intervention, InterventionKind
@@ -36,7 +37,7 @@ from ._requests import Intercept
 
 __all__ = ["Subscriber", "may_intervene", "run_chain"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Subscriber(Protocol):

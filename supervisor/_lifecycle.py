@@ -20,13 +20,13 @@ import enum
 import typing
 from collections.abc import Mapping
 
-import structlog
+from sandbox._log import get_logger
 
 from ._exceptions import IllegalTransition
 
 __all__ = ["LISTED", "SERVING", "TRANSITIONS", "ExtensionState", "Lifecycle"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class ExtensionState(enum.StrEnum):

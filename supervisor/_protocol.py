@@ -27,8 +27,9 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from . import _frames as f
 from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutcome
@@ -48,7 +49,7 @@ __all__ = [
     "tool_problem",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: The events an extension may intercept (``subscribe.intercept``).
 INTERCEPTABLE = frozenset({"tool_call", "turn_start", "assistant_message"})

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-import structlog
+from sandbox._log import get_logger
 
 from . import _frames as f
 from ._api import CommandInfo, ToolInfo
@@ -21,7 +21,7 @@ from ._manifest import ChildKind
 
 __all__ = ["Owner", "Registry"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Owner(Protocol):

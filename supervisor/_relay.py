@@ -23,8 +23,9 @@ import math
 import typing
 from typing import Any
 
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from ._calls import PendingCalls, Reply
 from ._config import SupervisorConfig
@@ -34,7 +35,7 @@ from ._requests import CallTool, PreviewToolCall
 
 __all__ = ["Relay", "RelayProtocol", "RelayedProcess"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Lines waiting for the client before the child's stdout is read no further.
 _BACKLOG = 64

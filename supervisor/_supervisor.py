@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import structlog
 import trio
 
 from sandbox import Sandbox, SandboxUnavailable, select_sandbox, start_guardian
+from sandbox._log import get_logger
 
 from . import _frames as f
 from ._api import (
@@ -75,7 +75,7 @@ from ._trust import TrustStore
 
 __all__ = ["open_supervisor"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = typing.TypeVar("T")
 

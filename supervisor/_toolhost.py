@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import msgspec
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from . import _frames as f
 from ._api import NativeResult, ToolOutcome
@@ -77,7 +78,7 @@ from ._schema import check_schema
 
 __all__ = ["HostSession", "ToolHostProtocol"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Problems written to the host's log per incarnation before it goes quiet (still counted).
 _COMPLAINT_LIMIT = 20

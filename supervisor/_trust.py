@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import structlog
 
 from sandbox import Permissions
+from sandbox._log import get_logger
 
 from ._config import data_dir, log_file, quarantine_file
 from ._digest import DigestLimits, TreeDigest, digest_tree
@@ -48,7 +48,7 @@ __all__ = [
     "trust_command",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _STORE_MAX = 64 * 1024 * 1024
 

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 import click
 import msgspec
-import structlog
 import trio
 
 from sandbox import SandboxMode
+from sandbox._log import get_logger
 from supervisor import SupervisorError
 
 from .._events import Done
@@ -56,7 +56,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: ``corral run`` starts the turn without an extension still silent after this long.
 RUN_LATE_AFTER = 2.0
@@ -380,7 +380,8 @@ def run_renderer(as_json: bool, *, usage: bool = False) -> HumanRenderer | JsonR
     """The renderer of ``corral run``: the answer on stdout, everything else on stderr."""
     if as_json:
         return JsonRenderer(sys.stdout)
-    terminal = Terminal(make_console(sys.stdout), make_console(sys.stderr))
+    # Plain consoles on pipes: an answer into a file never needs rich.
+    terminal = Terminal(make_console(sys.stdout, plain=True), make_console(sys.stderr, plain=True))
     return HumanRenderer(
         terminal,
         markdown=is_terminal(sys.stdout),

@@ -28,9 +28,9 @@ import typing
 from pathlib import Path
 from typing import Protocol, TextIO
 
-import structlog
 import trio
 
+from sandbox._log import get_logger
 from supervisor import CommandOutcome, ExtensionInfo, SupervisorError, corral_home
 
 from .._events import Done, Emit
@@ -45,7 +45,7 @@ from .trust import ask_trust
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Built-in slash commands and what they do.
 BUILTIN_COMMANDS: dict[str, str] = {

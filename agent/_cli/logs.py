@@ -23,13 +23,23 @@ import os
 import sys
 import typing
 from pathlib import Path
+from types import ModuleType
 
-import structlog
-from structlog.typing import EventDict, WrappedLogger
+from sandbox._log import configure_when_loaded
 
 from .safe_text import visible, visible_lines
 
-__all__ = ["LOG_NAME", "configure_logging", "human_stderr", "log_path", "terminal_safe"]
+if typing.TYPE_CHECKING:
+    from structlog.typing import EventDict, Processor, WrappedLogger
+
+__all__ = [
+    "LOG_NAME",
+    "configure_logging",
+    "human_stderr",
+    "log_path",
+    "logging_configured",
+    "terminal_safe",
+]
 
 #: The structured log of the CLI, under ``$CORRAL_HOME/logs``.
 LOG_NAME = "corral.log"
@@ -43,6 +53,9 @@ _LEVELS = {
     "error": logging.ERROR,
 }
 
+
+#: :func:`configure_logging` was called in this process.
+_configured = False
 
 #: Values that are several lines by nature (tracebacks); each line is made safe.
 _MULTILINE = frozenset({"exception", "stack"})
@@ -126,34 +139,55 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
     The ``CORRAL_LOG`` environment variable (``debug``/``info``/``warning``/``error``)
     overrides both. On a terminal without ``-v`` or ``CORRAL_LOG``, entries go to
     the log file (info and above, whatever ``level`` says), not to stderr.
+
+    The choice is made now; structlog is configured with it when it is first
+    imported (see :mod:`sandbox._log`), so a command that logs nothing never loads it.
     """
+    global _configured
     threshold = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     if level is not None:
         threshold = _LEVELS[level]
     env_level = _LEVELS.get(os.environ.get("CORRAL_LOG", "").lower())
     threshold = env_level if env_level is not None else threshold
-    rendering: list[structlog.typing.Processor]
-    factory: typing.Any
-    if human_stderr() and verbosity == 0 and env_level is None:
-        rendering = [structlog.processors.JSONRenderer()]
-        factory = structlog.WriteLoggerFactory(file=_LazyLogFile())  # type: ignore[arg-type]
-        threshold = logging.INFO
-    elif human_stderr():
-        rendering = [terminal_safe, structlog.dev.ConsoleRenderer()]
-        factory = structlog.PrintLoggerFactory(sys.stderr)
-    else:
-        rendering = [structlog.processors.JSONRenderer()]
-        factory = structlog.PrintLoggerFactory(sys.stderr)
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            *rendering,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(threshold),
-        logger_factory=factory,
-        # Not cached: loggers created at import must follow a later reconfiguration.
-        cache_logger_on_first_use=False,
-    )
+    to_file = human_stderr() and verbosity == 0 and env_level is None
+    console = not to_file and human_stderr()
+
+    def setup(structlog: ModuleType) -> None:
+        rendering: list[Processor]
+        factory: typing.Any
+        level = threshold
+        if to_file:
+            rendering = [structlog.processors.JSONRenderer()]
+            factory = structlog.WriteLoggerFactory(file=_LazyLogFile())
+            level = logging.INFO
+        elif console:
+            rendering = [terminal_safe, structlog.dev.ConsoleRenderer()]
+            factory = structlog.PrintLoggerFactory(sys.stderr)
+        else:
+            rendering = [structlog.processors.JSONRenderer()]
+            factory = structlog.PrintLoggerFactory(sys.stderr)
+        structlog.configure(
+            processors=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+                *rendering,
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(level),
+            logger_factory=factory,
+            # Not cached: loggers created at import must follow a later reconfiguration.
+            cache_logger_on_first_use=False,
+        )
+
+    _configured = True
+    configure_when_loaded(setup)
+
+
+def logging_configured() -> bool:
+    """True once :func:`configure_logging` ran, or structlog was configured otherwise
+    (a test's ``capture_logs``); the check imports nothing."""
+    if _configured:
+        return True
+    structlog = sys.modules.get("structlog")
+    return structlog is not None and bool(structlog.is_configured())

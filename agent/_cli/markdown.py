@@ -15,10 +15,11 @@ from __future__ import annotations
 import re
 import typing
 
-from rich.console import Console, Group, RenderableType
-from rich.segment import Segment, Segments
+from .screen import PlainConsole, Terminal
 
-from .screen import Terminal
+if typing.TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.segment import Segment
 
 __all__ = ["MarkdownStream", "render_block", "split_blocks"]
 
@@ -60,6 +61,7 @@ def render_block(console: Console, text: str) -> RenderableType:
     # Imported here: a pipe or a file gets raw text, and the Markdown parser is a
     # seventh of ``corral run``'s start-up.
     from rich.markdown import Markdown
+    from rich.segment import Segment, Segments
 
     markdown = Markdown(text, code_theme=CODE_THEME, hyperlinks=False)
     lines = console.render_lines(markdown, console.options, pad=False)
@@ -89,6 +91,7 @@ class MarkdownStream:
 
     def _print(self, block: str) -> None:
         console = self._terminal.answer
+        assert not isinstance(console, PlainConsole)  # Markdown goes to a terminal
         if self._blocks:
             self._terminal.print_answer("")
         self._terminal.print_answer(render_block(console, block))
@@ -99,8 +102,11 @@ class MarkdownStream:
         blocks, self._pending = split_blocks(self._pending + text)
         for block in blocks:
             self._print(block)
-        if self._live_tail and self._pending.strip():
-            self._terminal.show(Group(render_block(self._terminal.notes, self._pending)))
+        notes = self._terminal.notes
+        if self._live_tail and self._pending.strip() and not isinstance(notes, PlainConsole):
+            from rich.console import Group
+
+            self._terminal.show(Group(render_block(notes, self._pending)))
 
     def finish(self) -> None:
         """The message is complete: print what is left."""

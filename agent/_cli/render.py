@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 import msgspec
-import structlog
-from rich.text import Text
+
+from sandbox._log import get_logger
 
 from .._events import (
     AgentEvent,
@@ -104,7 +104,7 @@ _STATUS_STYLE = {
     "stopped": "dim",
 }
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 def format_usage(input_tokens: int, output_tokens: int, cost_usd: float) -> str:
@@ -178,6 +178,8 @@ class HumanRenderer:
         """Print one note line; ``text`` must be safe already (it may carry our styles)."""
         self._end_answer_line()
         if self._human:
+            from rich.text import Text  # a pipe without notes never needs rich
+
             self.terminal.print_note(Text.from_ansi(text) if "\x1b" in text else Text(text))
 
     def note(self, extension: str, text: str, *styles: str) -> None:

@@ -16,19 +16,20 @@ import signal
 import sys
 
 import click
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from .._host import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
 from .helptext import AGENT_ENV, epilog
-from .logs import configure_logging
+from .logs import configure_logging, logging_configured
 
 __all__ = ["rpc_cmd", "run_rpc"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _claim_stdio() -> tuple[int, int]:
@@ -142,7 +143,7 @@ def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int) -> None:
     Commands on stdin, responses and events on stdout, logs on stderr; the protocol
     is in docs/rpc.md.
     """
-    if not structlog.is_configured():
+    if not logging_configured():
         configure_logging(0)  # run on its own (not under the corral group)
     token = _take_token()
     refuse_untrusted(options)

@@ -27,21 +27,53 @@ import typing
 from collections.abc import Callable
 from typing import TextIO
 
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
-from rich.text import Text
-
 from .term import ColorMode, is_terminal, wants_color
 
 if typing.TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
     from rich.live import Live
 
-__all__ = ["Activity", "Terminal", "make_console"]
+__all__ = ["Activity", "PlainConsole", "Terminal", "make_console"]
 
 
-def make_console(stream: TextIO, mode: ColorMode | None = None) -> Console:
-    """A rich console on ``stream``: coloured as ``--color`` says, live only on a terminal."""
+@typing.final
+class PlainConsole:
+    """What ``corral run`` needs of a console on a pipe or a file without colour:
+    the stream, written raw (rich is not imported for it).
+
+    The answer is written raw there (no Markdown), and notes are drawn only on a
+    terminal, so nothing is printed through it; a line printed anyway is written
+    as its plain text.
+    """
+
+    is_interactive = False
+    color_system = None
+
+    def __init__(self, file: TextIO) -> None:
+        self.file = file
+
+    def __repr__(self) -> str:
+        return f"<PlainConsole {self.file!r}>"
+
+    def print(self, renderable: RenderableType, end: str = "\n") -> None:
+        """Write the plain text of ``renderable`` (a string or a rich ``Text``)."""
+        self.file.write(str(getattr(renderable, "plain", renderable)) + end)
+
+
+def make_console(
+    stream: TextIO, mode: ColorMode | None = None, *, plain: bool = False
+) -> Console | PlainConsole:
+    """A rich console on ``stream``: coloured as ``--color`` says, live only on a terminal.
+
+    With ``plain``, a stream that is not a terminal and wants no colour gets a
+    :class:`PlainConsole` instead (for output that is only ever written raw).
+    """
     tty = is_terminal(stream)
     color = wants_color(stream, mode)
+    if plain and not tty and not color:
+        return PlainConsole(stream)
+    from rich.console import Console
+
     return Console(
         file=stream,
         force_terminal=color or tty,
@@ -82,6 +114,9 @@ class Activity:
         del self._lines[: -self._tail]
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.console import Group
+        from rich.text import Text
+
         elapsed = time.monotonic() - self.started
         head = Text.assemble(self.label, (f"  {elapsed:.0f}s", "dim"))
         self._spinner.text = head
@@ -97,7 +132,9 @@ class Activity:
 class Terminal:
     """Where human output goes: an answer console, a notes console, one live region."""
 
-    def __init__(self, answer: Console, notes: Console | None = None) -> None:
+    def __init__(
+        self, answer: Console | PlainConsole, notes: Console | PlainConsole | None = None
+    ) -> None:
         self.answer = answer
         self.notes = notes if notes is not None else answer
         #: Set by the line editor while its prompt is shown: prints go above the prompt.
@@ -113,8 +150,12 @@ class Terminal:
         """True when the notes stream is a terminal (a spinner can be drawn)."""
         return self.notes.is_interactive
 
-    def _print(self, console: Console, renderable: RenderableType, end: str = "\n") -> None:
+    def _print(
+        self, console: Console | PlainConsole, renderable: RenderableType, end: str = "\n"
+    ) -> None:
         if self.above is not None:
+            # Only the chat's line editor sets it, and the chat draws on rich consoles.
+            assert not isinstance(console, PlainConsole)
             with console.capture() as captured:
                 console.print(renderable, end=end)
             self.above(captured.get())
@@ -159,7 +200,7 @@ class Terminal:
                 self._live.update(renderable, refresh=True)
 
     def _put_up(self) -> None:
-        if self._shown is None or not self.interactive:
+        if self._shown is None or isinstance(self.notes, PlainConsole) or not self.interactive:
             return
         from rich.live import Live  # as Spinner: only for a terminal
 

@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-import structlog
+
+from sandbox._log import get_logger
 
 from .._exceptions import ProviderError
 from .._messages import (
@@ -48,7 +49,7 @@ from .retry import with_retries
 
 __all__ = ["API_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "AnthropicProvider"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 DEFAULT_MODEL = "claude-sonnet-4-5"

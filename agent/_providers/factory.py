@@ -1,8 +1,8 @@
 """The provider factory: :class:`AgentOptions` to a :class:`Provider`.
 
-``offline`` (the default) and ``scripted`` are built in. ``openai`` and
-``anthropic`` live in their own modules and are imported only when asked for, so
-offline use never pays for importing the HTTP stack.
+``offline`` (the default) and ``scripted`` are built in. ``scripted``, ``openai``
+and ``anthropic`` live in their own modules and are imported only when asked for,
+so offline use never pays for importing the HTTP stack (or the script reader).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import typing
 from .._exceptions import UnknownProvider
 from .base import Provider
 from .offline import OfflineProvider
-from .scripted import ScriptedProvider, load_script
 
 if typing.TYPE_CHECKING:  # _host imports this module: the type only, for annotations
     from .._host import AgentOptions
@@ -40,6 +39,8 @@ def make_provider(options: AgentOptions) -> Provider:
                 "the scripted provider needs a script: pass --script PATH (JSONL, one model "
                 "turn per line; see docs/agent.md)"
             )
+        from .scripted import ScriptedProvider, load_script
+
         return ScriptedProvider(load_script(options.script), model=options.model)
     if name == "openai":
         # Imported here, not at the top: httpx and the HTTP providers take a while to

@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 
 import httpx
 import msgspec
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from .._exceptions import ProviderError
 from .base import ModelInfo, ProviderSettings, ProviderUsage
@@ -45,7 +46,7 @@ __all__ = [
     "usage_event",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Characters of a server's message or a bad line quoted in an error.
 _EXCERPT = 300

@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
-import structlog
 
+from sandbox._log import get_logger
 from supervisor import NativeFormat
 
 from .._exceptions import ProviderError
@@ -61,7 +61,7 @@ from .retry import with_retries
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProvider"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 #: Used when no model is configured and the base URL is OpenAI's own.

@@ -25,15 +25,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from datetime import UTC, datetime
 
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from .._exceptions import ProviderError
 from .base import ProviderEvent, ProviderRetry, ProviderSettings
 
 __all__ = ["parse_retry_after", "retry_delay", "with_retries"]
 
-log = structlog.get_logger()
+log = get_logger()
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:

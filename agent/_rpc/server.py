@@ -29,9 +29,9 @@ import typing
 from typing import Any
 
 import msgspec
-import structlog
 import trio
 
+from sandbox._log import get_logger
 from supervisor import VERSION, LineReader, LineWriter, Oversize, SupervisorError
 
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
@@ -51,7 +51,7 @@ __all__ = [
     "serve_rpc",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Major version of the wire schema (the ``hello`` response's ``protocol_version``).
 PROTOCOL_VERSION = 1

@@ -43,7 +43,6 @@ import typing
 from typing import Annotated
 
 import msgspec
-import structlog
 import trio
 from msgspec import Meta
 
@@ -56,6 +55,7 @@ from sandbox import (
     host_environment,
     plan_shell,
 )
+from sandbox._log import get_logger
 from supervisor import ChildProcess, open_child, signal_group, toolkit
 
 from .._exceptions import ToolError
@@ -65,7 +65,7 @@ from .typed import BuiltinTool
 
 __all__ = ["PROGRESS_BURST", "PROGRESS_INTERVAL", "BashTool", "BoundedOutput", "ProgressLines"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Host variables the shell sees besides the allowlist of everything corral starts.
 _ENV_EXTRA = ("SHELL", "TZ")

@@ -25,16 +25,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import msgspec
-import structlog
 import trio
 
 from sandbox import LaunchPlan, LaunchRequest, Sandbox, select_sandbox
+from sandbox._log import get_logger
 from supervisor import ChildProcess, signal_group
 from supervisor import open_child as spawn_child
 
 __all__ = ["Child", "StopLadder", "exit_text", "open_child"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Bound on the shielded reap after SIGKILL (immediate in practice).
 _REAP_GRACE = 5.0

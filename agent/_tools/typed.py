@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
+from sandbox._log import get_logger
 from supervisor import toolkit
 
 from .._exceptions import ToolError
@@ -27,7 +26,7 @@ from .._registry import Progress, ToolRunResult, error_result, text_result
 
 __all__ = ["BuiltinTool"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class BuiltinTool:

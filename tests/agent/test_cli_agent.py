@@ -93,6 +93,22 @@ def test_run_scripted_provider_error_exit_status(home: Path, work: Path, tmp_pat
     assert (logged["event"], logged["error"]) == ("turn_error", "scripted: boom")
 
 
+def test_a_real_process_logs_the_same_line(home: Path, work: Path, tmp_path: Path) -> None:
+    # In a fresh interpreter structlog is imported (and configured) only by the first
+    # log call: the line is the one the configuration says, with level and time stamp.
+    path = script(tmp_path, {"error": "boom", "status": 500})
+    proc = spawn_corral(["run", "--no-extensions", "--script", path, "go"], home, work)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (1, "")
+    (logged,) = [json.loads(line) for line in err.splitlines()]
+    assert (logged["event"], logged["error"], logged["level"]) == (
+        "turn_error",
+        "scripted: boom",
+        "error",
+    )
+    assert logged["timestamp"].endswith("Z")
+
+
 def test_run_turn_blocked_exit_status(home: Path, work: Path, ext_dir: Path) -> None:
     ext = probe(ext_dir, "--block-turn")
     result = corral("run", "--no-extensions", "-e", ext, "hi", cwd=work)

@@ -81,6 +81,30 @@ def test_help_and_version_import_no_command(argv: list[str]) -> None:
         assert out.splitlines()[0] == f"corral, version {__version__}"
 
 
+def test_an_offline_run_without_extensions_imports_only_what_it_uses(
+    home: Path, work: Path
+) -> None:
+    # A real interpreter runs the whole prompt into pipes; it logs nothing, so structlog
+    # (and through it asyncio) stays unloaded, as do rich (no terminal to draw on) and
+    # the providers and tools not in use.
+    code = (
+        "import sys; from agent._cli.main import main\n"
+        "try:\n    main(['run', '--provider', 'offline', 'hi'], prog_name='corral')\n"
+        "except SystemExit as exc:\n    status = exc.code\n"
+        "print(status, sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('structlog', 'asyncio', 'rich', 'httpx', 'mcp', 'sqlite3') or m.startswith("
+        "('agent._tools.dynamic.', 'agent._tools.mcp', 'agent._providers.scripted',"
+        " 'agent._providers.openai', 'agent._providers.anthropic', 'agent._cli.chat'))))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_LOG"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "offline model" in out.splitlines()[0]
+    assert out.strip().splitlines()[-1] == "0 []"
+    assert not (home / "logs").exists()
+
+
 def test_the_version_is_the_installed_one() -> None:
     # pyproject.toml reads agent/_version.py: the metadata says the same.
     assert importlib.metadata.version("corral") == __version__

@@ -307,6 +307,25 @@ def test_run_on_a_terminal_keeps_stdout_for_the_answer(home: Path, work: Path) -
     assert "[weather]" not in text
 
 
+def test_on_a_terminal_the_log_goes_to_the_log_file(home: Path, work: Path, tmp_path: Path) -> None:
+    # structlog is configured when the first entry is logged, not at start-up: the
+    # entry still goes to the file as a JSON line (info and above), and the terminal
+    # gets the human line only.
+    path = script(tmp_path, {"error": "boom", "status": 500})
+    screen = Screen(["run", "--no-extensions", "--script", path, "go"], home, work)
+    try:
+        screen.wait_for("boom")
+        assert screen.finish() == 1
+    finally:
+        screen.close()
+    lines = (home / "logs" / "corral.log").read_text().splitlines()
+    (logged,) = [json.loads(line) for line in lines]
+    assert logged["event"] == "provider_failed"
+    assert (logged["error"], logged["level"]) == ("scripted: boom", "info")
+    assert logged["timestamp"].endswith("Z")
+    assert "provider_failed" not in screen.text()
+
+
 def test_chat_shows_a_new_tools_code_and_asks_before_it_runs(
     open_screen: Callable[..., Screen], tmp_path: Path, home: Path
 ) -> None:

@@ -10,19 +10,30 @@ for one session.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-from sandbox import Sandbox
+from ..._lazy import lazy_exports as _lazy_exports
 
-from ..._audit import AuditLog
-from .catalog import CATALOG_NAME, Catalog, CatalogEntry, JsonCatalog, SqliteCatalog, open_catalog
-from .errors import CatalogError, DraftRejected, DynamicToolError, EntryRefused
-from .new_tool import NewTool
-from .registrar import SOURCE, Approver, DynamicTool, DynamicTools, verify_entry
-from .runner import LIMITS, DynamicRunner, RunCaps, RunResult
-from .seal import KEY_NAME, Sealer, code_digest
-from .template import ToolDraft, check_compiles, check_draft, render
+if typing.TYPE_CHECKING:
+    from sandbox import Sandbox
+
+    from ..._audit import AuditLog
+    from .catalog import (
+        CATALOG_NAME,
+        Catalog,
+        CatalogEntry,
+        JsonCatalog,
+        SqliteCatalog,
+        open_catalog,
+    )
+    from .errors import CatalogError, DraftRejected, DynamicToolError, EntryRefused
+    from .new_tool import NewTool
+    from .registrar import SOURCE, Approver, DynamicTool, DynamicTools, verify_entry
+    from .runner import LIMITS, DynamicRunner, RunCaps, RunResult
+    from .seal import KEY_NAME, Sealer, code_digest
+    from .template import ToolDraft, check_compiles, check_draft, render
 
 __all__ = [
     "CATALOG_NAME",
@@ -63,6 +74,8 @@ DYNAMIC_TOOLS = ("new_tool",)
 
 def catalog_path(home: str | Path, override: str | None = None) -> str:
     """Where the catalog of corral home ``home`` lives (``override`` when given)."""
+    from .catalog import CATALOG_NAME
+
     return override or str(Path(home) / "state" / CATALOG_NAME)
 
 
@@ -87,6 +100,11 @@ def dynamic_tools(
         require_sandbox: refuse to run programs without a sandbox.
         caps: timeout and stdout cap of each run (the seed's by default).
     """
+    from .catalog import open_catalog
+    from .registrar import DynamicTools
+    from .runner import DynamicRunner
+    from .seal import Sealer
+
     return DynamicTools(
         open_catalog(catalog_path(home, catalog)),
         Sealer(Path(home) / "state"),
@@ -96,3 +114,27 @@ def dynamic_tools(
         reserved=reserved,
         require_sandbox=require_sandbox,
     )
+
+
+#: Where each other public name lives: imported on first use (PEP 562), so that a
+#: session without ``+dynamic`` (the default) does not load the catalog, sqlite3
+#: and the template checker.
+_WHERE: dict[str, str] = {
+    **dict.fromkeys(
+        ("CATALOG_NAME", "Catalog", "CatalogEntry", "JsonCatalog", "SqliteCatalog", "open_catalog"),
+        ".catalog",
+    ),
+    **dict.fromkeys(
+        ("CatalogError", "DraftRejected", "DynamicToolError", "EntryRefused"), ".errors"
+    ),
+    "NewTool": ".new_tool",
+    **dict.fromkeys(
+        ("SOURCE", "Approver", "DynamicTool", "DynamicTools", "verify_entry"), ".registrar"
+    ),
+    **dict.fromkeys(("LIMITS", "DynamicRunner", "RunCaps", "RunResult"), ".runner"),
+    **dict.fromkeys(("KEY_NAME", "Sealer", "code_digest"), ".seal"),
+    **dict.fromkeys(("ToolDraft", "check_compiles", "check_draft", "render"), ".template"),
+}
+
+
+__getattr__, __dir__ = _lazy_exports(__name__, _WHERE, globals(), __all__)

@@ -24,8 +24,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from ..._audit import AuditLog, ToolAction
 from ..._messages import TextContent
@@ -39,7 +40,7 @@ from .template import ToolDraft, check_compiles, check_draft, expected_spec, ren
 
 __all__ = ["SOURCE", "Approver", "DynamicTool", "DynamicTools", "verify_entry"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: The source tag of every dynamic tool.
 SOURCE = "dynamic"

@@ -28,8 +28,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import anyio
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from ..._providers.base import ToolSpec
 from ..._registry import Progress, ToolKind, ToolRunResult, error_result
@@ -44,7 +45,7 @@ from .policy import McpPolicy
 
 __all__ = ["McpConnection", "McpLimits", "McpTool", "ServerState"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _MAX_PAGES = 32
 #: After the session's stream ends, wait this long for the process's exit status.

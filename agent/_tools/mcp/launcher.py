@@ -29,9 +29,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Protocol
 
-import structlog
 import trio
 
+from sandbox._log import get_logger
 from supervisor import ExtensionSpec, ManifestError, Relay, SupervisorError, mcp_server_spec
 
 from .config import ServerConfig
@@ -46,7 +46,7 @@ __all__ = [
     "server_identity",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class ServerProcess(Protocol):

@@ -21,8 +21,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from ..._audit import AuditLog, ToolAction
 from ..._registry import ToolKind
@@ -45,7 +46,7 @@ from .trust import McpTrust
 
 __all__ = ["McpServers", "ServerStatus", "declared_servers", "open_mcp"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class ServerStatus(msgspec.Struct, frozen=True, kw_only=True):

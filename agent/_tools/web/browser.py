@@ -51,11 +51,11 @@ from typing import Any
 import httpx
 import msgspec
 import psutil
-import structlog
 import trio
 
 from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox, Spawned
 from sandbox import spawn as sandbox_spawn
+from sandbox._log import get_logger
 
 from .cdp import CdpConnection, CdpEvent
 from .client import Fetched, fetch_checked
@@ -65,7 +65,7 @@ from .guard import NetGuard
 
 __all__ = ["PageRenderer", "Rendered", "find_chromium"]
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: Where Chromium usually lives. Debian's ``/usr/bin/chromium`` is a shell wrapper;
 #: the binary behind it starts faster and is what the process group kill sees.

@@ -36,8 +36,9 @@ from typing import Any, Protocol, TypeVar
 
 import httpcore
 import httpx
-import structlog
 import trio
+
+from sandbox._log import get_logger
 
 from .address import AddressPolicy, IPAddress, is_localhost_name, parse_host
 from .errors import BlockedTarget, FetchFailed
@@ -51,7 +52,7 @@ __all__ = [
     "system_resolver",
 ]
 
-log = structlog.get_logger()
+log = get_logger()
 
 #: Resolves a host name (never an address literal) to its addresses.
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]

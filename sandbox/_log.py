@@ -1,0 +1,111 @@
+"""structlog, imported on the first log call: a command that logs nothing never loads it.
+
+Importing structlog costs a fifth of a whole offline ``corral run`` (it imports
+rich for its console renderer, asyncio for its stdlib integration and rich's
+pretty-printer for tracebacks), and most commands log nothing. So every module of
+``sandbox``, ``supervisor`` and ``agent`` takes its module-level logger from
+:func:`get_logger` here: a :class:`LazyLogger` that imports structlog and binds
+``structlog.get_logger(name)`` on its first attribute access (``log.info``), then
+forwards everything to it. The log itself is structlog's, unchanged.
+
+The CLI's configuration follows the same rule: :func:`configure_when_loaded`
+runs it at once when structlog is already imported, else the moment
+:func:`load_structlog` first imports it (before the first entry is rendered), so
+what is written and where is the same as configuring up front.
+
+It lives in ``sandbox``, the bottom of the three packages (``supervisor`` and
+``agent`` import it already; it imports neither), so that all three share one.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import typing
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+__all__ = ["LazyLogger", "configure_when_loaded", "get_logger", "lazy_structlog", "load_structlog"]
+
+_lock = threading.Lock()
+#: The configuration to run when structlog is first imported (None: none waiting).
+_pending: Callable[[ModuleType], None] | None = None
+
+
+def load_structlog() -> ModuleType:
+    """Import structlog, running the configuration waiting for it first.
+
+    Thread-safe: the configuration runs once, before any caller gets the module.
+    """
+    global _pending
+    import structlog
+
+    with _lock:
+        setup, _pending = _pending, None
+        if setup is not None:
+            setup(structlog)
+    return structlog
+
+
+def configure_when_loaded(setup: Callable[[ModuleType], None]) -> None:
+    """Run ``setup(structlog)`` now if structlog is imported, else when it first is.
+
+    A later call replaces a configuration still waiting (the last one wins, as
+    with ``structlog.configure``).
+    """
+    global _pending
+    with _lock:
+        if "structlog" not in sys.modules:
+            _pending = setup
+            return
+        _pending = None
+    setup(load_structlog())
+
+
+@typing.final
+class LazyLogger:
+    """A module's logger: ``structlog.get_logger(*args)`` once a method is looked up.
+
+    structlog's own logger is itself a lazy proxy that follows later
+    reconfigurations (``cache_logger_on_first_use`` is off), so binding it once
+    here loses nothing.
+    """
+
+    __slots__ = ("_args", "_logger")
+
+    def __init__(self, *args: Any) -> None:
+        self._args = args
+        self._logger: Any = None
+
+    def __repr__(self) -> str:
+        return f"<LazyLogger {self._args!r} loaded={self._logger is not None}>"
+
+    def __getattr__(self, name: str) -> Any:
+        logger = self._logger
+        if logger is None:
+            logger = self._logger = load_structlog().get_logger(*self._args)
+        return getattr(logger, name)
+
+
+def get_logger(*args: Any) -> Any:
+    """The lazy equivalent of ``structlog.get_logger(*args)`` (typed ``Any`` as structlog's)."""
+    return LazyLogger(*args)
+
+
+@typing.final
+class _LazyStructlog:
+    """The ``structlog`` module for code that uses more than a logger
+    (``structlog.contextvars``): imported on the first attribute access."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<lazy structlog>"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(load_structlog(), name)
+
+
+#: Stands for the ``structlog`` module where a module uses it beyond ``get_logger``.
+lazy_structlog: Any = _LazyStructlog()
