@@ -10,6 +10,7 @@ queueing, abort and ``done`` on top.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import typing
@@ -285,7 +286,11 @@ def _builtin_tools(
 ) -> tuple[list[Tool], BashTool | None]:
     wanted = _wanted(options)
     required = options.sandbox == SandboxMode.REQUIRED
-    bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
+    if _sandbox_at_start(wanted):
+        bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
+    else:  # chosen before the first command: a session that runs none never probes
+        choose = functools.partial(_select_sandbox, options.sandbox)
+        bash = BashTool(workspace, choose_sandbox=choose, require_sandbox=required)
     made: dict[str, Tool] = {
         "read": ReadTool(workspace),
         "write": WriteTool(workspace),
@@ -342,6 +347,11 @@ async def _open_mcp(
         for problem in problems:
             log.warning("mcp_server_skipped", problem=problem)
         yield servers, problems
+
+
+def _sandbox_at_start(wanted: list[str]) -> bool:
+    """Whether tools other than ``bash`` need the backend when they are made."""
+    return "new_tool" in wanted or any(name in wanted for name in WEB_TOOLS)
 
 
 def _select_sandbox(mode: str) -> Sandbox | None:
@@ -445,7 +455,9 @@ async def open_agent(
         model = _default_model(provider, options.model)
         transcript = await _open_transcript(options, home, cwd, provider.name, model)
         try:
-            sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
+            sandbox = None
+            if _sandbox_at_start(_wanted(options)):
+                sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
             config = SupervisorConfig(
                 home=str(home),
                 sandbox=SandboxMode(options.sandbox),

@@ -19,7 +19,15 @@ from typing import Any
 import msgspec
 import trio
 
-from sandbox import Sandbox, SandboxUnavailable, select_sandbox, start_guardian
+from sandbox import (
+    LaunchPlan,
+    LaunchRequest,
+    Sandbox,
+    SandboxMode,
+    SandboxUnavailable,
+    select_sandbox,
+    start_guardian,
+)
 from sandbox._log import get_logger
 
 from . import _frames as f
@@ -255,6 +263,9 @@ class _Supervisor:
 
     async def _start_all(self) -> None:
         self._discovery = self._discover()
+        if self._discovery.specs:
+            # The guardian (once per process) boots while the extensions are planned.
+            start_guardian()
         self._exts = self._generation(self._discovery.specs, [])
         self._starting = True
         try:
@@ -538,7 +549,8 @@ class _Supervisor:
     async def _infos(self, exts: list[Extension]) -> list[ExtensionInfo]:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
         figures = await trio.to_thread.run_sync(self._figures.measure, pids) if pids else {}
-        return extension_infos(exts, figures, self._sandbox.backend)
+        backend = self._sandbox.backend if exts else ""  # no extension: no probe
+        return extension_infos(exts, figures, backend)
 
 
 @asynccontextmanager
@@ -559,7 +571,9 @@ async def open_supervisor(
         project_dir: directory whose ``.corral/extensions`` is scanned.
         discover: scan project-local and global extensions too.
         host: what ``hello_ack`` reports until :meth:`SupervisorClient.set_host_info`.
-        sandbox: a backend to use instead of ``select_sandbox(config.sandbox)``.
+        sandbox: a backend to use instead of ``select_sandbox(config.sandbox)``, which
+            is called when the first extension is planned (a host without
+            extensions never probes the machine).
 
     Entering returns once every extension is ready, failed, or crashed once (each
     wait is bounded by the handshake deadline and the ready cap), or, with
@@ -571,18 +585,10 @@ async def open_supervisor(
     runs the shutdown ladder for all extensions in parallel (shielded, bounded by
     ``shutdown_grace + term_grace`` plus reaping) and kills anything they left.
     """
-    # The guardian (once per process) boots while manifests are read and planned.
-    start_guardian()
     config = config or SupervisorConfig()
-    if sandbox is None:
-        try:
-            sandbox = select_sandbox(config.sandbox)
-        except SandboxUnavailable as exc:
-            log.error("sandbox_unavailable", problem=str(exc))
-            sandbox = Refusing(exc)
     sup = _Supervisor(
         config,
-        sandbox,
+        sandbox if sandbox is not None else _ChosenOnUse(config.sandbox),
         ext_paths=ext_paths,
         project_dir=project_dir,
         discover=discover,
@@ -597,3 +603,33 @@ async def open_supervisor(
             with trio.CancelScope(shield=True):
                 await sup.aclose()
             nursery.cancel_scope.cancel()
+
+
+@typing.final
+class _ChosenOnUse:
+    """The backend for ``mode``, chosen (probing the machine) when first used: a host
+    that starts no extension never probes. Unavailable under ``required``: a backend
+    that refuses every plan, with the cause logged once."""
+
+    def __init__(self, mode: SandboxMode) -> None:
+        self._mode = mode
+        self._chosen: Sandbox | None = None
+
+    def _get(self) -> Sandbox:
+        if self._chosen is None:
+            try:
+                self._chosen = select_sandbox(self._mode)
+            except SandboxUnavailable as exc:
+                log.error("sandbox_unavailable", problem=str(exc))
+                self._chosen = Refusing(exc)
+        return self._chosen
+
+    @property
+    def backend(self) -> str:
+        return self._get().backend
+
+    def plan(self, request: LaunchRequest) -> LaunchPlan:
+        return self._get().plan(request)
+
+    def cleanup(self, plan: LaunchPlan) -> None:
+        self._get().cleanup(plan)

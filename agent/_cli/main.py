@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import threading
 import typing
 
@@ -50,19 +51,59 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 _AGENT_COMMANDS = frozenset({"run", "chat", "demo", "rpc"})
 
 
-def _prefetch_sandbox(args: list[str]) -> None:
-    """Start the sandbox's guardian and probe in the background, while the command's
-    modules import (a third of a second): both take tens of milliseconds of
-    waiting for child processes, which then overlap the imports instead of
-    following them. The probe's result is cached for the command to find."""
-    mode = "auto"
+def _option(args: list[str], *names: str) -> str | None:
+    """The value of the last of ``names`` in ``args`` (``--x V`` or ``--x=V``), if any."""
+    found = None
     for i, arg in enumerate(args):
-        if arg == "--sandbox" and i + 1 < len(args):
-            mode = args[i + 1]
-        elif arg.startswith("--sandbox="):
-            mode = arg.partition("=")[2]
+        if arg in names and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--") and arg.partition("=")[0] in names:
+            found = arg.partition("=")[2]
+    return found
+
+
+def _will_spawn(command: str, args: list[str]) -> bool:
+    """A guess whether the command starts child processes (blocking: a few ``stat``s).
+
+    True for the demo, an extension named with ``-e``, extra tools (``--tools``), a
+    real model (which may call ``bash``), or installed or project-local extensions,
+    tool hosts or MCP servers. It only decides the prefetch: what is not prefetched
+    is started on first use.
+    """
+    from pathlib import Path
+
+    from supervisor import corral_home
+
+    if command == "demo" or "--tools" in args:
+        return True
+    if any(a.startswith(("-e", "--ext", "--tools=")) for a in args):
+        return True
+    provider = _option(args, "--provider") or os.environ.get("CORRAL_PROVIDER")
+    if provider is None and _option(args, "--base-url") is not None:
+        return True  # openai
+    if provider not in (None, "offline", "scripted"):
+        return True
+    home = corral_home()
+    project = Path(_option(args, "--cwd") or ".") / ".corral"
+    for place in (home / "extensions", project / "extensions"):
+        with contextlib.suppress(OSError), os.scandir(place) as entries:
+            if next(entries, None) is not None:
+                return True
+    return (home / "mcp.json").exists() or (project / "mcp.json").exists()
+
+
+def _prefetch_sandbox(command: str, args: list[str]) -> None:
+    """Start the sandbox's guardian and probe in the background, while the command's
+    modules import (a third of a second), when the command is about to start child
+    processes: both take tens of milliseconds of waiting for child processes, which
+    then overlap the imports instead of following them. The probe's result is cached
+    for the command to find. A command that starts nothing (``corral run hi`` with the
+    offline model and no extension) skips both: they happen on first use, if ever."""
+    mode = _option(args, "--sandbox") or "auto"
 
     def prefetch() -> None:
+        if not _will_spawn(command, args):
+            return
         from sandbox import SandboxError, select_sandbox, start_guardian
 
         start_guardian()
@@ -87,7 +128,7 @@ class _Main(click.Group):
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and args[0] in _AGENT_COMMANDS:
-            _prefetch_sandbox(args[1:])
+            _prefetch_sandbox(args[0], args[1:])
         return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

@@ -40,6 +40,7 @@ import collections
 import shutil
 import signal
 import typing
+from collections.abc import Callable
 from typing import Annotated
 
 import msgspec
@@ -203,12 +204,32 @@ class BashTool(BuiltinTool):
         workspace: Workspace,
         *,
         sandbox: Sandbox | None = None,
+        choose_sandbox: Callable[[], Sandbox | None] | None = None,
         require_sandbox: bool = False,
         default_timeout: float = 120.0,
         max_timeout: float = 600.0,
         output_limit: int = 64 * 1024,
     ) -> None:
+        """The tool on ``workspace``.
+
+        Args:
+            workspace: where commands run.
+            sandbox: the backend confining commands (None, or ``none``: no sandbox).
+            choose_sandbox: instead of ``sandbox``, a blocking function that picks the
+                backend, called in a worker thread before the first command (choosing
+                probes the machine, which a session that runs no command need not
+                pay for); called at once when the workspace is read-only, since the
+                description depends on the backend then.
+            require_sandbox: refuse to run commands without a sandbox.
+            default_timeout: seconds a command may run when it does not say.
+            max_timeout: seconds a command may ask for at most.
+            output_limit: bytes of output kept.
+        """
         self.workspace = workspace
+        if choose_sandbox is not None and not workspace.writable:
+            sandbox, choose_sandbox = choose_sandbox(), None
+        self._choose = choose_sandbox
+        self._choosing = trio.Lock()
         self._sandbox = sandbox if sandbox is not None and sandbox.backend != "none" else None
         self._require_sandbox = require_sandbox
         self._default_timeout = default_timeout
@@ -234,13 +255,29 @@ class BashTool(BuiltinTool):
         super().__init__(bash)
 
     def __repr__(self) -> str:
-        backend = self._sandbox.backend if self._sandbox else "none"
+        backend = "unchosen" if self._choose else self._sandbox.backend if self._sandbox else "none"
         return f"<BashTool root={self.workspace.root!r} sandbox={backend}>"
 
     @property
     def sandboxed(self) -> bool:
-        """True when commands run inside a sandbox backend."""
+        """True when commands run inside a sandbox backend (blocking when the backend
+        is still to be chosen: it is chosen now)."""
+        if self._choose is not None:
+            self._chosen(self._choose())
         return self._sandbox is not None
+
+    def _chosen(self, sandbox: Sandbox | None) -> None:
+        self._sandbox = sandbox if sandbox is not None and sandbox.backend != "none" else None
+        self._choose = None
+
+    async def _choose_sandbox(self) -> None:
+        """Choose the backend in a worker thread, once (concurrent first commands wait).
+
+        Cancellation: takes effect once the choice is made (the thread is not abandoned).
+        """
+        async with self._choosing:
+            if self._choose is not None:
+                self._chosen(await trio.to_thread.run_sync(self._choose))
 
     def _plan(self, argv: list[str], env: dict[str, str]) -> LaunchPlan | None:
         ws = self.workspace
@@ -300,6 +337,8 @@ class BashTool(BuiltinTool):
             raise ToolError("bash: timeout must be positive")
         argv = [self._program, "-c", args.command]
         env = _environment(self.workspace.root)
+        if self._choose is not None:
+            await self._choose_sandbox()
         plan = self._plan(argv, env)
         return await self._execute(argv, env, plan, timeout, ProgressLines(progress))
 

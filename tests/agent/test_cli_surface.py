@@ -105,6 +105,39 @@ def test_an_offline_run_without_extensions_imports_only_what_it_uses(
     assert not (home / "logs").exists()
 
 
+def test_an_offline_run_without_extensions_starts_no_guardian_and_no_probe(
+    home: Path, work: Path
+) -> None:
+    # Nothing will be spawned: the guardian and the machine probe (bwrap, cgroups) are
+    # left for the first spawn, which never comes; the bash tool was offered all the same.
+    code = (
+        "import sys; from agent._cli.main import main\n"
+        "try:\n    main(['run', '--provider', 'offline', 'hi'], prog_name='corral')\n"
+        "except SystemExit as exc:\n    status = exc.code\n"
+        "import sandbox._select as s; from sandbox import guardian_pids\n"
+        "print(status, s._probe is None, sorted(guardian_pids()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=work, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "0 True []"
+
+
+def test_a_run_with_an_extension_prefetches_the_guardian(home: Path, work: Path) -> None:
+    code = (
+        "import sys; from agent._cli.main import main\n"
+        f"argv = ['run', '--provider', 'offline', '-e', {str(EXAMPLES / 'weather')!r}, 'hi']\n"
+        "try:\n    main(argv, prog_name='corral')\n"
+        "except SystemExit as exc:\n    status = exc.code\n"
+        "from sandbox._guardian import guardian\n"
+        "print(status, guardian().pid is not None)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=work, capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip().splitlines()[-1] == "0 True"
+
+
 def test_the_version_is_the_installed_one() -> None:
     # pyproject.toml reads agent/_version.py: the metadata says the same.
     assert importlib.metadata.version("corral") == __version__
