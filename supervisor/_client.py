@@ -145,9 +145,14 @@ class SupervisorClient:
 
         Cancellation: the call is abandoned; a late ``tool_result`` is dropped.
         """
-        req = CallTool(name=name, args=args, call_id=call_id)
-        outcome: ToolOutcome = await self._ask(req, on_part)
-        return outcome
+        # _ask, inlined: one coroutine frame less to suspend and resume per call.
+        reply: Reply[ToolOutcome] = self._submit(CallTool(name=name, args=args, call_id=call_id))
+        reply.on_part = on_part
+        try:
+            return await reply.wait()
+        except trio.Cancelled:
+            reply.abandon()
+            raise
 
     async def preview_tool_call(self, name: str, args: dict[str, Any]) -> str | None:
         """The one-line preview of a call its tool host makes, or None (render your own).

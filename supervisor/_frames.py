@@ -264,6 +264,15 @@ _encoder = msgspec.json.Encoder()
 _ext_decoder: msgspec.json.Decoder[ExtFrame] = msgspec.json.Decoder(ExtFrame)
 _any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
+#: The hot path's decode of one line sent by an extension: raises
+#: ``msgspec.DecodeError`` (``ValidationError`` too is one) on a bad line, and
+#: :func:`decode_ext_frame` tells what is wrong with it.
+decode_ext_nowrap = _ext_decoder.decode
+
+
+#: :func:`encode_frame` without the newline (the hot path adds it itself).
+encode_nowrap = _encoder.encode
+
 
 def encode_frame(frame: HostFrame | ExtFrame) -> bytes:
     """Encode one frame as a JSON line (with the trailing newline)."""

@@ -27,6 +27,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import msgspec
 import structlog
 import trio
 
@@ -168,6 +169,8 @@ class ChildProtocol:
         handle = self._handle
         try:
             while True:
+                for line in reader.lines_nowait():
+                    handle(line)
                 item = reader.next_nowait()
                 if item is MORE:
                     await reader.fill()
@@ -251,7 +254,7 @@ class ExtensionProtocol(ChildProtocol):
 
     def tool_call(self, rid: str, req: CallTool) -> bytes:
         """The ``tool_call`` frame for call ``rid``."""
-        return f.encode_frame(f.ToolCall(id=rid, name=req.name, args=req.args))
+        return f.encode_nowrap(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n"
 
     def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
         """Extensions have no call previews."""
@@ -345,12 +348,10 @@ class ExtensionProtocol(ChildProtocol):
             problem, fid = self._oversize(item)
             self._bad_frame(problem, f.excerpt(item.head), fid)
             return
-        if not item or item.isspace():
-            return
         try:
-            frame = f.decode_ext_frame(item)
-        except f.FrameError as exc:
-            self._bad_frame(exc.detail, exc.excerpt, exc.frame_id)
+            frame = f.decode_ext_nowrap(item)
+        except msgspec.DecodeError:
+            self._bad_line(item)
             return
         match frame:
             case f.ToolResult():
@@ -373,6 +374,14 @@ class ExtensionProtocol(ChildProtocol):
                 self.acked.set()
             case f.Hello():
                 self._bad_frame("hello sent twice", f.excerpt(item), None)
+
+    def _bad_line(self, item: bytes) -> None:
+        """A line that is not a frame: counted and logged, unless it is blank."""
+        if item and not item.isspace():
+            try:
+                f.decode_ext_frame(item)
+            except f.FrameError as exc:
+                self._bad_frame(exc.detail, exc.excerpt, exc.frame_id)
 
     def _register(self, frame: f.RegisterTool | f.RegisterCommand | f.Subscribe) -> None:
         regs = self.registrations
@@ -407,14 +416,15 @@ class ExtensionProtocol(ChildProtocol):
         return reply
 
     def _tool_result(self, frame: f.ToolResult) -> None:
-        reply = self._take(frame.id, CallKind.TOOL)
+        reply = self._calls.take(frame.id, CallKind.TOOL)
         if reply is None:
+            self._bad_frame(f"reply to unknown id {frame.id!r}", frame.id, None)
             return
         if frame.is_error:
             self._calls.counts["errors"] += 1
         reply.set(
             ToolOutcome(
-                content=list(frame.content),
+                content=frame.content,  # the frame is dropped: no copy needed
                 is_error=frame.is_error,
                 tool=reply.name,
                 extension=self._name,
