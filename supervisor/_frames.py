@@ -264,14 +264,12 @@ _encoder = msgspec.json.Encoder()
 _ext_decoder: msgspec.json.Decoder[ExtFrame] = msgspec.json.Decoder(ExtFrame)
 _any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
-#: The hot path's decode of one line sent by an extension: raises
-#: ``msgspec.DecodeError`` (``ValidationError`` too is one) on a bad line, and
-#: :func:`decode_ext_frame` tells what is wrong with it.
-decode_ext_nowrap = _ext_decoder.decode
-
-
-#: :func:`encode_frame` without the newline (the hot path adds it itself).
-encode_nowrap = _encoder.encode
+#: :func:`decode_ext_frame` without the diagnosis, for the hot path: raises
+#: ``msgspec.DecodeError`` (``ValidationError`` is one too) on a bad line, and
+#: :func:`decode_ext_frame` then tells what is wrong with it.
+decode_ext_bare = _ext_decoder.decode
+#: :func:`encode_frame` without the newline, for the hot path (it adds it itself).
+encode_bare = _encoder.encode
 
 
 def encode_frame(frame: HostFrame | ExtFrame) -> bytes:

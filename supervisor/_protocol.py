@@ -254,7 +254,7 @@ class ExtensionProtocol(ChildProtocol):
 
     def tool_call(self, rid: str, req: CallTool) -> bytes:
         """The ``tool_call`` frame for call ``rid``."""
-        return f.encode_nowrap(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n"
+        return f.encode_bare(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n"
 
     def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
         """Extensions have no call previews."""
@@ -349,7 +349,7 @@ class ExtensionProtocol(ChildProtocol):
             self._bad_frame(problem, f.excerpt(item.head), fid)
             return
         try:
-            frame = f.decode_ext_nowrap(item)
+            frame = f.decode_ext_bare(item)
         except msgspec.DecodeError:
             self._bad_line(item)
             return
@@ -416,9 +416,8 @@ class ExtensionProtocol(ChildProtocol):
         return reply
 
     def _tool_result(self, frame: f.ToolResult) -> None:
-        reply = self._calls.take(frame.id, CallKind.TOOL)
+        reply = self._take(frame.id, CallKind.TOOL)
         if reply is None:
-            self._bad_frame(f"reply to unknown id {frame.id!r}", frame.id, None)
             return
         if frame.is_error:
             self._calls.counts["errors"] += 1

@@ -13,8 +13,9 @@ from helpers.supkit import CYCLE, Kit
 from supervisor import ExtensionGone, SupervisorClient, TextBlock
 
 #: Answers the calls of each read in reverse order (so only the ids match them);
-#: holds a ``hold`` call until a ``release`` call comes; a read with a ``crash``
-#: call in it exits 3 after ``delay`` seconds without answering any of it.
+#: holds a ``hold`` call until a ``release`` call comes, and answers a release last;
+#: a read with a ``crash`` call in it exits 3 after ``delay`` seconds without
+#: answering any of it.
 BATCHY = """\
 import time
 emit({"type": "hello", "name": NAME, "version": "1.0.0"})
@@ -31,10 +32,11 @@ while True:
         if msg["args"].get("crash"):
             time.sleep(msg["args"]["delay"])
             sys.exit(3)
-    for msg in reversed(calls):
+    held += [m["id"] for m in calls if m["args"].get("hold")]  # before any release
+    # Reverse order, a release last (after whatever it read with it).
+    for msg in sorted(reversed(calls), key=lambda m: bool(m["args"].get("release"))):
         args = msg["args"]
         if args.get("hold"):
-            held.append(msg["id"])
             continue
         answer = [msg["id"]]
         if args.get("release"):
