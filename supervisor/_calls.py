@@ -40,6 +40,10 @@ T = TypeVar("T")
 
 #: Request ids are unique per host, not per extension (SPEC).
 _REQUEST_IDS = itertools.count(1)
+_reschedule = trio.lowlevel.reschedule
+_wait_rescheduled = trio.lowlevel.wait_task_rescheduled
+_current_task = trio.lowlevel.current_task
+_perf_counter = time.perf_counter
 
 
 class CallKind(enum.Enum):
@@ -159,27 +163,24 @@ class Reply(Generic[T]):
         """The error it was answered with, if any."""
         return self._error
 
-    def _resolve(self) -> None:
-        self._done = True
-        self.spin = None
-        task = self._task
-        if task is not None:
-            self._task = None
-            trio.lowlevel.reschedule(task)
-        if self.then is not None:
-            self.then(self)
-
     def set(self, value: T) -> None:
         """Answer with a value (ignored if already answered)."""
         if not self._done:
             self._value = value
-            self._resolve()
+            self._done = True
+            self.spin = None
+            task = self._task
+            if task is not None:
+                self._task = None
+                _reschedule(task)
+            if self.then is not None:
+                self.then(self)
 
     def fail(self, error: BaseException) -> None:
         """Answer with an error (ignored if already answered)."""
         if not self._done:
             self._error = error
-            self._resolve()
+            self.set(typing.cast(T, None))
 
     def abandon(self) -> None:
         """The caller stopped waiting (it was cancelled): forget the call and answer it."""
@@ -201,31 +202,36 @@ class Reply(Generic[T]):
         costs no task switch. It then only checks for cancellation, and yields to
         the scheduler if it has not done so in the last half millisecond.
 
-        Cancellation: abandons the wait; the caller should :meth:`abandon` the reply.
+        Cancellation: abandons the call (:meth:`abandon`): it is forgotten, and a
+        late answer is dropped.
         """
         global _last_yield, _waiting
-        spin = self.spin
-        if spin is not None and not self._done and not _waiting:
-            spin(self)
-            if self.done:  # (a property: the spin may have answered it)
-                now = time.perf_counter()
-                if now - _last_yield < _YIELD_EVERY:
-                    await trio.lowlevel.checkpoint_if_cancelled()
-                else:
-                    _last_yield = now
-                    await trio.lowlevel.checkpoint()
-        elif self._done:
-            await trio.lowlevel.checkpoint()
-        if not self._done:
-            self._task = trio.lowlevel.current_task()
-            _waiting += 1
-            try:
-                await trio.lowlevel.wait_task_rescheduled(self._abort)
-            finally:
-                _waiting -= 1
+        try:
+            spin = self.spin
+            if spin is not None and not self._done and not _waiting:
+                spin(self)
+                if self.done:  # (a property: the spin may have answered it)
+                    now = time.perf_counter()
+                    if now - _last_yield < _YIELD_EVERY:
+                        await trio.lowlevel.checkpoint_if_cancelled()
+                    else:
+                        _last_yield = now
+                        await trio.lowlevel.checkpoint()
+            elif self._done:
+                await trio.lowlevel.checkpoint()
+            if not self._done:
+                self._task = _current_task()
+                _waiting += 1
+                try:
+                    await _wait_rescheduled(self._abort)
+                finally:
+                    _waiting -= 1
+        except trio.Cancelled:
+            self.abandon()
+            raise
         if self._error is not None:
             raise self._error
-        return typing.cast(T, self._value)
+        return self._value  # type: ignore[return-value]  # (set: a T; no cast call)
 
 
 @typing.final
@@ -257,7 +263,8 @@ class PendingCalls:
         its deadline starts now."""
         kind = reply.kind
         reply.rid = rid
-        reply.t0 = now = self._now()
+        reply.t0 = _perf_counter()  # latency: real time, read with a C call
+        now = self._now()
         reply._calls = self
         self._pending[rid] = reply
         deadline = now + self._timeouts[kind]
@@ -282,7 +289,7 @@ class PendingCalls:
             return None
         del self._pending[rid]
         reply._calls = None
-        self._latencies.append(self._now() - reply.t0)
+        self._latencies.append(_perf_counter() - reply.t0)
         return reply
 
     def take_any(self, rid: str) -> Reply[Any] | None:

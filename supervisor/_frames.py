@@ -264,6 +264,13 @@ _encoder = msgspec.json.Encoder()
 _ext_decoder: msgspec.json.Decoder[ExtFrame] = msgspec.json.Decoder(ExtFrame)
 _any_decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder()
 
+#: :func:`decode_ext_frame` without the diagnosis, for the hot path: raises
+#: ``msgspec.DecodeError`` (``ValidationError`` is one too) on a bad line, and
+#: :func:`decode_ext_frame` then tells what is wrong with it.
+decode_ext_bare = _ext_decoder.decode
+#: :func:`encode_frame` without the newline, for the hot path (it adds it itself).
+encode_bare = _encoder.encode
+
 
 def encode_frame(frame: HostFrame | ExtFrame) -> bytes:
     """Encode one frame as a JSON line (with the trailing newline)."""

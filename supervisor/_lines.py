@@ -127,6 +127,30 @@ class LineReader:
         self._scan = len(self._buf)
         return MORE
 
+    def lines_nowait(self) -> list[bytes]:
+        """Every whole line buffered now, at once (none: ``[]``), when none of them
+        is too long and no oversize line is being skipped; else ``[]``, and
+        :meth:`next_nowait` takes them one by one. Never reads.
+
+        One split for a whole read's worth of lines, instead of one call per line.
+        """
+        buf = self._buf
+        end = buf.rfind(b"\n", self._scan)
+        if end < 0 or self._skipped is not None:
+            return []
+        lines = bytes(buf[self._pos : end]).split(b"\n")
+        if max(map(len, lines)) > self._limit:
+            return []
+        if end + 1 == len(buf):
+            buf.clear()
+            self._pos = self._scan = 0
+        else:
+            self._pos = self._scan = end + 1
+            if self._pos > _CHUNK and self._pos * 2 > len(buf):
+                del buf[: self._pos]
+                self._scan = self._pos = 0
+        return lines
+
     def _take(self, data: bytes | bytearray) -> None:
         self._eof = not data
         self._drained = len(data) < self._chunk
@@ -245,10 +269,6 @@ class LineWriter:
             return Unsent.BROKEN
         return data[n:]
 
-    def _queue_line(self, data: bytes) -> None:
-        self._queue.append(data)
-        self._wake()
-
     def write_nowait(self, data: bytes, *, coalesce: bool = False) -> Unsent | None:
         """Write ``data`` or queue it; never blocks. Returns why it was not taken.
 
@@ -269,7 +289,10 @@ class LineWriter:
             data = rest
         elif len(self._queue) >= self._backlog:
             return Unsent.FULL
-        self._queue_line(data)
+        self._queue.append(data)
+        if self._idle is not None:  # (_wake, inlined: once per queued line)
+            task, self._idle = self._idle, None
+            trio.lowlevel.reschedule(task)
         return None
 
     async def write(self, data: bytes) -> None:

@@ -27,6 +27,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import msgspec
 import trio
 
 from sandbox._log import get_logger
@@ -169,6 +170,8 @@ class ChildProtocol:
         handle = self._handle
         try:
             while True:
+                for line in reader.lines_nowait():
+                    handle(line)
                 item = reader.next_nowait()
                 if item is MORE:
                     await reader.fill()
@@ -252,7 +255,7 @@ class ExtensionProtocol(ChildProtocol):
 
     def tool_call(self, rid: str, req: CallTool) -> bytes:
         """The ``tool_call`` frame for call ``rid``."""
-        return f.encode_frame(f.ToolCall(id=rid, name=req.name, args=req.args))
+        return f.encode_bare(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n"
 
     def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
         """Extensions have no call previews."""
@@ -346,12 +349,10 @@ class ExtensionProtocol(ChildProtocol):
             problem, fid = self._oversize(item)
             self._bad_frame(problem, f.excerpt(item.head), fid)
             return
-        if not item or item.isspace():
-            return
         try:
-            frame = f.decode_ext_frame(item)
-        except f.FrameError as exc:
-            self._bad_frame(exc.detail, exc.excerpt, exc.frame_id)
+            frame = f.decode_ext_bare(item)
+        except msgspec.DecodeError:
+            self._bad_line(item)
             return
         match frame:
             case f.ToolResult():
@@ -374,6 +375,14 @@ class ExtensionProtocol(ChildProtocol):
                 self.acked.set()
             case f.Hello():
                 self._bad_frame("hello sent twice", f.excerpt(item), None)
+
+    def _bad_line(self, item: bytes) -> None:
+        """A line that is not a frame: counted and logged, unless it is blank."""
+        if item and not item.isspace():
+            try:
+                f.decode_ext_frame(item)
+            except f.FrameError as exc:
+                self._bad_frame(exc.detail, exc.excerpt, exc.frame_id)
 
     def _register(self, frame: f.RegisterTool | f.RegisterCommand | f.Subscribe) -> None:
         regs = self.registrations
@@ -415,7 +424,7 @@ class ExtensionProtocol(ChildProtocol):
             self._calls.counts["errors"] += 1
         reply.set(
             ToolOutcome(
-                content=list(frame.content),
+                content=frame.content,  # the frame is dropped: no copy needed
                 is_error=frame.is_error,
                 tool=reply.name,
                 extension=self._name,

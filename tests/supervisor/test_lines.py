@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import trio
 import trio.testing
 
 from supervisor import LineReader, LineWriter
-from supervisor._lines import Unsent
+from supervisor._lines import MORE, Oversize, Unsent
 
 
 async def read_lines(chunks: list[bytes], limit: int) -> list[Any]:
@@ -174,3 +175,49 @@ async def test_a_second_reader_may_take_the_bytes_a_waiting_fill_was_woken_for()
             assert reader.read_nowait()  # the end of the stream, read by the other one
             assert reader.eof
     assert got == [b"three", None]
+
+
+async def test_coalesced_lines_of_one_pass_go_out_in_one_write() -> None:
+    # A SOCK_SEQPACKET pair keeps each write a record of its own: one receive is
+    # one write of the writer.
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    writer = LineWriter(trio.lowlevel.FdStream(os.dup(a.fileno())), backlog=100)
+    a.close()
+    lines = [f"line {i}\n".encode() for i in range(10)]
+    with b, trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.run)
+            await trio.testing.wait_all_tasks_blocked()
+            for line in lines:  # callers of one scheduler pass
+                assert writer.write_nowait(line, coalesce=True) is None
+            assert writer.busy
+            await trio.testing.wait_all_tasks_blocked()
+            assert b.recv(65536) == b"".join(lines)  # one record: one system call
+            assert writer.write_nowait(b"alone\n") is None  # not coalesced: at once
+            assert not writer.busy
+            assert b.recv(65536) == b"alone\n"
+            writer.close()
+
+
+async def test_lines_nowait_takes_every_whole_line_and_leaves_the_rest() -> None:
+    send, receive = trio.testing.memory_stream_one_way_pair()
+    reader = LineReader(receive, limit=8)
+
+    async def feed(data: bytes) -> None:
+        await send.send_all(data)
+        await reader.fill()
+
+    with trio.fail_after(5):
+        await feed(b"one\ntwo\n\nthree")
+        assert reader.lines_nowait() == [b"one", b"two", b""]
+        assert reader.lines_nowait() == []
+        assert reader.next_nowait() is MORE  # "three" waits for its newline
+        await feed(b"\nfour\n")
+        assert reader.lines_nowait() == [b"three", b"four"]
+        # A line over the limit among them: none is taken at once; next_nowait skips it.
+        await feed(b"ok\nmuch too long\nfine\n")
+        assert reader.lines_nowait() == []
+        items = [reader.next_nowait() for _ in range(3)]
+    assert items[0] == b"ok"
+    assert items[1] == Oversize(13, b"much too long")
+    assert items[2] == b"fine"
