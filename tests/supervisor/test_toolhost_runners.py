@@ -13,6 +13,7 @@ import itertools
 import os
 import shutil
 import sys
+import venv
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,13 +40,14 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
+from supervisor._spawn import PYTHON_RUNNER
 
 STEP = 20  # seconds: bound of one exchange; normal runs take milliseconds
 MiB = 1 << 20
 
 RUNNERS = {
     "py": {
-        "argv": [sys.executable, "-m", "corral_toolhost"],
+        "argv": [sys.executable, *PYTHON_RUNNER],
         "tools": "py_tools.py",
         "plain": "py_plain.py",
         "second": "py_second.py",
@@ -141,18 +143,21 @@ class Host:
 
 
 @asynccontextmanager
-async def open_host(lang: str) -> AsyncIterator[Host]:
-    """Start a runner in the fixtures directory; on exit close stdin and reap it."""
+async def open_host(
+    lang: str, argv: list[str] | None = None, cwd: Path = FIXTURES
+) -> AsyncIterator[Host]:
+    """Start a runner (in the fixtures directory unless ``cwd`` says otherwise; the
+    language's own argv unless ``argv`` says otherwise); on exit close stdin and reap it."""
     if lang == "js" and shutil.which("node") is None:
         pytest.skip("node is not installed")
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env |= {"PYTHONPATH": SDK_DIR, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = await trio.lowlevel.open_process(
-        RUNNERS[lang]["argv"],
+        argv or RUNNERS[lang]["argv"],
         stdin=-1,
         stdout=-1,
         stderr=-1,
-        cwd=str(FIXTURES),
+        cwd=str(cwd),
         env=env,
     )
     host = Host(proc, lang)
@@ -537,3 +542,47 @@ async def test_string_arguments_are_parsed(lang: str) -> None:
     assert value.result == "from a string"
     assert not wrong.success
     assert "expected an object" in wrong.error
+
+
+PTH_DEP = 'VALUE = "only through a .pth file"\n'
+SITE_DEP = 'VALUE = "in site-packages"\n'
+TOOL_USING = """\
+import {dep}
+from corral_tools import raw_tool
+
+@raw_tool(schema={{"type": "object", "properties": {{}}}})
+def which(args):
+    return {dep}.VALUE
+"""
+
+
+async def test_site_packages_load_without_pth_files_and_pth_files_run_when_needed(
+    lang: str, tmp_path: Path
+) -> None:
+    # corral starts the Python runner with -S: it puts the site directories on sys.path
+    # itself and runs their .pth files only when a tool module's import fails without.
+    if lang != "py":
+        pytest.skip("site directories and .pth files are the Python runner's")
+    env_dir = tmp_path / "env"
+    venv.create(env_dir, symlinks=True, with_pip=False)
+    (site_dir,) = env_dir.glob("lib/python3*/site-packages")
+    (site_dir / "site_dep.py").write_text(SITE_DEP)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "pth_dep.py").write_text(PTH_DEP)
+    (site_dir / "extra.pth").write_text(f"{elsewhere}\n")
+    (tmp_path / "uses_site.py").write_text(TOOL_USING.format(dep="site_dep"))
+    (tmp_path / "uses_pth.py").write_text(TOOL_USING.format(dep="pth_dep"))
+    argv = [str(env_dir / "bin" / "python"), *PYTHON_RUNNER]
+    with trio.fail_after(STEP):
+        async with open_host(lang, argv, tmp_path) as host:
+            await host.ok(Method.INIT, {"config": {"modules": ["./uses_site.py"]}})
+            plain = await host.execute("which")
+        async with open_host(lang, argv, tmp_path) as needs_pth:
+            await needs_pth.ok(Method.INIT, {"config": {"modules": ["./uses_pth.py"]}})
+            through_pth = await needs_pth.execute("which")
+            log = await needs_pth.stderr_text(".pth files")
+    assert plain.result == "in site-packages"
+    assert ".pth" not in host.stderr.decode()  # the lean start sufficed
+    assert through_pth.result == "only through a .pth file"
+    assert "uses_pth.py: No module named 'pth_dep'" in log
