@@ -8,6 +8,7 @@ through the supervisor's client, as the agent does.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from supervisor import (
     ProtocolViolation,
     TextBlock,
     ToolsChanged,
+    identity_of,
     signal_group,
+    ui_file,
 )
 from supervisor._manifest import ChildKind
 
@@ -291,3 +294,22 @@ async def test_images_in_a_result_become_image_blocks(kit: Kit) -> None:
         TextBlock(text="a dot"),
         ImageBlock(mime_type="image/png", data="UE5H"),
     ]
+
+
+async def test_the_ui_elements_file_is_rewritten_only_when_they_changed(kit: Kit) -> None:
+    d = host_dir(kit, "py")
+    ui = ui_file(kit.home, identity_of(d.name, str(d)))
+    ui.parent.mkdir(parents=True)
+    ui.write_text("[]")  # what an earlier start saw: stale now
+    with trio.fail_after(CYCLE):
+        async with kit.open(d):
+            pass
+        kept = ui.read_bytes()
+        written = ui.stat().st_mtime_ns
+        os.utime(ui, ns=(1, 1))  # a mark that a rewrite would replace
+        async with kit.open(d):
+            pass
+    assert json.loads(kept) == [{"kind": "status", "text": "py tools"}]
+    assert written != 1
+    assert ui.stat().st_mtime_ns == 1  # the same elements again: not rewritten
+    assert ui.read_bytes() == kept
