@@ -586,3 +586,62 @@ async def test_site_packages_load_without_pth_files_and_pth_files_run_when_neede
     assert ".pth" not in host.stderr.decode()  # the lean start sufficed
     assert through_pth.result == "only through a .pth file"
     assert "uses_pth.py: No module named 'pth_dep'" in log
+
+
+async def test_non_blocking_stdio_is_served_through_streams(lang: str) -> None:
+    # host.mjs reads fd 0 and writes fd 1 itself; descriptors it was handed in
+    # non-blocking mode (EAGAIN) are served through Node's own streams instead.
+    if lang != "js" or shutil.which("node") is None:
+        pytest.skip("host.mjs's own stdio")
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.set_blocking(in_r, False)
+    os.set_blocking(out_w, False)
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    try:
+        proc = await trio.lowlevel.open_process(
+            RUNNERS["js"]["argv"], stdin=in_r, stdout=out_w, stderr=-1, cwd=str(FIXTURES), env=env
+        )
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    requests = trio.lowlevel.FdStream(in_w)
+    responses = trio.lowlevel.FdStream(out_r)
+    assert proc.stderr is not None
+    log = bytearray()
+    big = "z" * MiB  # far more than a pipe holds: fd 1 fills while nothing reads it
+    asked = [
+        (Method.INIT, {"config": {"modules": [RUNNERS["js"]["tools"]]}}),
+        (Method.EXECUTE_TOOL, {"tool_name": "echo", "arguments": {"text": big}}),
+        (Method.EXECUTE_TOOL, {"tool_name": "echo", "arguments": {"text": "after"}}),
+    ]
+    lines = [
+        encode_request(Request(id=f"n{i}", method=m, params=p)) for i, (m, p) in enumerate(asked)
+    ]
+    try:
+        with trio.fail_after(STEP):
+            # Everything sent so far read, the host finds fd 0 empty (EAGAIN) while the
+            # big answer waits for room in fd 1, which nothing reads yet.
+            await requests.send_all(lines[0] + lines[1])
+            while b"stdin is non-blocking" not in log or b"through a stream" not in log:
+                log += await proc.stderr.receive_some(1 << 16)
+            await requests.send_all(lines[2])
+            buf = bytearray()
+            while buf.count(b"\n") < len(asked):
+                buf += await responses.receive_some(1 << 20)
+            await requests.aclose()
+            assert await proc.wait() == 0
+    finally:
+        with trio.move_on_after(STEP) as cleanup:
+            cleanup.shield = True
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            await responses.aclose()
+            await requests.aclose()
+            await proc.stderr.aclose()
+    answers = [decode_host_message(line) for line in bytes(buf).splitlines()]
+    assert [a.id for a in answers] == ["n0", "n1", "n2"]
+    assert all(isinstance(a, OkResponse) for a in answers), answers
+    values = [decode_execute_value(a.result.value).result for a in answers[1:]]  # type: ignore[union-attr]
+    assert values == [big, "after"]
