@@ -645,3 +645,25 @@ async def test_non_blocking_stdio_is_served_through_streams(lang: str) -> None:
     assert all(isinstance(a, OkResponse) for a in answers), answers
     values = [decode_execute_value(a.result.value).result for a in answers[1:]]  # type: ignore[union-attr]
     assert values == [big, "after"]
+
+
+@pytest.mark.parametrize("builtins", ["getBuiltinModule", "imported"])
+async def test_host_mjs_loads_a_package_by_name_with_and_without_get_builtin_module(
+    lang: str, builtins: str, tmp_path: Path
+) -> None:
+    # host.mjs takes Node's builtins from process.getBuiltinModule (Node >= 20.16) and
+    # imports them on older Node: a preload that deletes it stands in for one.
+    if lang != "js" or shutil.which("node") is None:
+        pytest.skip("host.mjs's own loading")
+    package = tmp_path / "node_modules" / "named-tools"
+    package.mkdir(parents=True)
+    shutil.copy(FIXTURES / RUNNERS["js"]["tools"], package / "index.mjs")
+    (package / "package.json").write_text('{"name": "named-tools", "exports": "./index.mjs"}')
+    (tmp_path / "old_node.mjs").write_text("delete process.getBuiltinModule;\n")
+    node, host_mjs = RUNNERS["js"]["argv"]
+    preload = ["--import", str(tmp_path / "old_node.mjs")] if builtins == "imported" else []
+    with trio.fail_after(STEP):
+        async with open_host(lang, [node, *preload, host_mjs], tmp_path) as host:
+            await host.ok(Method.INIT, {"config": {"modules": ["named-tools"]}})
+            value = await host.execute("echo", {"text": "by name"})
+    assert value.result == "by name"
