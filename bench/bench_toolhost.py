@@ -268,11 +268,11 @@ async def spawns(
         "python typed": Host(py_host(root, typed=True), python, py_runner, msgspec_import),
     }
     if with_node:
-        floor = root / "node_floor.mjs"
-        floor.write_text(NODE_FLOOR)
+        floor_mjs = root / "node_floor.mjs"
+        floor_mjs.write_text(NODE_FLOOR)
         node = runner_argv("js")[0]
         hosts["node"] = Host(
-            js_host(root), [node, "-e", "0"], runner_argv("js"), [node, str(floor)], True
+            js_host(root), [node, "-e", "0"], runner_argv("js"), [node, str(floor_mjs)], True
         )
     samples: dict[str, dict[str, list[float]]] = {}
     for host in hosts.values():  # warm the page cache and the bytecode
@@ -378,32 +378,24 @@ async def measure(quick: bool) -> list[Row]:
                     ok=ratio <= 1.3 if "direct" in runs else None,
                     note=f"through the supervisor (--sandbox off) vs {bare}; {reps}",
                 )
-                if "floor" in runs:
-                    rows.add(
-                        f"ready.{key}.floor_vs_bare",
-                        paired(runs["floor"], runs["bare"]),
-                        "x",
-                        note=f"{_FLOORS[what]} vs {bare}; {reps}",
-                    )
-                    rows.add(
-                        f"ready.{key}.corral_vs_floor",
-                        paired(runs["corral"], runs["floor"]),
-                        "x",
-                        note=f"through the supervisor vs that floor; {reps}",
-                    )
-                if "direct" in runs:
-                    rows.add(
-                        f"ready.{key}.direct_vs_bare",
-                        paired(runs["direct"], runs["bare"]),
-                        "x",
-                        note=f"the runner's own cost: started directly vs {bare}; {reps}",
-                    )
-                    rows.add(
-                        f"ready.{key}.corral_vs_direct",
-                        paired(runs["corral"], runs["direct"]),
-                        "x",
-                        note=f"corral's cost: through the supervisor vs started directly; {reps}",
-                    )
+                splits = {  # name: (ours, theirs, what the ratio says)
+                    "floor_vs_bare": ("floor", "bare", f"{_FLOORS.get(what)} vs {bare}"),
+                    "corral_vs_floor": ("corral", "floor", "through the supervisor vs that floor"),
+                    "direct_vs_bare": (
+                        "direct",
+                        "bare",
+                        f"the runner's own cost: started directly vs {bare}",
+                    ),
+                    "corral_vs_direct": (
+                        "corral",
+                        "direct",
+                        "corral's cost: through the supervisor vs started directly",
+                    ),
+                }
+                for name, (ours, theirs, says) in splits.items():
+                    if ours in runs and theirs in runs:
+                        ratio = paired(runs[ours], runs[theirs])
+                        rows.add(f"ready.{key}.{name}", ratio, "x", note=f"{says}; {reps}")
     return rows.rows
 
 

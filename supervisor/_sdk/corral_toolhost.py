@@ -2,7 +2,9 @@
 
 Start it as ``python -m corral_toolhost`` with this directory on ``PYTHONPATH``
 (``-m`` runs it from its cached bytecode; running the file as a script compiles it
-at every start). The client then sends ``init({"config": {"modules": [...]}})``;
+at every start). corral starts it with ``-S`` and an import instead (see
+:func:`lean_site`: the site directories without their ``.pth`` files, until a tool
+module needs them). The client then sends ``init({"config": {"modules": [...]}})``;
 the runner imports each named tool module (a ``.py`` path, relative to the working
 directory, or an importable module name) and serves the :mod:`corral_tools` tools
 it finds there.
