@@ -197,8 +197,9 @@ def hostile(kit: Kit, **config: Any) -> Path:
 
 async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
     d = hostile(kit)
-    cfg = kit.config(tool_timeout=1.0)  # lines over 16 MiB are refused
-    with trio.fail_after(CYCLE):
+    cfg = kit.config(tool_timeout=CYCLE)  # lines over 16 MiB are refused; a 20 MiB one
+    # takes a while to write and skip on a busy machine: the deadline is the next test's
+    with trio.fail_after(CYCLE * 2):
         async with kit.open(d, config=cfg) as client:
             (info,) = await client.list_extensions()
             assert info.state is ExtensionState.RUNNING
@@ -225,9 +226,6 @@ async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
                 await client.call_tool("garbage", {})
             # An answer to an id never sent is logged; the real answer still counts.
             assert texts(await client.call_tool("stranger", {})) == "after the stranger"
-            # A call whose deadline passed fails; its late answer is logged and dropped.
-            with pytest.raises(CallTimeout):
-                await client.call_tool("late", {})
             # A 20 MiB line fails the call it names, and nothing else.
             with pytest.raises(ProtocolViolation, match="exceeds"):
                 await client.call_tool("huge", {})
@@ -236,8 +234,7 @@ async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
             assert texts(await client.call_tool("ok", {})) == "fine"
             (info,) = await client.list_extensions()
             assert info.state is ExtensionState.RUNNING
-            assert info.stats.bad_frames >= 4
-            assert info.stats.timeouts == 1
+            assert info.stats.bad_frames >= 3
             assert "execute_tool value is not" in info.problem  # the last problem
             # Optional methods it answered with an error were asked once each.
             await client.call_tool("ok", {})
@@ -255,6 +252,18 @@ async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
         "format_tool_result answered an error; not asked again",
     ):
         assert expected in log, expected
+
+
+async def test_a_call_past_its_deadline_fails_and_the_host_keeps_serving(kit: Kit) -> None:
+    d = hostile(kit)
+    with trio.fail_after(CYCLE):
+        async with kit.open(d, config=kit.config(tool_timeout=1.0)) as client:
+            with pytest.raises(CallTimeout):
+                await client.call_tool("late", {})  # answers after 1.5 s
+            assert texts(await client.call_tool("ok", {})) == "fine"
+            (info,) = await client.list_extensions()
+    assert info.state is ExtensionState.RUNNING
+    assert info.stats.timeouts == 1
 
 
 async def test_a_host_that_never_answers_init_is_refused_in_time(kit: Kit) -> None:
