@@ -42,6 +42,8 @@ const builtin = (name) => process.getBuiltinModule?.(name) ?? import(name);
 const { read, writeSync } = await builtin("node:fs");
 const path = await builtin("node:path");
 const { pathToFileURL } = await builtin("node:url");
+// Older Node (no getBuiltinModule): node:stream now, for process.stdin (below).
+const streamModule = process.getBuiltinModule ? null : await import("node:stream");
 
 const PROTOCOL_VERSION = 1;
 const MAX_REQUEST_BYTES = 64 * 1024 * 1024;
@@ -83,6 +85,22 @@ Object.defineProperty(process, "stdout", {
   get: () => process.stderr,
 });
 for (const name of ["log", "info", "debug"]) console[name] = console.error.bind(console);
+// fd 0 is the protocol's, read by the runner: a tool that reads process.stdin gets an
+// empty, ended stream instead of the requests (the runner's own fallback for a
+// non-blocking stdin uses the real one).
+const stdinStream = Object.getOwnPropertyDescriptor(process, "stdin").get;
+let toolStdin = null;
+Object.defineProperty(process, "stdin", {
+  configurable: true,
+  enumerable: true,
+  get: () => {
+    if (toolStdin === null) {
+      const { Readable } = process.getBuiltinModule?.("node:stream") ?? streamModule;
+      toolStdin = new Readable({ read() { this.push(null); } });
+    }
+    return toolStdin;
+  },
+});
 let broken = false;
 let protocolStream = null; // fd 1's stream, once a write found fd 1 non-blocking and full
 process.on("unhandledRejection", (err) => log(`unhandled rejection in a tool: ${show(err)}`));
@@ -576,7 +594,7 @@ function readStdin() {
   read(0, chunk, 0, READ_SIZE, null, (err, size) => {
     if (err && err.code === "EAGAIN") {
       log("stdin is non-blocking: reading it through process.stdin");
-      process.stdin.on("data", take).on("end", finish).on("error", stdinFailed);
+      stdinStream.call(process).on("data", take).on("end", finish).on("error", stdinFailed);
     } else if (err && err.code !== "EINTR") {
       stdinFailed(err);
     } else if (size === 0 && !err) {

@@ -467,6 +467,17 @@ async def test_tool_output_to_stdout_goes_to_stderr(lang: str) -> None:
         assert f"noise from {source}" in log
 
 
+async def test_a_tool_reading_stdin_gets_nothing_of_the_protocol(lang: str) -> None:
+    # stdin is the protocol's: a tool that reads it sees an empty, ended input, and
+    # every request after it still reaches the runner.
+    with trio.fail_after(STEP):
+        async with open_host(lang) as host:
+            await host.init()
+            assert (await host.execute("slurp")).result == 0
+            for i in range(3):
+                assert (await host.execute("echo", {"text": f"after {i}"})).result == f"after {i}"
+
+
 async def test_a_20_mib_request_is_served(lang: str) -> None:
     with trio.fail_after(STEP):
         async with open_host(lang) as host:
@@ -666,4 +677,5 @@ async def test_host_mjs_loads_a_package_by_name_with_and_without_get_builtin_mod
         async with open_host(lang, [node, *preload, host_mjs], tmp_path) as host:
             await host.ok(Method.INIT, {"config": {"modules": ["named-tools"]}})
             value = await host.execute("echo", {"text": "by name"})
+            assert (await host.execute("slurp")).result == 0  # process.stdin: its own
     assert value.result == "by name"
