@@ -21,7 +21,11 @@ Run from the repository root::
    (``corral_tools`` only) and with a typed one (its module imports msgspec);
    ``--sandbox off`` (the target) and, for scale, under bwrap. The lean SDK
    extension is started the same way: what the supervisor's start path costs every
-   kind of child alike.
+   kind of child alike. Where the target is out of reach for a reason outside the
+   runner, a ``floor`` is measured in the same rotation: for the typed host the bare
+   interpreter importing msgspec (the tool module's own import, the user's cost);
+   for Node the least program that does a runner's job (read the handshake, import
+   the tool module, answer each line with fd-level I/O, as host.mjs does).
 
 Figures are medians; the compared variants alternate so load from elsewhere hits
 each alike. No bench figure is asserted anywhere in the tests.
@@ -182,9 +186,9 @@ HANDSHAKE = (
 _MODELS = {"models": [{"id": "model", "provider": "offline"}]}
 
 
-def direct_s(lang: str, path: str) -> float:
-    """Seconds from starting the runner of the host in ``path`` directly (no supervisor;
-    the supervisor's environment) until it answered the whole start-up handshake."""
+def direct_s(argv: list[str], path: str) -> float:
+    """Seconds from starting ``argv`` (a runner) for the host in ``path`` directly (no
+    supervisor; the supervisor's environment) until it answered the whole handshake."""
     config = msgspec.json.decode((Path(path) / "extension.json").read_bytes())["config"]
     params = {Method.INIT: {"config": config}, Method.GET_TAGS: {"config": config, **_MODELS}}
     lines = b"".join(
@@ -195,7 +199,7 @@ def direct_s(lang: str, path: str) -> float:
     pipe = subprocess.PIPE
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        runner_argv(lang), cwd=path, env=env, stdin=pipe, stdout=pipe, start_new_session=True
+        argv, cwd=path, env=env, stdin=pipe, stdout=pipe, start_new_session=True
     )
     assert proc.stdin is not None
     assert proc.stdout is not None
@@ -207,14 +211,45 @@ def direct_s(lang: str, path: str) -> float:
     proc.wait(timeout=30)
     proc.stdout.close()
     if not (isinstance(answers[1], OkResponse) and isinstance(answers[3], OkResponse)):
-        raise RuntimeError(f"the {lang} runner in {path} did not start: {answers}")
+        raise RuntimeError(f"{argv} in {path} did not start: {answers}")
     return elapsed
+
+
+#: The least a Node tool host does before ready: read the handshake from fd 0, import
+#: the tool module at ``init``, write an answer to each line on fd 1.
+NODE_FLOOR = """\
+import { read, writeSync } from "node:fs";
+let text = "";
+const chunk = Buffer.alloc(65536);
+async function answer(size) {
+  text += chunk.toString("utf8", 0, size);
+  let nl;
+  while ((nl = text.indexOf("\\n")) >= 0) {
+    const msg = JSON.parse(text.slice(0, nl));
+    text = text.slice(nl + 1);
+    if (msg.method === "init") {
+      await import(new URL(msg.params.config.modules[0], `file://${process.cwd()}/`).href);
+    }
+    writeSync(1, JSON.stringify({ v: 1, id: msg.id, ok: true, result: { value: {} } }) + "\\n");
+  }
+}
+function next() {
+  read(0, chunk, 0, chunk.length, null, async (err, size) => {
+    if (err || !size) return;
+    await answer(size);
+    next();
+  });
+}
+next();
+"""
 
 
 class Host(msgspec.Struct, frozen=True):
     path: str
     bare: list[str]  # the interpreter doing nothing
-    runner: str | None  # "py" / "js": the runner started directly; None: an extension
+    runner: list[str] | None  # corral's runner started directly; None: an extension
+    floor: list[str] | None = None  # the least any runner of this host costs
+    floor_answers: bool = False  # the floor answers the handshake (else: started, reaped)
 
 
 async def spawns(
@@ -225,13 +260,20 @@ async def spawns(
     interpreter (``bare``), measured back to back in an order that rotates every
     repetition (so the per-repetition ratios are paired)."""
     python = [sys.executable, "-c", "pass"]
+    msgspec_import = [sys.executable, "-c", "import msgspec"]
+    py_runner = runner_argv("py")
     hosts = {
         "extension": Host(extension(root), python, None),
-        "python raw": Host(py_host(root, typed=False), python, "py"),
-        "python typed": Host(py_host(root, typed=True), python, "py"),
+        "python raw": Host(py_host(root, typed=False), python, py_runner),
+        "python typed": Host(py_host(root, typed=True), python, py_runner, msgspec_import),
     }
     if with_node:
-        hosts["node"] = Host(js_host(root), [shutil.which("node") or "node", "-e", "0"], "js")
+        floor_mjs = root / "node_floor.mjs"
+        floor_mjs.write_text(NODE_FLOOR)
+        node = runner_argv("js")[0]
+        hosts["node"] = Host(
+            js_host(root), [node, "-e", "0"], runner_argv("js"), [node, str(floor_mjs)], True
+        )
     samples: dict[str, dict[str, list[float]]] = {}
     for host in hosts.values():  # warm the page cache and the bytecode
         await ready_s(host.path, root, "off")
@@ -245,6 +287,13 @@ async def spawns(
                 runs["direct"] = functools.partial(
                     trio.to_thread.run_sync, direct_s, host.runner, host.path
                 )
+            if host.floor is not None:
+                floor = (
+                    functools.partial(direct_s, host.floor, host.path)
+                    if host.floor_answers
+                    else functools.partial(bare_s, host.floor)
+                )
+                runs["floor"] = functools.partial(trio.to_thread.run_sync, floor)
             if with_bwrap:
                 runs["bwrap"] = functools.partial(ready_s, host.path, root, "auto")
             order = list(runs)
@@ -264,6 +313,13 @@ _KINDS = {
     "corral": "through the supervisor, --sandbox off, until ready",
     "direct": "the runner started directly, until it answered the start-up handshake",
     "bwrap": "through the supervisor under bwrap, until ready (for scale)",
+    "floor": "the least any runner of this host costs (see the module docstring)",
+}
+_FLOORS = {
+    "python typed": "the bare interpreter importing msgspec, which the tool module "
+    "imports: the user's own cost",
+    "node": "the least Node program that reads the handshake, imports the tool module "
+    "and answers each line",
 }
 
 
@@ -322,19 +378,24 @@ async def measure(quick: bool) -> list[Row]:
                     ok=ratio <= 1.3 if "direct" in runs else None,
                     note=f"through the supervisor (--sandbox off) vs {bare}; {reps}",
                 )
-                if "direct" in runs:
-                    rows.add(
-                        f"ready.{key}.direct_vs_bare",
-                        paired(runs["direct"], runs["bare"]),
-                        "x",
-                        note=f"the runner's own cost: started directly vs {bare}; {reps}",
-                    )
-                    rows.add(
-                        f"ready.{key}.corral_vs_direct",
-                        paired(runs["corral"], runs["direct"]),
-                        "x",
-                        note=f"corral's cost: through the supervisor vs started directly; {reps}",
-                    )
+                splits = {  # name: (ours, theirs, what the ratio says)
+                    "floor_vs_bare": ("floor", "bare", f"{_FLOORS.get(what)} vs {bare}"),
+                    "corral_vs_floor": ("corral", "floor", "through the supervisor vs that floor"),
+                    "direct_vs_bare": (
+                        "direct",
+                        "bare",
+                        f"the runner's own cost: started directly vs {bare}",
+                    ),
+                    "corral_vs_direct": (
+                        "corral",
+                        "direct",
+                        "corral's cost: through the supervisor vs started directly",
+                    ),
+                }
+                for name, (ours, theirs, says) in splits.items():
+                    if ours in runs and theirs in runs:
+                        ratio = paired(runs[ours], runs[theirs])
+                        rows.add(f"ready.{key}.{name}", ratio, "x", note=f"{says}; {reps}")
     return rows.rows
 
 

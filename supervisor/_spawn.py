@@ -40,8 +40,10 @@ _JS_EXTS = (".js", ".mjs", ".cjs")
 
 #: How the Python interpreter runs corral's tool-host runner: an import runs it from
 #: its compiled bytecode (a script is compiled anew), without the runpy machinery
-#: that ``-m corral_toolhost`` loads first.
-PYTHON_RUNNER = ("-c", "import corral_toolhost as h; raise SystemExit(h.main())")
+#: that ``-m corral_toolhost`` loads first. ``-S``: the runner puts the site
+#: directories on ``sys.path`` itself and runs their ``.pth`` files only when a tool
+#: module's import fails without them (``corral_toolhost.lean_site``).
+PYTHON_RUNNER = ("-S", "-c", "import corral_toolhost as h; raise SystemExit(h.main())")
 
 #: The Node tool-host runner.
 _HOST_MJS = str(Path(SDK_DIR) / "host.mjs")

@@ -37,6 +37,7 @@ it names; the host keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -253,12 +254,20 @@ class ToolHostProtocol(ChildProtocol):
         return True
 
     def _keep_ui(self) -> None:
-        """Keep the UI elements for ``corral ext list --json`` (which starts nothing)."""
+        """Keep the UI elements for ``corral ext list --json`` (which starts nothing).
+
+        Written only when they changed: rewriting the same bytes at every start costs
+        a file system write (milliseconds on a busy disk) before the host is ready.
+        """
         if self._ui_cache is None:
             return
         try:
+            data = _encoder.encode(self._session.ui_elements)
+            with contextlib.suppress(OSError):  # missing or unreadable: written below
+                if self._ui_cache.read_bytes() == data:
+                    return
             self._ui_cache.parent.mkdir(parents=True, exist_ok=True)
-            self._ui_cache.write_bytes(_encoder.encode(self._session.ui_elements))
+            self._ui_cache.write_bytes(data)
         except (OSError, TypeError, ValueError) as exc:
             log.warning("toolhost_ui_not_kept", path=str(self._ui_cache), error=str(exc))
 

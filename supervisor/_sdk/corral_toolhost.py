@@ -2,7 +2,9 @@
 
 Start it as ``python -m corral_toolhost`` with this directory on ``PYTHONPATH``
 (``-m`` runs it from its cached bytecode; running the file as a script compiles it
-at every start). The client then sends ``init({"config": {"modules": [...]}})``;
+at every start). corral starts it with ``-S`` and an import instead (see
+:func:`lean_site`: the site directories without their ``.pth`` files, until a tool
+module needs them). The client then sends ``init({"config": {"modules": [...]}})``;
 the runner imports each named tool module (a ``.py`` path, relative to the working
 directory, or an importable module name) and serves the :mod:`corral_tools` tools
 it finds there.
@@ -51,18 +53,20 @@ Guarantees:
 from __future__ import annotations
 
 import _thread
-import enum
 import os
 import sys
 
 # Start-up is an interpreter's floor plus what it imports before init is answered:
-# typing, json (which compiles regular expressions), threading and queue are not
-# among it. Lines are parsed and written with json's C accelerator (_json); the
-# first call starts the worker threads (and imports threading then).
+# typing, json (which compiles regular expressions), enum and importlib.util (each
+# imports collections and functools), threading and queue are not among it. Lines are
+# parsed and written with json's C accelerator (_json); the first call starts the
+# worker threads (and imports threading then).
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the type checker sees the SDK as part of the supervisor package
     import threading
     from collections.abc import Callable
+    from importlib.util import module_from_spec as _module_from_spec
+    from importlib.util import spec_from_file_location as _spec_from_file_location
     from queue import SimpleQueue
     from types import ModuleType
     from typing import IO, Any, Final, final
@@ -70,6 +74,13 @@ if TYPE_CHECKING:  # the type checker sees the SDK as part of the supervisor pac
     from supervisor._sdk import corral_tools
 else:
     import corral_tools
+
+    try:  # what importlib.util re-exports, loaded at every start already
+        from _frozen_importlib import module_from_spec as _module_from_spec
+        from _frozen_importlib_external import spec_from_file_location as _spec_from_file_location
+    except ImportError:
+        from importlib.util import module_from_spec as _module_from_spec
+        from importlib.util import spec_from_file_location as _spec_from_file_location
 
     def final(cls):
         return cls
@@ -117,18 +128,22 @@ _RUNNER_SCHEMA: Final[dict[str, Any]] = {
 }
 
 
-class ErrorType(enum.StrEnum):
-    """The ``error.type`` values the runner itself answers with."""
+class ErrorType:
+    """The ``error.type`` values the runner itself answers with.
 
-    UNKNOWN_METHOD = "UnknownMethod"  # no such method, or no tool module provides it
-    INVALID_REQUEST = "InvalidRequest"  # not JSON, not an object, bad method/params
-    UNSUPPORTED_VERSION = "UnsupportedVersion"  # v is not 1
-    NOT_INITIALIZED = "NotInitialized"  # a method that needs init came first
-    INVALID_CONFIG = "InvalidConfig"  # config.modules missing or wrong
-    UNKNOWN_TOOL = "UnknownTool"  # execute_tool for a name no module provides
-    INVALID_RESULT = "InvalidResult"  # a tool or hook returned something unusable
-    REQUEST_TOO_LARGE = "RequestTooLarge"  # longer than MAX_REQUEST_BYTES
-    RESULT_TOO_LARGE = "ResultTooLarge"  # longer than MAX_RESPONSE_BYTES
+    Plain strings, not an enum: importing enum would cost every start (the client's
+    enum is ``supervisor._hostwire.HostErrorType``).
+    """
+
+    UNKNOWN_METHOD: Final = "UnknownMethod"  # no such method, or no tool module provides it
+    INVALID_REQUEST: Final = "InvalidRequest"  # not JSON, not an object, bad method/params
+    UNSUPPORTED_VERSION: Final = "UnsupportedVersion"  # v is not 1
+    NOT_INITIALIZED: Final = "NotInitialized"  # a method that needs init came first
+    INVALID_CONFIG: Final = "InvalidConfig"  # config.modules missing or wrong
+    UNKNOWN_TOOL: Final = "UnknownTool"  # execute_tool for a name no module provides
+    INVALID_RESULT: Final = "InvalidResult"  # a tool or hook returned something unusable
+    REQUEST_TOO_LARGE: Final = "RequestTooLarge"  # longer than MAX_REQUEST_BYTES
+    RESULT_TOO_LARGE: Final = "ResultTooLarge"  # longer than MAX_RESPONSE_BYTES
 
 
 class _Failure(Exception):
@@ -510,38 +525,45 @@ class ToolHost:
         return state, state
 
     def _load(self, entry: str) -> _Module:
-        import importlib
-        import importlib.util
-
         try:
-            if not (entry.endswith(".py") or "/" in entry):
-                return _Module(entry, importlib.import_module(entry))
-            path = os.path.abspath(entry)
-            name = os.path.splitext(os.path.basename(path))[0]
-            known = sys.modules.get(name)
-            if known is not None:
-                if getattr(known, "__file__", None) == path:
-                    return _Module(name, known)  # loaded by an init that failed later
-                detail = f"{entry}: the module name {name!r} is already taken; rename the file"
-                raise _Failure(ErrorType.INVALID_CONFIG, detail)
-            spec = importlib.util.spec_from_file_location(name, path)
-            if spec is None or spec.loader is None:
-                raise _Failure(ErrorType.INVALID_CONFIG, f"{entry}: not a Python module")
-            module = importlib.util.module_from_spec(spec)
-            folder = os.path.dirname(path)
-            if folder not in sys.path:
-                sys.path.insert(0, folder)  # sibling helpers import as usual
-            sys.modules[name] = module  # msgspec resolves annotations through it
             try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[name]
-                raise
-            return _Module(name, module)
+                return self._import(entry)
+            except ImportError as exc:
+                if not full_site():
+                    raise
+                self.log(f"{entry}: {exc}; ran the site directories' .pth files, importing again")
+                return self._import(entry)
         except _Failure:
             raise
         except Exception as exc:
             raise _failure_from(exc, entry) from None
+
+    def _import(self, entry: str) -> _Module:
+        if not (entry.endswith(".py") or "/" in entry):
+            __import__(entry)  # importlib.import_module, without importing importlib
+            return _Module(entry, sys.modules[entry])
+        path = os.path.abspath(entry)
+        name = os.path.splitext(os.path.basename(path))[0]
+        known = sys.modules.get(name)
+        if known is not None:
+            if getattr(known, "__file__", None) == path:
+                return _Module(name, known)  # loaded by an init that failed later
+            detail = f"{entry}: the module name {name!r} is already taken; rename the file"
+            raise _Failure(ErrorType.INVALID_CONFIG, detail)
+        spec = _spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise _Failure(ErrorType.INVALID_CONFIG, f"{entry}: not a Python module")
+        module = _module_from_spec(spec)
+        folder = os.path.dirname(path)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)  # sibling helpers import as usual
+        sys.modules[name] = module  # msgspec resolves annotations through it
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return _Module(name, module)
 
     def _need_init(self) -> list[_Module]:
         if self._modules is None:
@@ -710,6 +732,73 @@ def _error_body(rid: str | int, type_: str, detail: str, stack: str = "") -> dic
     return {"v": PROTOCOL_VERSION, "id": rid, "ok": False, "error": error}
 
 
+# --- site-packages, and their .pth files only when a tool module needs them -------------
+
+#: The site directories :func:`lean_site` put on sys.path without running their
+#: ``.pth`` files; None when there is nothing left to run.
+_skipped_site: list[str] | None = None
+
+
+def lean_site() -> None:
+    """Put the site directories on ``sys.path`` the way :mod:`site` does, minus its code.
+
+    corral starts the runner with ``-S``: running every ``.pth`` file of the
+    environment (an editable install's path hook, setuptools' distutils shim) and
+    ``sitecustomize`` costs a start about a quarter of the interpreter's own, and a
+    tool module rarely needs any of it. The directories are site's own choice (its
+    venv, user-site and prefix rules, by its own functions); only adding them skips
+    their ``.pth`` files. When a tool module's import then fails, :func:`full_site`
+    runs what was skipped and the import is tried once more.
+    """
+    global _skipped_site
+    import site
+
+    added: list[str] = []
+    real = site.addsitedir
+
+    def path_only(sitedir: str, known_paths: set[str] | None = None) -> set[str]:
+        known = set() if known_paths is None else known_paths
+        sitedir, case = site.makepath(sitedir)
+        if case not in known:
+            sys.path.append(sitedir)
+            known.add(case)
+        added.append(sitedir)
+        return known
+
+    site.addsitedir = path_only  # type: ignore[assignment]  # what site's functions call
+    try:
+        known = site.removeduppaths()  # then site.main()'s steps that touch sys.path
+        site.venv(known)
+        if site.ENABLE_USER_SITE is None:
+            site.ENABLE_USER_SITE = site.check_enableusersite()
+        site.addusersitepackages(known)
+        site.addsitepackages(known)
+    finally:
+        site.addsitedir = real
+    _skipped_site = added
+
+
+def full_site() -> bool:
+    """Run what :func:`lean_site` skipped (``.pth`` files, the customize modules).
+
+    Returns:
+        False when there was nothing left to run (the interpreter ran :mod:`site`
+        itself, or this ran before).
+    """
+    global _skipped_site
+    if _skipped_site is None:
+        return False
+    import site
+
+    skipped, _skipped_site = _skipped_site, None
+    for sitedir in skipped:
+        site.addsitedir(sitedir)  # on sys.path already: this runs its .pth files
+    site.execsitecustomize()
+    if site.ENABLE_USER_SITE:
+        site.execusercustomize()
+    return True
+
+
 def _private_stdio() -> tuple[IO[bytes], IO[bytes]]:
     """Take the protocol's stdin/stdout for ourselves; fds 0/1 become /dev/null and stderr."""
     try:
@@ -725,6 +814,8 @@ def _private_stdio() -> tuple[IO[bytes], IO[bytes]]:
 
 def main() -> int:
     """Serve stdin/stdout until end of input; the process's exit status."""
+    if sys.flags.no_site:
+        lean_site()
     sys.stdout.flush()
     inp, out = _private_stdio()
     sys.stdout = sys.stderr  # print() goes to the log, unbuffered like stderr

@@ -44,12 +44,14 @@ starts without it.
 
 from __future__ import annotations
 
-import enum
+import _thread
 import sys
 
-# Not typing or json: a tool host imports this module before it answers init.
+# Not typing, json, enum or collections: a tool host imports this module before it
+# answers init, and each of them costs a start a sizeable share of the interpreter's own.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import enum
     from collections.abc import Callable, Sequence
     from typing import IO, Any, Final, NoReturn, final, overload
 
@@ -82,7 +84,7 @@ if TYPE_CHECKING:
     JSONObject = dict[str, Any]
     Emit = Callable[[Any], None]
 else:  # the same, as far as the runtime cares (without importing typing)
-    from collections.abc import Callable
+    from _collections_abc import Callable  # collections.abc, which imports collections
 
     JSONObject = dict
     Emit = Callable[[object], None]
@@ -94,17 +96,50 @@ _MAX_NAME: Final = 64
 _VALUE_EXCERPT: Final = 60
 
 
-class Repair(enum.Enum):
-    """A fix applied to a model's arguments before they decoded."""
+if TYPE_CHECKING:
 
-    CODE_FENCE = "code_fence"  # ```json ... ``` around the object
-    JSON_STRING = "json_string"  # a JSON string holding the object
-    TRAILING_COMMA = "trailing_comma"  # {"a": 1,}
-    CONTROL_CHAR = "control_char"  # a raw newline / tab inside a string
-    INVALID_ESCAPE = "invalid_escape"  # "C:\dir", "it\'s": the backslash is kept literally
-    SINGLE_QUOTES = "single_quotes"  # {'a': 'b'} (Python repr)
-    PYTHON_LITERAL = "python_literal"  # True / False / None outside strings
-    LOOSE_TYPES = "loose_types"  # "3" for an integer, "true" for a boolean
+    class Repair(enum.Enum):
+        """A fix applied to a model's arguments before they decoded."""
+
+        CODE_FENCE = "code_fence"  # ```json ... ``` around the object
+        JSON_STRING = "json_string"  # a JSON string holding the object
+        TRAILING_COMMA = "trailing_comma"  # {"a": 1,}
+        CONTROL_CHAR = "control_char"  # a raw newline / tab inside a string
+        INVALID_ESCAPE = "invalid_escape"  # "C:\dir", "it\'s": the backslash is kept literally
+        SINGLE_QUOTES = "single_quotes"  # {'a': 'b'} (Python repr)
+        PYTHON_LITERAL = "python_literal"  # True / False / None outside strings
+        LOOSE_TYPES = "loose_types"  # "3" for an integer, "true" for a boolean
+
+else:
+    # Repair (the class above) is made at its first use: only repairs need it, and they
+    # import msgspec, which imports enum anyway. Its values are its names in lower case.
+    _REPAIR_NAMES = (
+        "CODE_FENCE",
+        "JSON_STRING",
+        "TRAILING_COMMA",
+        "CONTROL_CHAR",
+        "INVALID_ESCAPE",
+        "SINGLE_QUOTES",
+        "PYTHON_LITERAL",
+        "LOOSE_TYPES",
+    )
+    _repair_lock = _thread.allocate_lock()
+
+    def _repair_enum():
+        global Repair
+        with _repair_lock:  # one class, even when two calls repair at once
+            if "Repair" not in globals():
+                import enum
+
+                members = [(name, name.lower()) for name in _REPAIR_NAMES]
+                Repair = enum.Enum("Repair", members, module=__name__, qualname="Repair")
+                Repair.__doc__ = "A fix applied to a model's arguments before they decoded."
+        return Repair
+
+    def __getattr__(name):
+        if name == "Repair":
+            return _repair_enum()
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ToolError(Exception):
@@ -555,6 +590,8 @@ def _decode_repaired(
     """The slow path: repair the JSON text, decode it, convert it; or say what is wrong."""
     import msgspec
 
+    if not TYPE_CHECKING:
+        _repair_enum()  # defines Repair for the functions below
     repairs: list[Repair] = []
     obj = arguments
     if isinstance(obj, str | bytes | bytearray):

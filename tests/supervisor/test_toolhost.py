@@ -8,6 +8,7 @@ through the supervisor's client, as the agent does.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from supervisor import (
     ProtocolViolation,
     TextBlock,
     ToolsChanged,
+    identity_of,
     signal_group,
+    ui_file,
 )
 from supervisor._manifest import ChildKind
 
@@ -194,8 +197,9 @@ def hostile(kit: Kit, **config: Any) -> Path:
 
 async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
     d = hostile(kit)
-    cfg = kit.config(tool_timeout=1.0)  # lines over 16 MiB are refused
-    with trio.fail_after(CYCLE):
+    cfg = kit.config(tool_timeout=CYCLE)  # lines over 16 MiB are refused; a 20 MiB one
+    # takes a while to write and skip on a busy machine: the deadline is the next test's
+    with trio.fail_after(CYCLE * 2):
         async with kit.open(d, config=cfg) as client:
             (info,) = await client.list_extensions()
             assert info.state is ExtensionState.RUNNING
@@ -222,9 +226,6 @@ async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
                 await client.call_tool("garbage", {})
             # An answer to an id never sent is logged; the real answer still counts.
             assert texts(await client.call_tool("stranger", {})) == "after the stranger"
-            # A call whose deadline passed fails; its late answer is logged and dropped.
-            with pytest.raises(CallTimeout):
-                await client.call_tool("late", {})
             # A 20 MiB line fails the call it names, and nothing else.
             with pytest.raises(ProtocolViolation, match="exceeds"):
                 await client.call_tool("huge", {})
@@ -233,8 +234,7 @@ async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
             assert texts(await client.call_tool("ok", {})) == "fine"
             (info,) = await client.list_extensions()
             assert info.state is ExtensionState.RUNNING
-            assert info.stats.bad_frames >= 4
-            assert info.stats.timeouts == 1
+            assert info.stats.bad_frames >= 3
             assert "execute_tool value is not" in info.problem  # the last problem
             # Optional methods it answered with an error were asked once each.
             await client.call_tool("ok", {})
@@ -252,6 +252,18 @@ async def test_bad_input_is_logged_shown_and_survived(kit: Kit) -> None:
         "format_tool_result answered an error; not asked again",
     ):
         assert expected in log, expected
+
+
+async def test_a_call_past_its_deadline_fails_and_the_host_keeps_serving(kit: Kit) -> None:
+    d = hostile(kit)
+    with trio.fail_after(CYCLE):
+        async with kit.open(d, config=kit.config(tool_timeout=1.0)) as client:
+            with pytest.raises(CallTimeout):
+                await client.call_tool("late", {})  # answers after 1.5 s
+            assert texts(await client.call_tool("ok", {})) == "fine"
+            (info,) = await client.list_extensions()
+    assert info.state is ExtensionState.RUNNING
+    assert info.stats.timeouts == 1
 
 
 async def test_a_host_that_never_answers_init_is_refused_in_time(kit: Kit) -> None:
@@ -291,3 +303,22 @@ async def test_images_in_a_result_become_image_blocks(kit: Kit) -> None:
         TextBlock(text="a dot"),
         ImageBlock(mime_type="image/png", data="UE5H"),
     ]
+
+
+async def test_the_ui_elements_file_is_rewritten_only_when_they_changed(kit: Kit) -> None:
+    d = host_dir(kit, "py")
+    ui = ui_file(kit.home, identity_of(d.name, str(d)))
+    ui.parent.mkdir(parents=True)
+    ui.write_text("[]")  # what an earlier start saw: stale now
+    with trio.fail_after(CYCLE):
+        async with kit.open(d):
+            pass
+        kept = ui.read_bytes()
+        written = ui.stat().st_mtime_ns
+        os.utime(ui, ns=(1, 1))  # a mark that a rewrite would replace
+        async with kit.open(d):
+            pass
+    assert json.loads(kept) == [{"kind": "status", "text": "py tools"}]
+    assert written != 1
+    assert ui.stat().st_mtime_ns == 1  # the same elements again: not rewritten
+    assert ui.read_bytes() == kept

@@ -13,6 +13,7 @@ import itertools
 import os
 import shutil
 import sys
+import venv
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,13 +40,14 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
+from supervisor._spawn import PYTHON_RUNNER
 
 STEP = 20  # seconds: bound of one exchange; normal runs take milliseconds
 MiB = 1 << 20
 
 RUNNERS = {
     "py": {
-        "argv": [sys.executable, "-m", "corral_toolhost"],
+        "argv": [sys.executable, *PYTHON_RUNNER],
         "tools": "py_tools.py",
         "plain": "py_plain.py",
         "second": "py_second.py",
@@ -141,18 +143,21 @@ class Host:
 
 
 @asynccontextmanager
-async def open_host(lang: str) -> AsyncIterator[Host]:
-    """Start a runner in the fixtures directory; on exit close stdin and reap it."""
+async def open_host(
+    lang: str, argv: list[str] | None = None, cwd: Path = FIXTURES
+) -> AsyncIterator[Host]:
+    """Start a runner (in the fixtures directory unless ``cwd`` says otherwise; the
+    language's own argv unless ``argv`` says otherwise); on exit close stdin and reap it."""
     if lang == "js" and shutil.which("node") is None:
         pytest.skip("node is not installed")
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
     env |= {"PYTHONPATH": SDK_DIR, "PYTHONDONTWRITEBYTECODE": "1"}
     proc = await trio.lowlevel.open_process(
-        RUNNERS[lang]["argv"],
+        argv or RUNNERS[lang]["argv"],
         stdin=-1,
         stdout=-1,
         stderr=-1,
-        cwd=str(FIXTURES),
+        cwd=str(cwd),
         env=env,
     )
     host = Host(proc, lang)
@@ -462,6 +467,17 @@ async def test_tool_output_to_stdout_goes_to_stderr(lang: str) -> None:
         assert f"noise from {source}" in log
 
 
+async def test_a_tool_reading_stdin_gets_nothing_of_the_protocol(lang: str) -> None:
+    # stdin is the protocol's: a tool that reads it sees an empty, ended input, and
+    # every request after it still reaches the runner.
+    with trio.fail_after(STEP):
+        async with open_host(lang) as host:
+            await host.init()
+            assert (await host.execute("slurp")).result == 0
+            for i in range(3):
+                assert (await host.execute("echo", {"text": f"after {i}"})).result == f"after {i}"
+
+
 async def test_a_20_mib_request_is_served(lang: str) -> None:
     with trio.fail_after(STEP):
         async with open_host(lang) as host:
@@ -537,3 +553,129 @@ async def test_string_arguments_are_parsed(lang: str) -> None:
     assert value.result == "from a string"
     assert not wrong.success
     assert "expected an object" in wrong.error
+
+
+PTH_DEP = 'VALUE = "only through a .pth file"\n'
+SITE_DEP = 'VALUE = "in site-packages"\n'
+TOOL_USING = """\
+import {dep}
+from corral_tools import raw_tool
+
+@raw_tool(schema={{"type": "object", "properties": {{}}}})
+def which(args):
+    return {dep}.VALUE
+"""
+
+
+async def test_site_packages_load_without_pth_files_and_pth_files_run_when_needed(
+    lang: str, tmp_path: Path
+) -> None:
+    # corral starts the Python runner with -S: it puts the site directories on sys.path
+    # itself and runs their .pth files only when a tool module's import fails without.
+    if lang != "py":
+        pytest.skip("site directories and .pth files are the Python runner's")
+    env_dir = tmp_path / "env"
+    venv.create(env_dir, symlinks=True, with_pip=False)
+    (site_dir,) = env_dir.glob("lib/python3*/site-packages")
+    (site_dir / "site_dep.py").write_text(SITE_DEP)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "pth_dep.py").write_text(PTH_DEP)
+    (site_dir / "extra.pth").write_text(f"{elsewhere}\n")
+    (tmp_path / "uses_site.py").write_text(TOOL_USING.format(dep="site_dep"))
+    (tmp_path / "uses_pth.py").write_text(TOOL_USING.format(dep="pth_dep"))
+    argv = [str(env_dir / "bin" / "python"), *PYTHON_RUNNER]
+    with trio.fail_after(STEP):
+        async with open_host(lang, argv, tmp_path) as host:
+            await host.ok(Method.INIT, {"config": {"modules": ["./uses_site.py"]}})
+            plain = await host.execute("which")
+        async with open_host(lang, argv, tmp_path) as needs_pth:
+            await needs_pth.ok(Method.INIT, {"config": {"modules": ["./uses_pth.py"]}})
+            through_pth = await needs_pth.execute("which")
+            log = await needs_pth.stderr_text(".pth files")
+    assert plain.result == "in site-packages"
+    assert ".pth" not in host.stderr.decode()  # the lean start sufficed
+    assert through_pth.result == "only through a .pth file"
+    assert "uses_pth.py: No module named 'pth_dep'" in log
+
+
+async def test_non_blocking_stdio_is_served_through_streams(lang: str) -> None:
+    # host.mjs reads fd 0 and writes fd 1 itself; descriptors it was handed in
+    # non-blocking mode (EAGAIN) are served through Node's own streams instead.
+    if lang != "js" or shutil.which("node") is None:
+        pytest.skip("host.mjs's own stdio")
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    os.set_blocking(in_r, False)
+    os.set_blocking(out_w, False)
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    try:
+        proc = await trio.lowlevel.open_process(
+            RUNNERS["js"]["argv"], stdin=in_r, stdout=out_w, stderr=-1, cwd=str(FIXTURES), env=env
+        )
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    requests = trio.lowlevel.FdStream(in_w)
+    responses = trio.lowlevel.FdStream(out_r)
+    assert proc.stderr is not None
+    log = bytearray()
+    big = "z" * MiB  # far more than a pipe holds: fd 1 fills while nothing reads it
+    asked = [
+        (Method.INIT, {"config": {"modules": [RUNNERS["js"]["tools"]]}}),
+        (Method.EXECUTE_TOOL, {"tool_name": "echo", "arguments": {"text": big}}),
+        (Method.EXECUTE_TOOL, {"tool_name": "echo", "arguments": {"text": "after"}}),
+    ]
+    lines = [
+        encode_request(Request(id=f"n{i}", method=m, params=p)) for i, (m, p) in enumerate(asked)
+    ]
+    try:
+        with trio.fail_after(STEP):
+            # Everything sent so far read, the host finds fd 0 empty (EAGAIN) while the
+            # big answer waits for room in fd 1, which nothing reads yet.
+            await requests.send_all(lines[0] + lines[1])
+            while b"stdin is non-blocking" not in log or b"through a stream" not in log:
+                log += await proc.stderr.receive_some(1 << 16)
+            await requests.send_all(lines[2])
+            buf = bytearray()
+            while buf.count(b"\n") < len(asked):
+                buf += await responses.receive_some(1 << 20)
+            await requests.aclose()
+            assert await proc.wait() == 0
+    finally:
+        with trio.move_on_after(STEP) as cleanup:
+            cleanup.shield = True
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+            await responses.aclose()
+            await requests.aclose()
+            await proc.stderr.aclose()
+    answers = [decode_host_message(line) for line in bytes(buf).splitlines()]
+    assert [a.id for a in answers] == ["n0", "n1", "n2"]
+    assert all(isinstance(a, OkResponse) for a in answers), answers
+    values = [decode_execute_value(a.result.value).result for a in answers[1:]]  # type: ignore[union-attr]
+    assert values == [big, "after"]
+
+
+@pytest.mark.parametrize("builtins", ["getBuiltinModule", "imported"])
+async def test_host_mjs_loads_a_package_by_name_with_and_without_get_builtin_module(
+    lang: str, builtins: str, tmp_path: Path
+) -> None:
+    # host.mjs takes Node's builtins from process.getBuiltinModule (Node >= 20.16) and
+    # imports them on older Node: a preload that deletes it stands in for one.
+    if lang != "js" or shutil.which("node") is None:
+        pytest.skip("host.mjs's own loading")
+    package = tmp_path / "node_modules" / "named-tools"
+    package.mkdir(parents=True)
+    shutil.copy(FIXTURES / RUNNERS["js"]["tools"], package / "index.mjs")
+    (package / "package.json").write_text('{"name": "named-tools", "exports": "./index.mjs"}')
+    (tmp_path / "old_node.mjs").write_text("delete process.getBuiltinModule;\n")
+    node, host_mjs = RUNNERS["js"]["argv"]
+    preload = ["--import", str(tmp_path / "old_node.mjs")] if builtins == "imported" else []
+    with trio.fail_after(STEP):
+        async with open_host(lang, [node, *preload, host_mjs], tmp_path) as host:
+            await host.ok(Method.INIT, {"config": {"modules": ["named-tools"]}})
+            value = await host.execute("echo", {"text": "by name"})
+            assert (await host.execute("slurp")).result == 0  # process.stdin: its own
+    assert value.result == "by name"

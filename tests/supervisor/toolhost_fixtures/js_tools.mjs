@@ -74,6 +74,16 @@ export const tools = [
     execute: () => ({ success: false, error: "refused on purpose" }),
   },
   {
+    name: "slurp",
+    description: "Reads process.stdin to its end: how many bytes it got.",
+    execute() {
+      return new Promise((resolve) => {
+        let n = 0;
+        process.stdin.on("data", (chunk) => (n += chunk.length)).on("end", () => resolve(n));
+      });
+    },
+  },
+  {
     name: "noisy",
     description: "Writes to stdout every way it can.",
     execute() {

@@ -80,6 +80,12 @@ def refuse() -> str:
 
 
 @tool
+def slurp() -> int:
+    """Reads stdin to its end: how many bytes it got (the protocol's are not its)."""
+    return len(sys.stdin.buffer.read()) + len(os.read(0, 1024))
+
+
+@tool
 def noisy() -> str:
     """Writes to stdout every way it can."""
     print("noise from print")
