@@ -60,7 +60,7 @@ SETUP_FAILED_EXIT = 125
 MAX_FDS = 250
 #: How long the last clean-up may take before the guardian gives up and exits.
 CLEANUP_LIMIT = 10.0
-#: Milliseconds without a request after which a spare is parked for the next prepared
+#: Milliseconds without a spawn order after which a spare is parked for the next prepared
 #: spawn into no cgroup (a burst of spawns forks each child instead of waiting for it).
 SPARE_AFTER_IDLE = 20
 
@@ -256,7 +256,7 @@ class Guardian:
         self.starting: dict[int, int] = {}
         #: Spare children by the cgroups they joined: pid and the socket of their order.
         self.spares: dict[tuple[str, ...], tuple[int, socket.socket]] = {}
-        #: Park a spare in no cgroup once the host has asked nothing for SPARE_AFTER_IDLE.
+        #: Park a spare in no cgroup once the host has ordered no spawn for SPARE_AFTER_IDLE.
         self.want_spare = True
         #: When the last request came (monotonic seconds).
         self.asked = time.monotonic()
@@ -313,7 +313,6 @@ class Guardian:
             return False
         if not msg:
             return False
-        self.asked = time.monotonic()
         fds = _received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
@@ -323,10 +322,12 @@ class Guardian:
                 reply, give = self.sweep()
             elif order.get("op") == "spares":
                 reply = {"pids": [pid for pid, _ in self.spares.values()]}
-            elif order.get("op") == "park":
-                reply = self.park(order["cgroups"])
-            else:
-                reply, give = self.spawn(order, fds)
+            else:  # a spawn (or a park) is what keeps the host busy: a query is not
+                self.asked = time.monotonic()
+                if order.get("op") == "park":
+                    reply = self.park(order["cgroups"])
+                else:
+                    reply, give = self.spawn(order, fds)
         except OSError as exc:
             reply = {"errno": exc.errno or errno.EIO}
         except Exception as exc:  # a bad order must not end the guardian
@@ -406,7 +407,7 @@ class Guardian:
         self.starting[exec_r] = pid
         self.poller.register(exec_r, select.POLLIN)
         if order.get("prepare") and not order.get("cgroups"):
-            self.want_spare = True  # for the next such spawn, once nothing is asked
+            self.want_spare = True  # for the next such spawn, once no spawn is ordered
         return {"pid": pid}, [status_r]
 
     def started(self, exec_r: int) -> None:
