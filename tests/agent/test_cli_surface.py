@@ -63,43 +63,52 @@ def test_the_table_matches_each_commands_own_docstring() -> None:
         assert (command.help or "").splitlines()[0] == summary, name
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
-def test_help_and_version_import_no_command(argv: list[str]) -> None:
-    # A real interpreter, as the console script starts it: what the answer imported.
+def _cli_then(argv: list[str], report: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run ``corral ARGV`` in a real interpreter, as the console script does, then print
+    its exit status and ``report`` (an expression evaluated in that process); stdout."""
     code = (
         "import sys; from agent._cli.main import main\n"
-        f"try:\n    main({argv!r}, prog_name='corral')\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('trio', 'supervisor', 'structlog', 'rich', 'prompt_toolkit', 'sandbox', 'asyncio')"
-        " or m == 'importlib.metadata'))"
+        "status = 0\n"
+        f"try:\n    main({argv!r}, prog_name='corral')\n"
+        "except SystemExit as exc:\n    status = exc.code\n"
+        f"print(status, {report})"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, check=True
     ).stdout
-    assert out.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"]])
+def test_help_and_version_import_no_command(argv: list[str]) -> None:
+    # What the answer imported.
+    imported = (
+        "sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('trio', 'supervisor', 'structlog', 'rich', 'prompt_toolkit', 'sandbox', 'asyncio')"
+        " or m == 'importlib.metadata')"
+    )
+    out = _cli_then(argv, imported, REPO)
+    assert out.strip().splitlines()[-1] == "0 []"
     if argv == ["--version"]:
         assert out.splitlines()[0] == f"corral, version {__version__}"
+
+
+OFFLINE = ["run", "--provider", "offline", "hi"]
 
 
 def test_an_offline_run_without_extensions_imports_only_what_it_uses(
     home: Path, work: Path
 ) -> None:
-    # A real interpreter runs the whole prompt into pipes; it logs nothing, so structlog
-    # (and through it asyncio) stays unloaded, as do rich (no terminal to draw on) and
-    # the providers and tools not in use.
-    code = (
-        "import sys; from agent._cli.main import main\n"
-        "try:\n    main(['run', '--provider', 'offline', 'hi'], prog_name='corral')\n"
-        "except SystemExit as exc:\n    status = exc.code\n"
-        "print(status, sorted(m for m in sys.modules if m.split('.')[0] in "
+    # The whole prompt into pipes; it logs nothing, so structlog (and through it
+    # asyncio) stays unloaded, as do rich (no terminal to draw on) and the providers
+    # and tools not in use.
+    imported = (
+        "sorted(m for m in sys.modules if m.split('.')[0] in "
         "('structlog', 'asyncio', 'rich', 'httpx', 'mcp', 'sqlite3') or m.startswith("
         "('agent._tools.dynamic.', 'agent._tools.mcp', 'agent._providers.scripted',"
-        " 'agent._providers.openai', 'agent._providers.anthropic', 'agent._cli.chat'))))"
+        " 'agent._providers.openai', 'agent._providers.anthropic', 'agent._cli.chat')))"
     )
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_LOG"}
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, check=True
-    ).stdout
+    out = _cli_then(OFFLINE, imported, work, env)
     assert "offline model" in out.splitlines()[0]
     assert out.strip().splitlines()[-1] == "0 []"
     assert not (home / "logs").exists()
@@ -110,31 +119,17 @@ def test_an_offline_run_without_extensions_starts_no_guardian_and_no_probe(
 ) -> None:
     # Nothing will be spawned: the guardian and the machine probe (bwrap, cgroups) are
     # left for the first spawn, which never comes; the bash tool was offered all the same.
-    code = (
-        "import sys; from agent._cli.main import main\n"
-        "try:\n    main(['run', '--provider', 'offline', 'hi'], prog_name='corral')\n"
-        "except SystemExit as exc:\n    status = exc.code\n"
-        "import sandbox._select as s; from sandbox import guardian_pids\n"
-        "print(status, s._probe is None, sorted(guardian_pids()))"
+    report = (
+        "sys.modules['sandbox._select']._probe is None,"
+        " sorted(sys.modules['sandbox'].guardian_pids())"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=work, capture_output=True, text=True, check=True
-    ).stdout
+    out = _cli_then(OFFLINE, report, work)
     assert out.strip().splitlines()[-1] == "0 True []"
 
 
 def test_a_run_with_an_extension_prefetches_the_guardian(home: Path, work: Path) -> None:
-    code = (
-        "import sys; from agent._cli.main import main\n"
-        f"argv = ['run', '--provider', 'offline', '-e', {str(EXAMPLES / 'weather')!r}, 'hi']\n"
-        "try:\n    main(argv, prog_name='corral')\n"
-        "except SystemExit as exc:\n    status = exc.code\n"
-        "from sandbox._guardian import guardian\n"
-        "print(status, guardian().pid is not None)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=work, capture_output=True, text=True, check=True
-    ).stdout
+    argv = ["run", "--provider", "offline", "-e", str(EXAMPLES / "weather"), "hi"]
+    out = _cli_then(argv, "sys.modules['sandbox._guardian'].guardian().pid is not None", work)
     assert out.strip().splitlines()[-1] == "0 True"
 
 
