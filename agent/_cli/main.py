@@ -111,7 +111,10 @@ def _prefetch_sandbox(command: str, args: list[str]) -> None:
             with contextlib.suppress(SandboxError, ValueError):  # the command says why
                 select_sandbox(mode)
 
-    threading.Thread(target=prefetch, name="corral-sandbox-prefetch", daemon=True).start()
+    # Not a daemon: a command that ends before the probe did (one refused at once)
+    # waits for it at exit, so the probe's children and its temporary directory are
+    # gone before the interpreter is.
+    threading.Thread(target=prefetch, name="corral-sandbox-prefetch").start()
 
 
 @typing.final

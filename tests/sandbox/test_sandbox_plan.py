@@ -143,10 +143,11 @@ def test_the_child_applies_limits(tmp_path: Path) -> None:
     assert resource.getrlimit(resource.RLIMIT_NOFILE) != (77, 77)  # not the host's
 
 
-def _spares() -> set[int]:
-    """The guardian's spares, once it parked one (it does when idle), bounded."""
+def _new_spares(before: set[int]) -> set[int]:
+    """The guardian's spares not in ``before``, once it parked one (it does when idle),
+    bounded. Earlier tests may have left spares parked in cgroups: those are not new."""
     deadline = time.monotonic() + 10
-    while not (spares := guardian_pids() - {start_guardian()}):
+    while not (spares := guardian_pids() - {start_guardian()} - before):
         assert time.monotonic() < deadline, "no spare parked"
         time.sleep(0.01)
     return spares
@@ -157,9 +158,10 @@ def test_a_prepared_spawn_leaves_a_spare_for_the_next(tmp_path: Path) -> None:
     # and the next such spawn is handed to it (no fork between its order and its
     # exec). A spare dies with the guardian: an unprepared spawn never takes one.
     plan = _none_plan(tmp_path, Limits())
+    before = guardian_pids()
     first = spawn(plan, stdin=subprocess.DEVNULL)
     first.communicate(timeout=60)
-    spares = _spares()
+    spares = _new_spares(before)
     for _, fd in sweep_orphans():  # what a stop does: a spare is not an orphan
         os.close(fd)
     assert all(psutil.pid_exists(pid) for pid in spares)
