@@ -291,15 +291,15 @@ class ToolHostProtocol(ChildProtocol):
             msg = self._decode(item)
             if msg is None:
                 continue
-            index = waiting.pop(msg.id, -1)
-            if index < 0 or isinstance(msg, HostEvent):
+            # (An event is no answer: its id stays waiting.)
+            if isinstance(msg, HostEvent) or (index := waiting.pop(msg.id, -1)) < 0:
                 self._complain(f"a line for id {msg.id[:64]!r}, which no request of start-up has")
                 continue
             method = requests[index][0]
             if isinstance(msg, ErrorResponse) and method in OPTIONAL_METHODS:
                 self._lacking(method, msg)
             answers[index] = msg
-        return [answer for answer in answers if answer is not None]
+        return typing.cast(list[OkResponse | ErrorResponse], answers)  # every one answered
 
     def _config_fits(self, answer: OkResponse | ErrorResponse, when: str) -> bool:
         """Check the manifest's config against the host's schema (refuse if it does not fit)."""

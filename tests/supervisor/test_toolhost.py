@@ -276,6 +276,16 @@ async def test_a_host_that_never_answers_init_is_refused_in_time(kit: Kit) -> No
     assert "not done within 1 s" in info.problem
 
 
+async def test_a_part_event_during_start_up_is_logged_and_start_up_goes_on(kit: Kit) -> None:
+    d = hostile(kit, part_in_init=True)
+    with trio.fail_after(CYCLE):
+        async with kit.open(d) as client:
+            (info,) = await client.list_extensions()
+            assert texts(await client.call_tool("ok", {})) == "fine"
+    assert info.state is ExtensionState.RUNNING
+    assert "which no request of start-up has" in kit.log_text("hostile")
+
+
 async def test_tool_schemas_that_are_not_a_list_refuse_the_host(kit: Kit) -> None:
     d = hostile(kit, schemas="not a list")
     with trio.fail_after(CYCLE):

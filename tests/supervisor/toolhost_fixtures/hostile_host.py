@@ -1,7 +1,8 @@
 """A tool host that breaks the protocol on demand (raw NDJSON, standard library only).
 
 Its ``config`` picks the start-up: ``{"never_init": true}`` never answers ``init``;
-``{"schemas": "not a list"}`` answers ``get_tool_schemas`` with a string. Each tool
+``{"schemas": "not a list"}`` answers ``get_tool_schemas`` with a string;
+``{"part_in_init": true}`` sends a ``part`` event for ``init`` before its answer. Each tool
 misbehaves in its own way when called (see ``TOOLS``); ``asked`` answers how often
 each method was requested, so a test can see what corral stopped asking.
 """
@@ -83,6 +84,8 @@ for line in sys.stdin:
         config = params.get("config", {})
         if config.get("never_init"):
             continue
+        if config.get("part_in_init"):  # a streaming part, which only calls may send
+            send({"v": 1, "id": rid, "event": {"type": "part", "payload": "early"}})
         ok(rid, {"n": 0})
     elif method == "get_tool_schemas":
         ok(rid, config.get("schemas", TOOLS))
