@@ -85,6 +85,8 @@ class ToolKind(enum.Enum):
     BUILTIN = "builtin"
     #: Registered by an extension (its source is the extension's name).
     EXTENSION = "extension"
+    #: Offered by a tool host (its source is the host's name).
+    TOOL_HOST = "tool-host"
     #: Written by the agent with ``new_tool`` (source ``dynamic``).
     DYNAMIC = "dynamic"
     #: Discovered on an MCP server (source ``mcp:<server>``).
@@ -375,7 +377,11 @@ class ToolRegistry:
 
         for info in ext_tools:
             if self._caller is not None:
-                add(ExtensionTool(info, self._caller), ToolKind.EXTENSION)
+                host = info.kind is ChildKind.TOOL_HOST
+                add(
+                    ExtensionTool(info, self._caller),
+                    ToolKind.TOOL_HOST if host else ToolKind.EXTENSION,
+                )
         for tool_set in self._sets:
             for tool in tool_set.tools():
                 add(tool, tool_set.kind)

@@ -31,7 +31,11 @@ length.
 
 from __future__ import annotations
 
-import contextlib
+# The C halves of ``socket`` and ``signal``: the Python halves import ``enum`` (and
+# ``typing``, ``contextlib``), which would double the guardian's start-up, and the
+# host's first spawn waits for that.
+import _signal as signal  # type: ignore[import-not-found]
+import _socket as socket
 import ctypes
 import errno
 import fcntl
@@ -39,12 +43,13 @@ import marshal
 import os
 import resource
 import select
-import signal
-import socket
 import struct
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -72,6 +77,19 @@ if _prctl is not None:
     _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 if _mount is not None:
     _mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+
+
+class _suppress:
+    """``contextlib.suppress``, without importing ``contextlib`` (see the imports)."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        return kind is not None and issubclass(kind, self.kinds)
 
 
 def record(tag: bytes, value: int, step: str = "") -> bytes:
@@ -102,7 +120,7 @@ def _place_fds(fds: list[int], targets: list[int], keep: list[int]) -> None:
         open_fds = os.listdir("/dev/fd")
     for name in open_fds:
         if int(name) not in kept:
-            with contextlib.suppress(OSError):  # the listing's own, already closed
+            with _suppress(OSError):  # the listing's own, already closed
                 os.close(int(name))
 
 
@@ -278,7 +296,7 @@ class Guardian:
                 left = self.asked + SPARE_AFTER_IDLE / 1000 - time.monotonic()
                 if left <= 0:  # the host is quiet: a spare now costs no spawn anything
                     self.want_spare = False
-                    with contextlib.suppress(OSError):  # then the next spawn forks
+                    with _suppress(OSError):  # then the next spawn forks
                         self.park([])
                     continue
                 timeout = int(left * 1000) + 1
@@ -432,7 +450,7 @@ class Guardian:
             self.tell(entry[0], record(b"x", 0))
 
     def tell(self, fd: int, data: bytes) -> None:
-        with contextlib.suppress(OSError):  # the host closed its end: it no longer cares
+        with _suppress(OSError):  # the host closed its end: it no longer cares
             os.write(fd, data)
 
     def reap(self) -> None:
@@ -472,7 +490,7 @@ class Guardian:
                 fd = os.pidfd_open(pid)
             except OSError:
                 continue  # gone already
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
             if len(fds) < MAX_FDS:
                 pids.append(pid)
@@ -541,22 +559,22 @@ class Guardian:
         while time.monotonic() < deadline:
             doomed = self.descendants()
             for pid in self.children:  # their groups too, where /proc cannot tell
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
             for path in cgroups:
                 doomed += _cgroup_kill(path)
             for pid in doomed:
-                with contextlib.suppress(OSError):
+                with _suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             self.reap()
             if not doomed:
                 break
             # Killed processes take a moment to exit: SIGCHLD (or the timeout) wakes us.
-            with contextlib.suppress(InterruptedError):
+            with _suppress(InterruptedError):
                 waiter.poll(10)
             self.woken()
         for path in cgroups:
-            with contextlib.suppress(OSError):
+            with _suppress(OSError):
                 os.rmdir(path)
 
 
@@ -592,7 +610,7 @@ def _children(pid: int) -> list[int] | None:
 
 def _cgroup_kill(path: str) -> list[int]:
     """Processes left in a cgroup (after asking v2 to kill them all at once)."""
-    with contextlib.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
+    with _suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
         f.write("1")
     try:
         with open(os.path.join(path, "cgroup.procs")) as f:

@@ -6,8 +6,6 @@ Open one with :func:`open_supervisor`; talk to it through the
 
 from __future__ import annotations
 
-import typing
-
 from ._api import (
     CommandInfo,
     CommandOutcome,
@@ -94,10 +92,7 @@ from ._trust import (
     describe_permissions,
     trust_command,
 )
-from ._version import corral_version as _corral_version
-
-if typing.TYPE_CHECKING:
-    from ._version import VERSION
+from ._version import VERSION
 
 __all__ = [
     "MANIFEST_NAME",
@@ -187,11 +182,3 @@ __all__ = [
     "trust_command",
     "ui_file",
 ]
-
-
-def __getattr__(name: str) -> str:
-    # VERSION reads the distribution's metadata: only when asked for (PEP 562).
-    if name == "VERSION":
-        globals()[name] = version = _corral_version()  # later look-ups skip this function
-        return version
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

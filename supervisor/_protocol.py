@@ -38,7 +38,7 @@ from ._calls import CallKind, PendingCalls, Reply, callers_waiting
 from ._config import HostInfo, SupervisorConfig
 from ._lines import MORE, LineReader, Oversize
 from ._requests import CallTool, PreviewToolCall
-from ._version import corral_version
+from ._version import VERSION
 
 __all__ = [
     "ID_RE",
@@ -303,8 +303,8 @@ class ExtensionProtocol(ChildProtocol):
         self._owner.hello_accepted(self.registrations)
         info = self._host.host_info()
         ack = f.HelloAck(
-            corral_version=corral_version(),
-            zot_version=corral_version(),
+            corral_version=VERSION,
+            zot_version=VERSION,
             provider=info.provider,
             model=info.model,
             cwd=info.cwd,

@@ -1,34 +1,17 @@
-"""corral's version: the installed distribution's, read once, on first use.
+"""corral's version as the supervisor states it (``hello_ack``, the RPC ``hello``).
 
-Reading a distribution's metadata imports ``importlib.metadata`` and scans the
-path (25-30 ms): a command that never says its version (``corral run``) should
-not pay for it, so ``VERSION`` is computed when first asked for (PEP 562).
+A constant, not the installed distribution's metadata: reading that imports
+``importlib.metadata`` and scans the path (20-30 ms), which the first spawn of
+every host process paid for its ``hello_ack``. ``agent/_version.py`` holds the
+same string for ``corral --version`` (and ``pyproject.toml`` reads it there);
+``tests/test_version.py`` checks that the two and the installed metadata agree.
 """
 
 from __future__ import annotations
 
-import functools
-import typing
+from typing import Final
 
-__all__ = ["VERSION", "corral_version"]
+__all__ = ["VERSION"]
 
-if typing.TYPE_CHECKING:
-    #: The ``corral`` distribution's version (``hello_ack``, the RPC ``hello`` response).
-    VERSION: str
-
-
-@functools.cache
-def corral_version() -> str:
-    """The ``corral`` distribution's version (read once)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("corral")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "0+unknown"
-
-
-def __getattr__(name: str) -> str:
-    if name == "VERSION":
-        return corral_version()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: The ``corral`` distribution's version.
+VERSION: Final = "0.1.0"

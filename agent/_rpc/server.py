@@ -283,7 +283,7 @@ class _Server:
             # Looked up when the call starts: a reload while it runs cannot change it.
             source = self._rt.tool_sources().get(event.name)
             kind = self._rt.host.engine.registry.kinds().get(event.name)
-            if source and kind is ToolKind.EXTENSION:
+            if source and kind in (ToolKind.EXTENSION, ToolKind.TOOL_HOST):
                 self._sources[event.id] = source
         elif isinstance(event, ToolResultEvent):
             source = self._sources.pop(event.id, None)

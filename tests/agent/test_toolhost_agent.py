@@ -57,7 +57,10 @@ async def test_rpc_streams_parts_previews_and_lists_the_host(tmp_path: Path) -> 
     with trio.fail_after(TIMEOUT):
         async with open_rpc(tmp_path, turns, exts=(notes_host(tmp_path),)) as rpc:
             tools = {t["name"]: t for t in (await rpc.call("get_tools"))["data"]["tools"]}
-            assert tools["add_note"]["source"] == "py-notes"
+            assert (tools["add_note"]["source"], tools["add_note"]["kind"]) == (
+                "py-notes",
+                "tool-host",
+            )
             assert tools["add_note"]["schema"]["required"] == ["text"]
 
             await rpc.send({"id": 1, "type": "prompt", "message": "note milk, count down"})

@@ -34,6 +34,7 @@ from sandbox._log import get_logger
 
 from ..._providers.base import ToolSpec
 from ..._registry import Progress, ToolKind, ToolRunResult, error_result
+from ..._version import __version__
 from ..child import exit_text
 from ..web import NetGuard
 from .bounds import McpLimits, bound_tools, convert_result
@@ -440,7 +441,7 @@ class McpConnection:
         import mcp_types as types
         from mcp.client.session import ClientSession
 
-        info = types.Implementation(name="corral", version=_version())
+        info = types.Implementation(name="corral", version=__version__)
         async with ClientSession(read, write, client_info=info) as session:
             with trio.fail_after(self._limits.connect_timeout):
                 result = await session.initialize()
@@ -543,12 +544,3 @@ def _connect_error(name: str, exc: BaseException) -> McpError:
     if isinstance(exc, trio.TooSlowError):
         return ConnectFailed(name, "no answer to initialize / tools/list in time")
     return ConnectFailed(name, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("corral")
-    except PackageNotFoundError:
-        return "0"

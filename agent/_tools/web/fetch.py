@@ -18,8 +18,6 @@ Every failure becomes an error result the model can read; nothing raises.
 from __future__ import annotations
 
 import enum
-import functools
-import importlib.metadata
 import typing
 from typing import Any
 
@@ -32,6 +30,7 @@ from sandbox import Sandbox
 from ..._exceptions import ToolError
 from ..._providers.base import ToolSpec
 from ..._registry import Progress, ToolRunResult, error_result, text_result
+from ..._version import __version__
 from ..files import decode_args
 from .browser import PageRenderer, Rendered
 from .client import Fetched, fetch_checked
@@ -40,7 +39,7 @@ from .errors import BrowserError, FetchFailed, WebError
 from .extract import ContentKind, PageText, classify, clean_text, page_text, truncate
 from .guard import NetGuard
 
-__all__ = ["APP_SHELL_BYTES", "RenderMode", "WebFetchTool", "user_agent"]
+__all__ = ["APP_SHELL_BYTES", "USER_AGENT", "RenderMode", "WebFetchTool"]
 
 #: A page whose extracted text is this many bytes or fewer is rendered in the browser.
 APP_SHELL_BYTES = 512
@@ -66,14 +65,8 @@ class FetchArgs(msgspec.Struct, frozen=True, kw_only=True):
     render: RenderMode = RenderMode.AUTO
 
 
-@functools.cache
-def user_agent() -> str:
-    """``corral/<version> (web_fetch; AI agent tool)``: who is asking, said plainly."""
-    try:
-        version = importlib.metadata.version("corral")
-    except importlib.metadata.PackageNotFoundError:
-        version = "dev"
-    return f"corral/{version} (web_fetch; AI agent tool)"
+#: ``User-Agent`` of web_fetch and web_search: who is asking, said plainly.
+USER_AGENT: typing.Final = f"corral/{__version__} (web_fetch; AI agent tool)"
 
 
 @typing.final
@@ -107,7 +100,7 @@ class WebFetchTool:
             config,
             sandbox=sandbox,
             require_sandbox=require_sandbox,
-            user_agent=user_agent(),
+            user_agent=USER_AGENT,
         )
         self.spec = ToolSpec(
             name="web_fetch",
@@ -165,7 +158,7 @@ class WebFetchTool:
     async def _get(self, url: str, progress: Progress) -> Fetched:
         config = self.config
         timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
-        headers = {"user-agent": user_agent(), "accept": _ACCEPT}
+        headers = {"user-agent": USER_AGENT, "accept": _ACCEPT}
 
         async def redirected(target: str) -> None:
             await progress(f"redirected to {clean_text(target)[:300]}")

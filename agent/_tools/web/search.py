@@ -36,7 +36,7 @@ from .client import read_capped
 from .config import WebConfig
 from .errors import WebError
 from .extract import clean_text
-from .fetch import user_agent
+from .fetch import USER_AGENT
 
 __all__ = ["SearchOutput", "WebSearchTool", "search_endpoint"]
 
@@ -186,7 +186,7 @@ class WebSearchTool:
         where = str(endpoint)
         async with httpx.AsyncClient(
             timeout=httpx.Timeout(seconds, connect=self.config.connect_timeout),
-            headers={"user-agent": user_agent(), "accept": "application/json"},
+            headers={"user-agent": USER_AGENT, "accept": "application/json"},
             trust_env=False,
             follow_redirects=False,
         ) as client:
