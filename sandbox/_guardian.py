@@ -30,9 +30,11 @@ takes a fraction of a millisecond: callers make it synchronously, from any threa
 from __future__ import annotations
 
 import array
+import contextlib
 import errno
 import marshal
 import os
+import resource
 import socket
 import struct
 import subprocess
@@ -52,6 +54,8 @@ __all__ = [
 ]
 
 _PROGRAM = str(Path(__file__).with_name("_guardian_main.py"))
+#: The host raises its soft limit of open descriptors to at most this many.
+_NOFILE_WANTED = 1 << 20
 #: Descriptors one reply may carry (the pidfds of a sweep).
 _MAX_FDS = 250
 
@@ -161,10 +165,11 @@ class Guardian:
         if self._sock is not None and self._owner == os.getpid():
             return self._sock
         # Never started, or this is a forked copy of the host: its own guardian.
+        soft = _raise_nofile()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [self._python, "-I", "-S", _PROGRAM, str(theirs.fileno())],
+                [self._python, "-I", "-S", _PROGRAM, str(theirs.fileno()), str(soft)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -272,6 +277,30 @@ class Guardian:
                     raise OSError(errno.ECHILD, "the guardian process does not answer")
         reply: dict[str, Any] = marshal.loads(msg)
         return reply, got
+
+
+_nofile_soft: int | None = None
+
+
+def _raise_nofile() -> int:
+    """Raise this process's soft limit of open descriptors to its hard limit (at most
+    ``_NOFILE_WANTED``), once; returns the soft limit it had, which children get.
+
+    A host keeps a few descriptors per child (pipes, its status pipe, the
+    sandbox's one-shot descriptors until the child is reaped): a common soft limit
+    of 1024 would cap a host at some tens of sandboxed extensions. The guardian
+    puts the old soft limit back for itself, so every child starts with it.
+    """
+    global _nofile_soft
+    if _nofile_soft is None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        _nofile_soft = soft
+        wanted = _NOFILE_WANTED if hard == resource.RLIM_INFINITY else min(hard, _NOFILE_WANTED)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            # Refused (e.g. above the kernel's nr_open): keep what we have.
+            with contextlib.suppress(OSError, ValueError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    return _nofile_soft
 
 
 def _fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:

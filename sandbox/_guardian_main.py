@@ -1,7 +1,7 @@
 """corral's guardian: starts every child corral spawns, and ends them all with the host.
 
 This file is a program, not a module of the package: the host runs it as
-``python -I -S _guardian_main.py FD`` (standard library only, no site packages),
+``python -I -S _guardian_main.py FD SOFT`` (standard library only, no site packages),
 once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD``
 (see :mod:`sandbox._guardian`, the host's side).
 
@@ -621,6 +621,11 @@ def _cgroup_kill(path: str) -> list[int]:
 
 def main() -> None:
     fd = int(sys.argv[1])
+    if len(sys.argv) > 2:  # the host's soft limit of descriptors before it raised its own
+        soft = int(sys.argv[2])
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        with _suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
     sock = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
     if _prctl is not None:
