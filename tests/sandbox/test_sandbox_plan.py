@@ -80,7 +80,8 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
         # The extension's and data directories are bound by descriptor, not by name.
         bound = {argv[i + 2]: int(argv[i + 1]) for i, a in enumerate(argv) if a.endswith("-fd")}
         assert set(bound) >= {str(tmp_path / "ext"), str(tmp_path / "data")}
-        assert sorted(plan.pass_fds) == sorted([seccomp_fd, *bound.values()])
+        copies = [int(argv[i + 1]) for i, a in enumerate(argv) if a == "--file"]
+        assert sorted(plan.pass_fds) == sorted([seccomp_fd, *bound.values(), *copies])
         assert {p.path for p in plan.pins} >= set(bound)
         assert plan.sandboxed
         assert plan.backend == "bwrap"
