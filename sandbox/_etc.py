@@ -11,9 +11,11 @@ running extension at its next start. Directories (``ld.so.conf.d``,
 ``alternatives``, ``ssl/certs``), large or unusual files stay read-only binds; a
 link into the system directories stays a link.
 
-The copies are cached by the file's identity (device, inode, size, and the
-modification and change times, the latter set only by the kernel): a file
-rewritten or replaced after a spawn is read again at the next one.
+Each copy is an anonymous memory file the plan passes (and holds until its
+cleanup), so directories are not copied file by file. The copies are cached by
+the file's identity (device, inode, mode, size, and the modification and change
+times, the latter set only by the kernel): a file rewritten or replaced after a
+spawn is read again at the next one.
 """
 
 from __future__ import annotations
@@ -47,8 +49,6 @@ _ETC_NETWORK = (
 
 #: Larger files are bound rather than copied into the sandbox's memory.
 _MAX_COPY = 1024 * 1024
-#: Directories with more entries are bound rather than copied.
-_MAX_DIR = 16
 
 
 class _Layout(NamedTuple):
@@ -56,7 +56,7 @@ class _Layout(NamedTuple):
 
     #: ``--symlink`` arguments.
     args: tuple[str, ...]
-    #: ``(real source, destination)`` of each file or directory, copied when small.
+    #: ``(real source, destination)`` of the others: copied if a small file, else bound.
     copies: tuple[tuple[str, str], ...]
 
 
@@ -78,15 +78,11 @@ def _layout(network: bool) -> _Layout:
     return _Layout(tuple(args), tuple(copies))
 
 
-class _Entry(NamedTuple):
-    """What a file or directory is, and how it is copied."""
+class _Copy(NamedTuple):
+    """A file's permission bits and content."""
 
-    #: Permission bits, repeated on the copy.
     mode: int
-    #: A file's content; None for a directory.
-    data: bytes | None
-    #: A directory's entries, each copied in turn; () for a file.
-    names: tuple[str, ...]
+    data: bytes
 
 
 def stat_identity(st: os.stat_result) -> tuple[int, ...]:
@@ -97,8 +93,8 @@ def stat_identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _copy(real: str, key: tuple[int, ...]) -> _Entry | None:
-    """How to copy what ``real`` is (with identity ``key``); None: bind it."""
+def _copy(real: str, key: tuple[int, ...]) -> _Copy | None:
+    """The content of ``real`` (with identity ``key``); None: bind it instead."""
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
@@ -109,14 +105,10 @@ def _copy(real: str, key: tuple[int, ...]) -> _Entry | None:
         # bind keeps the owner, and so who may read it.
         if stat_identity(st) != key or not st.st_mode & stat.S_IROTH:
             return None
-        mode = stat.S_IMODE(st.st_mode)
-        if stat.S_ISDIR(st.st_mode):
-            names = tuple(sorted(os.listdir(fd)))
-            return _Entry(mode, None, names) if len(names) <= _MAX_DIR else None
         if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_COPY:
             return None
         data = os.read(fd, _MAX_COPY + 1)
-        return _Entry(mode, data, ()) if len(data) == st.st_size else None
+        return _Copy(stat.S_IMODE(st.st_mode), data) if len(data) == st.st_size else None
     finally:
         os.close(fd)
 
@@ -130,11 +122,11 @@ class EtcCopies:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        #: Real path: its identity when looked at, and its copy (None: bind it).
-        self._seen: dict[str, tuple[tuple[int, ...], _Entry | None]] = {}
+        #: Real path: its identity when read, and its copy (None: bind it).
+        self._seen: dict[str, tuple[tuple[int, ...], _Copy | None]] = {}
 
-    def _look(self, real: str) -> _Entry | None:
-        """How to copy ``real``, from the cache while its identity is unchanged."""
+    def _look(self, real: str) -> _Copy | None:
+        """The copy of ``real``, from the cache while its identity is unchanged."""
         try:
             key = stat_identity(os.stat(real))
         except OSError:
@@ -143,32 +135,10 @@ class EtcCopies:
             seen = self._seen.get(real)
         if seen is not None and seen[0] == key:
             return seen[1]
-        entry = _copy(real, key)
+        copy = _copy(real, key)
         with self._lock:
-            self._seen[real] = (key, entry)
-        return entry
-
-    def _emit(self, real: str, dest: str, fds: list[int], *, top: bool) -> list[str] | None:
-        """Arguments copying ``real`` to ``dest``; None when it is to be bound."""
-        entry = self._look(real)
-        if entry is None:
-            return None
-        if entry.data is not None:
-            fds.append(filter_fd(entry.data))  # a rewound memory file, like the filter's
-            return ["--perms", f"{entry.mode:04o}", "--file", str(fds[-1]), dest]
-        if not top:
-            return None
-        args = ["--perms", f"{entry.mode:04o}", "--dir", dest]
-        mine: list[int] = []
-        for name in entry.names:
-            more = self._emit(os.path.join(real, name), f"{dest}/{name}", mine, top=False)
-            if more is None:
-                for fd in mine:
-                    os.close(fd)
-                return None
-            args += more
-        fds += mine
-        return args
+            self._seen[real] = (key, copy)
+        return copy
 
     def args(self, network: bool, fds: list[int]) -> list[str]:
         """bwrap's arguments for ``/etc``; the copies' descriptors are appended to ``fds``.
@@ -185,8 +155,12 @@ class EtcCopies:
     def place(self, real: str, dest: str, fds: list[int]) -> list[str]:
         """bwrap's arguments showing ``real`` (a real path) read-only at ``dest``.
 
-        A copy when it is a small file anyone may read, or a directory of at most
-        16 of them; else (large, odd, gone) a read-only bind, if it exists.
-        Descriptors of copies are appended to ``fds``.
+        A copy when it is a file of at most 1 MiB anyone may read, else (a
+        directory, large, odd, gone) a read-only bind, if it exists. Descriptors
+        of copies are appended to ``fds``.
         """
-        return self._emit(real, dest, fds, top=True) or ["--ro-bind-try", real, dest]
+        copy = self._look(real)
+        if copy is None:
+            return ["--ro-bind-try", real, dest]
+        fds.append(filter_fd(copy.data))  # a rewound memory file, like the filter's
+        return ["--perms", f"{copy.mode:04o}", "--file", str(fds[-1]), dest]
