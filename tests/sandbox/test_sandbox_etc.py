@@ -7,15 +7,15 @@ last tests read the real ``/etc`` through a real bwrap.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import msgspec
 import pytest
+from helpers.sandbox_harness import run_planned
 
-from sandbox import LaunchRequest, select_sandbox, spawn
+from sandbox import LaunchRequest, select_sandbox
 from sandbox._bwrap import BwrapSandbox
 from sandbox._etc import EtcCopies
 
@@ -154,13 +154,8 @@ def test_the_sandbox_sees_the_hosts_etc_read_only(bwrap: BwrapSandbox, tmp_path:
         data_dir=None,
         interpreter=sys.executable,
     )
-    plan = bwrap.plan(request)
-    try:
-        proc = spawn(plan, stdin=subprocess.DEVNULL)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        bwrap.cleanup(plan)
-    assert proc.returncode == 0, err
+    returncode, out, err = run_planned(bwrap, request)
+    assert returncode == 0, err
     seen = msgspec.json.decode(out)
     assert seen.pop("passwd") is False
     expected = [n for n in names if os.path.exists(f"/etc/{n}")]

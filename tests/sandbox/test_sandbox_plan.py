@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 import psutil
 import pytest
+from helpers.sandbox_harness import run_planned
 
 from sandbox import (
     LaunchPlan,
@@ -238,13 +239,8 @@ def test_unvalidated_grants_are_resolved(bwrap: BwrapSandbox, tmp_path: Path) ->
         data_dir=None,
         permissions=Permissions(read_write=[ws], data_dir=False),
     )
-    plan = bwrap.plan(request)
-    try:
-        proc = spawn(plan, stdin=subprocess.DEVNULL)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        bwrap.cleanup(plan)
-    assert proc.returncode == 0, err
+    returncode, out, err = run_planned(bwrap, request)
+    assert returncode == 0, err
     assert out.decode().strip() == ws
     assert (real / "made").exists()
 
