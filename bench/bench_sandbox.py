@@ -17,6 +17,7 @@ most 10 ms per spawn.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -60,9 +61,11 @@ def measure(quick: bool) -> list[Row]:
             trio.run(_ready, paths[:1], root / "home", sb)
         for n in (1, 10):
             times: dict[str, list[float]] = {name: [] for name in variants}
+            load = os.getloadavg()[0]
             for _ in range(reps):
                 for name, sb in variants.items():
                     times[name].append(trio.run(_ready, paths[:n], root / "home", sb))
+            load_note = f"load {load:.2f} before, {os.getloadavg()[0]:.2f} after"
             what = f"{n} lean extension{'s' if n > 1 else ''} at once"
             base = median(times["none"]) * 1000
             rows.add(f"ready{n}.none", base, "ms", note=f"no isolation; {what}")
@@ -74,7 +77,7 @@ def measure(quick: bool) -> list[Row]:
                 label = "bwrap+seccomp, no cgroup" if name == "bwrap" else "bwrap+seccomp+cgroup"
                 if name == "auto":
                     label += f" ({cgroup.detail if cgroup and cgroup.ok else 'no cgroup here'})"
-                note = f"{label} vs no isolation, per spawn; paired, median of {reps}"
+                note = f"{label} vs no isolation, per spawn; paired, median of {reps}; {load_note}"
                 targeted = name == "auto" and n == 1
                 rows.add(
                     f"added{n}.{name}",

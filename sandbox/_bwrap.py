@@ -6,6 +6,7 @@ network unless granted) on an empty root that holds only what it needs:
 * ``/usr`` and the ``/lib*``, ``/bin``, ``/sbin`` links, read-only;
 * a curated subset of ``/etc`` (dynamic linker, time zone, certificates, name
   service config) and never ``passwd``, ``shadow``, ``ssh`` or ``ssl/private``;
+  small files are copies rather than mounts (:mod:`sandbox._etc`);
 * the installation of the interpreter corral chose (see :mod:`sandbox._runtime`),
   read-only;
 * its own directory read-only, its data directory read-write, and the declared
@@ -34,6 +35,7 @@ import contextlib
 import functools
 import os
 import shutil
+import stat
 import tempfile
 import threading
 from collections.abc import Iterable
@@ -43,39 +45,26 @@ import msgspec
 
 from ._cgroup import CgroupManager
 from ._environ import sandbox_env
+from ._etc import EtcCopies, stat_identity
 from ._exceptions import GrantChanged, PlanError
-from ._forbidden import inside
 from ._permissions import Limits
 from ._pin import Pin, walk
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
-from ._runtime import LINUX_SYSTEM_DIRS, find_runtime_paths, program_note
+from ._runtime import LINUX_SYSTEM_DIRS, RuntimeNeeds, find_runtime_paths, program_note
 from ._seccomp import build_filter, filter_fd
 
 __all__ = ["BwrapConfig", "BwrapSandbox"]
 
 _MIB = 1024 * 1024
 
+#: Interpreter set-ups whose runtime paths are remembered (a few per host).
+_RUNTIMES = 64
+
 #: Inodes of the private /tmp and /dev/shm per MiB of their size: a file costs the
 #: kernel about a KiB whatever its size, so the inodes' memory stays within about
 #: the size of the tmpfs itself.
 _INODES_PER_MIB = 1024
-
-#: /etc entries every sandbox sees (when present). Deliberately not: passwd, group,
-#: shadow, gshadow, sudoers, ssh/, ssl/private/, pki/tls/private/, machine-id.
-#: Each is a bind mount, which costs start-up time, so the list is short.
-_ETC = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
-    "hosts", "alternatives", "os-release", "locale.alias", "default/locale", "mime.types",
-)  # fmt: skip
-
-#: /etc entries only an extension with network permission needs (name resolution,
-#: TLS trust stores).
-_ETC_NETWORK = (
-    "resolv.conf", "host.conf", "gai.conf", "services", "protocols", "ssl/certs",
-    "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "pki/tls/certs",
-    "pki/tls/cert.pem", "pki/tls/openssl.cnf", "pki/ca-trust", "crypto-policies",
-)  # fmt: skip
 
 
 @final
@@ -114,6 +103,32 @@ def _data_dir(path: str) -> str:
     return real
 
 
+def _runtime_stamp(interpreter: str) -> tuple[object, ...] | None:
+    """What :func:`find_runtime_paths` reads of the file system for ``interpreter``.
+
+    Its real path, the identities of the link, the file and the ``pyvenv.cfg``
+    beside it. None (not cached) when it also follows a script's ``#!`` line.
+    """
+    try:
+        link, real = os.lstat(interpreter), os.stat(interpreter)
+        if not stat.S_ISREG(real.st_mode):
+            return None
+        fd = os.open(interpreter, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if os.read(fd, 2) == b"#!":
+                return None
+        finally:
+            os.close(fd)
+        cfg = os.path.join(os.path.dirname(os.path.dirname(interpreter)), "pyvenv.cfg")
+        try:
+            venv: tuple[int, ...] | None = stat_identity(os.stat(cfg))
+        except FileNotFoundError:
+            venv = None
+    except OSError:
+        return None
+    return (os.path.realpath(interpreter), stat_identity(link), stat_identity(real), venv)
+
+
 def _remove_dirs(paths: list[str]) -> None:
     for path in paths:
         shutil.rmtree(path, ignore_errors=True)
@@ -131,24 +146,7 @@ def _system_args() -> tuple[str, ...]:
     return tuple(args)
 
 
-@functools.cache
-def _etc_args(network: bool) -> tuple[str, ...]:
-    args: list[str] = []
-    for name in _ETC + (_ETC_NETWORK if network else ()):
-        path = f"/etc/{name}"
-        if not os.path.lexists(path):
-            continue
-        real = os.path.realpath(path)
-        if os.path.islink(path) and any(inside(real, d) for d in LINUX_SYSTEM_DIRS):
-            # e.g. /etc/localtime -> /usr/share/zoneinfo/...: the target is visible.
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.exists(real):
-            # e.g. /etc/resolv.conf -> /run/systemd/resolve/...: bind the content.
-            args += ["--ro-bind-try", real, path]
-    return tuple(args)
-
-
-def _filesystem_args(network: bool, shm: list[str], tmp: list[str]) -> list[str]:
+def _filesystem_args(shm: list[str], tmp: list[str], etc: list[str]) -> list[str]:
     """The sandbox's mounts up to the grants, in the order bwrap must create them."""
     args = ["--hostname", "corral", "--proc", "/proc"]
     # Sysctl permissions are checked against the effective uid alone: a host running
@@ -158,7 +156,7 @@ def _filesystem_args(network: bool, shm: list[str], tmp: list[str]) -> list[str]
     args += ["--ro-bind", "/proc/sys", "/proc/sys"]
     args += ["--ro-bind-try", "/proc/pressure", "/proc/pressure"]
     args += ["--dev", "/dev", *shm, "--remount-ro", "/dev", *tmp]
-    return [*args, *_system_args(), *_etc_args(network)]
+    return [*args, *_system_args(), *etc]
 
 
 @final
@@ -222,6 +220,9 @@ class BwrapSandbox:
         self.cgroups = cgroups
         self._lock = threading.Lock()
         self._owned_fds: set[int] = set()
+        self._etc = EtcCopies()
+        #: find_runtime_paths' answers by its inputs, with their :func:`_runtime_stamp`.
+        self._runtimes: dict[tuple[object, ...], tuple[tuple[object, ...], RuntimeNeeds]] = {}
 
     def __repr__(self) -> str:
         return f"<BwrapSandbox {self.config.bwrap} {self.config.version} cgroups={self.cgroups}>"
@@ -249,14 +250,14 @@ class BwrapSandbox:
         binds = _Binds(request.name, request.pins)
         run_dirs: list[str] = []
         cgroups: list[str] = []
-        seccomp_fd = -1
+        fds: list[int] = []  # the /etc copies' and the seccomp filter's
         try:
             self._want_binds(request, binds, notes)
             shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
             args = [
                 self.config.bwrap,
                 *self.namespace_args(perms.network),
-                *_filesystem_args(perms.network, shm, tmp),
+                *_filesystem_args(shm, tmp, self._etc.args(perms.network, fds)),
                 *binds.open(self.config.bind_fd),
                 "--remount-ro",
                 "/",
@@ -286,19 +287,19 @@ class BwrapSandbox:
                 )
             command = self.process_limit(list(request.argv), perms.limits, pids_done, notes)
             if self.config.seccomp:
-                seccomp_fd = filter_fd(build_filter(network=perms.network))
-                args += ["--seccomp", str(seccomp_fd)]
+                fds.append(filter_fd(build_filter(network=perms.network)))
+                args += ["--seccomp", str(fds[-1])]
             else:
                 notes.append(f"no seccomp filter: {self.config.seccomp_why or 'unavailable'}")
         except BaseException:
             binds.close()
-            if seccomp_fd >= 0:
-                os.close(seccomp_fd)
+            for fd in fds:
+                os.close(fd)
             if self.cgroups is not None:
                 self.cgroups.destroy(cgroups)
             _remove_dirs(run_dirs)
             raise
-        pass_fds = [*binds.fds, *([seccomp_fd] if seccomp_fd >= 0 else [])]
+        pass_fds = [*binds.fds, *fds]
         self.own(pass_fds)
         return LaunchPlan(
             argv=[*args, "--", *command],
@@ -332,14 +333,7 @@ class BwrapSandbox:
             binds.want(request.data_dir, _data_dir(request.data_dir), True)
         granted = tuple(binds.entries)
         if request.interpreter:
-            runtime = find_runtime_paths(
-                request.name,
-                request.interpreter,
-                system=(*LINUX_SYSTEM_DIRS, *granted),
-                home=os.path.expanduser("~"),
-                hidden=(os.getcwd(), request.ext_dir, request.data_dir or ""),
-                private=tuple(request.hidden),
-            )
+            runtime = self._runtime(request, (*LINUX_SYSTEM_DIRS, *granted))
             notes += runtime.notes
             # Outermost first; grants (deeper, or later at equal depth) win.
             entries = dict(binds.entries)
@@ -349,6 +343,35 @@ class BwrapSandbox:
             note = program_note(request.argv[0], [*LINUX_SYSTEM_DIRS, *granted])
             if note:
                 notes.append(note)
+
+    def _runtime(self, request: LaunchRequest, system: tuple[str, ...]) -> RuntimeNeeds:
+        """:func:`find_runtime_paths`, cached while the interpreter's files are unchanged.
+
+        Every path it returns is still opened without following symlinks and pinned
+        by :class:`_Binds`: a stale answer can fail a start, never widen the view.
+        """
+        inputs = (
+            request.interpreter,
+            system,
+            os.path.expanduser("~"),
+            (os.getcwd(), request.ext_dir, request.data_dir or ""),
+            tuple(request.hidden),
+        )
+        stamp = _runtime_stamp(request.interpreter)
+        with self._lock:
+            cached = self._runtimes.get(inputs)
+        if stamp is not None and cached is not None and cached[0] == stamp:
+            return RuntimeNeeds(paths=list(cached[1].paths), notes=list(cached[1].notes))
+        interpreter, system, home, hidden, private = inputs
+        runtime = find_runtime_paths(
+            request.name, interpreter, system=system, home=home, hidden=hidden, private=private
+        )
+        if stamp is not None:
+            with self._lock:
+                if len(self._runtimes) >= _RUNTIMES:
+                    self._runtimes.clear()
+                self._runtimes[inputs] = (stamp, runtime)
+        return RuntimeNeeds(paths=list(runtime.paths), notes=list(runtime.notes))
 
     def _tmp_args(
         self, limits: Limits, run_dirs: list[str], notes: list[str]

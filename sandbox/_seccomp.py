@@ -38,6 +38,7 @@ x32) is refused outright, since its system call numbers differ.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import platform
 import struct
@@ -180,6 +181,7 @@ class _Asm:
         return bytes(out)
 
 
+@functools.cache
 def build_filter(*, network: bool, arch: str | None = None) -> bytes:
     """Assemble the filter as raw ``struct sock_filter`` instructions.
 

@@ -247,6 +247,20 @@ class World:
         return json.loads(report["stdout"].splitlines()[-1])
 
 
+def run_planned(backend: Any, request: Any) -> tuple[int, bytes, bytes]:
+    """Plan ``request`` with ``backend``, run it to completion, clean up: exit, out, err."""
+    from sandbox import spawn
+
+    plan = backend.plan(request)
+    try:
+        proc = spawn(plan, stdin=subprocess.DEVNULL)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        backend.cleanup(plan)
+    assert proc.returncode is not None
+    return proc.returncode, out, err
+
+
 def make_secret(path: Path, token: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{token} {path.name}\n")

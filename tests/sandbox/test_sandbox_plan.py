@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 import psutil
 import pytest
+from helpers.sandbox_harness import run_planned
 
 from sandbox import (
     LaunchPlan,
@@ -80,7 +81,8 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
         # The extension's and data directories are bound by descriptor, not by name.
         bound = {argv[i + 2]: int(argv[i + 1]) for i, a in enumerate(argv) if a.endswith("-fd")}
         assert set(bound) >= {str(tmp_path / "ext"), str(tmp_path / "data")}
-        assert sorted(plan.pass_fds) == sorted([seccomp_fd, *bound.values()])
+        copies = [int(argv[i + 1]) for i, a in enumerate(argv) if a == "--file"]
+        assert sorted(plan.pass_fds) == sorted([seccomp_fd, *bound.values(), *copies])
         assert {p.path for p in plan.pins} >= set(bound)
         assert plan.sandboxed
         assert plan.backend == "bwrap"
@@ -237,13 +239,8 @@ def test_unvalidated_grants_are_resolved(bwrap: BwrapSandbox, tmp_path: Path) ->
         data_dir=None,
         permissions=Permissions(read_write=[ws], data_dir=False),
     )
-    plan = bwrap.plan(request)
-    try:
-        proc = spawn(plan, stdin=subprocess.DEVNULL)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        bwrap.cleanup(plan)
-    assert proc.returncode == 0, err
+    returncode, out, err = run_planned(bwrap, request)
+    assert returncode == 0, err
     assert out.decode().strip() == ws
     assert (real / "made").exists()
 
