@@ -314,7 +314,8 @@ async def test_a_host_that_exits_between_start_up_answers_fails_and_leaves_nothi
             (info,) = await client.list_extensions()
             assert client.tools() == []
     assert info.state is not ExtensionState.RUNNING
-    assert "exited" in info.problem
+    assert "exited" in info.problem, info.problem
+    assert "answering init" in info.problem, info.problem
     assert lasting() == []
 
 
