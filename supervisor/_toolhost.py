@@ -209,6 +209,8 @@ class ToolHostProtocol(ChildProtocol):
             if not self.early_exit and self.refused is None:
                 self._refuse(f"start-up (init, get_tool_schemas) not done within {timeout:g} s")
             return
+        # After ready, not before: the trip to a worker thread is no part of start-up.
+        await trio.to_thread.run_sync(self._keep_ui)
         await self._route(reader)
 
     async def _start(self, reader: LineReader) -> bool:
@@ -227,7 +229,7 @@ class ToolHostProtocol(ChildProtocol):
         self._keep_state(initialized, initial=True)
         after = ahead or self._after_init()
         rest = answers[2:] if ahead else await self._exchange(reader, after)
-        return rest is not None and await self._finish(after, rest)
+        return rest is not None and self._finish(after, rest)
 
     def _after_init(self) -> _Asks:
         """What start-up asks once ``init`` is done (before its answer, when pipelined)."""
@@ -235,7 +237,7 @@ class ToolHostProtocol(ChildProtocol):
         params = {Method.GET_TOOL_SCHEMAS: state, Method.GET_TAGS: self._tag_params()}
         return [(m, params.get(m, {})) for m in _AFTER_INIT if m not in self._lacks]
 
-    async def _finish(self, asked: _Asks, answered: list[OkResponse | ErrorResponse]) -> bool:
+    def _finish(self, asked: _Asks, answered: list[OkResponse | ErrorResponse]) -> bool:
         """Take the answers to :meth:`_after_init`'s requests; ready unless refused."""
         answers = {method: answer for (method, _), answer in zip(asked, answered, strict=True)}
         schema = answers.get(Method.GET_CONFIG_SCHEMA)
@@ -244,7 +246,6 @@ class ToolHostProtocol(ChildProtocol):
         if not self._take_tools(answers[Method.GET_TOOL_SCHEMAS]):
             return False
         self._session.ui_elements = self._list_of(answers.get(Method.GET_UI_ELEMENTS), None)
-        await trio.to_thread.run_sync(self._keep_ui)
         self._required = frozenset(self._strings(answers.get(Method.REQUIRED_TAGS)) or ())
         tags = self._strings(answers.get(Method.GET_TAGS))
         self.registrations.tools = self._offered(tags)
@@ -256,8 +257,9 @@ class ToolHostProtocol(ChildProtocol):
     def _keep_ui(self) -> None:
         """Keep the UI elements for ``corral ext list --json`` (which starts nothing).
 
-        Written only when they changed: rewriting the same bytes at every start costs
-        a file system write (milliseconds on a busy disk) before the host is ready.
+        Run once the host is ready, in a worker thread, and written only when they
+        changed: rewriting the same bytes at every start costs a file system write
+        (milliseconds on a busy disk).
         """
         if self._ui_cache is None:
             return

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from helpers.procs import lasting
 from helpers.supkit import CYCLE, Kit, wait_for
 
 from supervisor import (
@@ -284,6 +285,38 @@ async def test_a_part_event_during_start_up_is_logged_and_start_up_goes_on(kit: 
             assert texts(await client.call_tool("ok", {})) == "fine"
     assert info.state is ExtensionState.RUNNING
     assert "which no request of start-up has" in kit.log_text("hostile")
+
+
+async def test_start_up_answers_out_of_order_are_matched_by_id(kit: Kit) -> None:
+    # The four requests after init (get_config_schema failed before it) come in one
+    # write; the host answers them backwards, each optional one with an error:
+    # remembered, not asked again.
+    d = hostile(kit, reverse_after_init=4)
+    with trio.fail_after(CYCLE):
+        async with kit.open(d) as client:
+            (info,) = await client.list_extensions()
+            assert info.state is ExtensionState.RUNNING
+            assert texts(await client.call_tool("ok", {})) == "fine"
+            counts = json.loads(texts(await client.call_tool("asked", {})))
+    assert "ok" in info.tools
+    assert counts["get_tool_schemas"] == 1
+    assert counts["get_ui_elements"] == counts["get_tags"] == counts["required_tags"] == 1
+    assert counts["format_tool_result"] == 1  # failed for "ok": not asked for "asked"
+    assert "no request of start-up" not in kit.log_text("hostile")
+
+
+async def test_a_host_that_exits_between_start_up_answers_fails_and_leaves_nothing(
+    kit: Kit,
+) -> None:
+    d = hostile(kit, exit_after="get_tool_schemas")  # three answers left unsent
+    with trio.fail_after(CYCLE):
+        async with kit.open(d) as client:
+            (info,) = await client.list_extensions()
+            assert client.tools() == []
+    assert info.state is not ExtensionState.RUNNING
+    assert "exited" in info.problem, info.problem
+    assert "answering init" in info.problem, info.problem
+    assert lasting() == []
 
 
 async def test_tool_schemas_that_are_not_a_list_refuse_the_host(kit: Kit) -> None:

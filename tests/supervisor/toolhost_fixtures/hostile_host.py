@@ -2,7 +2,10 @@
 
 Its ``config`` picks the start-up: ``{"never_init": true}`` never answers ``init``;
 ``{"schemas": "not a list"}`` answers ``get_tool_schemas`` with a string;
-``{"part_in_init": true}`` sends a ``part`` event for ``init`` before its answer. Each tool
+``{"part_in_init": true}`` sends a ``part`` event for ``init`` before its answer;
+``{"reverse_after_init": N}`` holds the answers to the N requests after ``init`` and
+sends them in reverse order; ``{"exit_after": METHOD}`` exits once it answered METHOD
+(the other start-up requests unanswered). Each tool
 misbehaves in its own way when called (see ``TOOLS``); ``asked`` answers how often
 each method was requested, so a test can see what corral stopped asking.
 """
@@ -41,12 +44,27 @@ def send(obj: dict) -> None:
         sys.stdout.flush()
 
 
+held: list[dict] | None = None  # answers held back (reverse_after_init)
+
+
+def answer(obj: dict) -> None:
+    global held
+    if held is None:
+        send(obj)
+        return
+    held.append(obj)
+    if len(held) == config["reverse_after_init"]:
+        for one in reversed(held):
+            send(one)
+        held = None
+
+
 def ok(rid: str, value: object) -> None:
-    send({"v": 1, "id": rid, "ok": True, "result": {"value": value}})
+    answer({"v": 1, "id": rid, "ok": True, "result": {"value": value}})
 
 
 def error(rid: str, kind: str, detail: str) -> None:
-    send({"v": 1, "id": rid, "ok": False, "error": {"type": kind, "detail": detail}})
+    answer({"v": 1, "id": rid, "ok": False, "error": {"type": kind, "detail": detail}})
 
 
 def execute(rid: str, name: str) -> None:
@@ -87,9 +105,13 @@ for line in sys.stdin:
         if config.get("part_in_init"):  # a streaming part, which only calls may send
             send({"v": 1, "id": rid, "event": {"type": "part", "payload": "early"}})
         ok(rid, {"n": 0})
+        if config.get("reverse_after_init"):
+            held = []
     elif method == "get_tool_schemas":
         ok(rid, config.get("schemas", TOOLS))
     elif method == "execute_tool":
         threading.Thread(target=execute, args=(rid, params["tool_name"]), daemon=True).start()
     else:
         error(rid, "Error", f"no {method} here")
+    if method == config.get("exit_after"):
+        sys.exit(0)
