@@ -32,7 +32,7 @@ from sandbox._log import get_logger
 from ._api import ExtensionStats
 from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation, SupervisorError
 
-__all__ = ["REQUEST_IDS", "CallKind", "PendingCalls", "Reply", "Spin", "callers_waiting"]
+__all__ = ["REQUEST_IDS", "CallKind", "PendingCalls", "Reply", "Spin"]
 
 log = get_logger(__name__)
 
@@ -82,16 +82,10 @@ Spin = Callable[["Reply[Any]"], None]
 _YIELD_EVERY = 0.0005
 _last_yield = 0.0
 #: Callers in :meth:`Reply.wait` (woken or not): only a caller alone there spins,
-#: so that many concurrent callers never hold each other up.
+#: so that many concurrent callers never hold each other up; and while one is
+#: (or was just woken and has not run), a new call is not alone: more frames follow
+#: in this scheduler pass (see :meth:`PendingCalls.add`).
 _waiting = 0
-
-
-def callers_waiting() -> bool:
-    """Some caller is waiting for a reply (or was just woken with one and has not run).
-
-    While one is, a new call is not alone: more frames follow in this scheduler pass.
-    """
-    return _waiting > 0
 
 
 @typing.final
@@ -262,8 +256,8 @@ class PendingCalls:
     def add(self, rid: str, reply: Reply[Any]) -> bool:
         """Track a call sent as ``rid`` (``reply.kind`` and ``reply.name`` set); its
         deadline starts now. Returns whether it is alone: no other call was pending
-        here and no caller waits anywhere (see :func:`callers_waiting`); the sender
-        then writes it at once, else it joins the others' write.
+        here and no caller waits for a reply anywhere; the sender then writes it at
+        once, else it joins the write of the others in this scheduler pass.
 
         Added before its line is written: :meth:`drop` it if the write fails.
         """

@@ -145,6 +145,10 @@ class SupervisorClient:
             ExtensionGone: the extension died or was stopped before answering.
             CallTimeout: the deadline passed.
 
+        Returns an awaitable, as a coroutine function would, but the call is routed
+        (sent, or failed) when ``call_tool`` is called; awaiting it waits for the
+        answer. Await it: one never awaited is only failed by its deadline.
+
         Cancellation: the call is abandoned; a late ``tool_result`` is dropped.
         """
         # Awaited like a coroutine function's result, but routed at once, and the
