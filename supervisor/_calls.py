@@ -32,14 +32,15 @@ from sandbox._log import get_logger
 from ._api import ExtensionStats
 from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation, SupervisorError
 
-__all__ = ["CallKind", "PendingCalls", "Reply", "Spin", "callers_waiting"]
+__all__ = ["REQUEST_IDS", "CallKind", "PendingCalls", "Reply", "Spin"]
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
 
-#: Request ids are unique per host, not per extension (SPEC).
-_REQUEST_IDS = itertools.count(1)
+#: Request ids are unique per host, not per extension (SPEC): ``t17`` is
+#: ``f"t{next(REQUEST_IDS)}"`` (see :meth:`PendingCalls.new_id`).
+REQUEST_IDS = itertools.count(1)
 _reschedule = trio.lowlevel.reschedule
 _wait_rescheduled = trio.lowlevel.wait_task_rescheduled
 _current_task = trio.lowlevel.current_task
@@ -81,16 +82,10 @@ Spin = Callable[["Reply[Any]"], None]
 _YIELD_EVERY = 0.0005
 _last_yield = 0.0
 #: Callers in :meth:`Reply.wait` (woken or not): only a caller alone there spins,
-#: so that many concurrent callers never hold each other up.
+#: so that many concurrent callers never hold each other up; and while one is
+#: (or was just woken and has not run), a new call is not alone: more frames follow
+#: in this scheduler pass (see :meth:`PendingCalls.add`).
 _waiting = 0
-
-
-def callers_waiting() -> bool:
-    """Some caller is waiting for a reply (or was just woken with one and has not run).
-
-    While one is, a new call is not alone: more frames follow in this scheduler pass.
-    """
-    return _waiting > 0
 
 
 @typing.final
@@ -256,11 +251,17 @@ class PendingCalls:
     @staticmethod
     def new_id(kind: CallKind) -> str:
         """A request id unique in this host, e.g. ``t17``."""
-        return f"{_PREFIX[kind]}{next(_REQUEST_IDS)}"
+        return f"{_PREFIX[kind]}{next(REQUEST_IDS)}"
 
-    def add(self, rid: str, reply: Reply[Any]) -> None:
-        """Track a call that was sent as ``rid`` (``reply.kind`` and ``reply.name`` set);
-        its deadline starts now."""
+    def add(self, rid: str, reply: Reply[Any]) -> bool:
+        """Track a call sent as ``rid`` (``reply.kind`` and ``reply.name`` set); its
+        deadline starts now. Returns whether it is alone: no other call was pending
+        here and no caller waits for a reply anywhere; the sender then writes it at
+        once, else it joins the write of the others in this scheduler pass.
+
+        Added before its line is written: :meth:`drop` it if the write fails.
+        """
+        alone = not self._pending and not _waiting
         kind = reply.kind
         reply.rid = rid
         reply.t0 = _perf_counter()  # latency: real time, read with a C call
@@ -276,6 +277,13 @@ class PendingCalls:
             queue.popleft()
         if deadline < self._timer_target:
             self._timer_wake.set()
+        return alone
+
+    def drop(self, rid: str) -> None:
+        """Forget call ``rid`` without answering it (its line could not be sent)."""
+        reply = self._pending.pop(rid, None)
+        if reply is not None:
+            reply._calls = None
 
     def peek(self, rid: str, kind: CallKind) -> Reply[Any] | None:
         """The pending call ``rid`` of ``kind``, left pending (None: unknown id)."""

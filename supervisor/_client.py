@@ -11,7 +11,7 @@ subclass.
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 import trio
@@ -55,6 +55,10 @@ class Backend(Protocol):
         """Route ``request`` now (never blocks); its answer comes through the reply."""
         ...
 
+    def call_tool(self, request: CallTool) -> Reply[Any]:
+        """Route a tool call now (never blocks): ``submit``'s hot path."""
+        ...
+
     def subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
         """A new event channel."""
         ...
@@ -79,6 +83,7 @@ class SupervisorClient:
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
         self._submit = backend.submit
+        self._call_tool = backend.call_tool
 
     def __repr__(self) -> str:
         return f"<SupervisorClient {self._backend!r}>"
@@ -114,14 +119,14 @@ class SupervisorClient:
         reply.on_part = on_part
         return await reply.wait()
 
-    async def call_tool(
+    def call_tool(
         self,
         name: str,
         args: dict[str, Any],
         *,
         call_id: str = "",
         on_part: Callable[[dict[str, Any]], None] | None = None,
-    ) -> ToolOutcome:
+    ) -> Coroutine[Any, Any, ToolOutcome]:
         """Call an extension (or tool host) tool and wait for its result.
 
         The supervisor applies its tool deadline (60 s by default, covering the write
@@ -140,12 +145,18 @@ class SupervisorClient:
             ExtensionGone: the extension died or was stopped before answering.
             CallTimeout: the deadline passed.
 
+        Returns an awaitable, as a coroutine function would, but the call is routed
+        (sent, or failed) when ``call_tool`` is called; awaiting it waits for the
+        answer. Await it: one never awaited is only failed by its deadline.
+
         Cancellation: the call is abandoned; a late ``tool_result`` is dropped.
         """
-        # _ask, inlined: one coroutine frame less to suspend and resume per call.
-        reply: Reply[ToolOutcome] = self._submit(CallTool(name=name, args=args, call_id=call_id))
+        # Awaited like a coroutine function's result, but routed at once, and the
+        # caller awaits the reply's wait itself: one coroutine frame less to create,
+        # suspend and resume per call (routing never raises: failures are answers).
+        reply: Reply[ToolOutcome] = self._call_tool(CallTool(name=name, args=args, call_id=call_id))
         reply.on_part = on_part
-        return await reply.wait()
+        return reply.wait()
 
     async def preview_tool_call(self, name: str, args: dict[str, Any]) -> str | None:
         """The one-line preview of a call its tool host makes, or None (render your own).

@@ -36,7 +36,7 @@ from sandbox._log import lazy_structlog as structlog  # structlog.contextvars, o
 
 from . import _frames as f
 from ._api import Quarantined
-from ._calls import CallKind, PendingCalls, Reply
+from ._calls import REQUEST_IDS, CallKind, PendingCalls, Reply
 from ._config import SupervisorConfig, log_file, quarantine_file
 from ._exceptions import ExtensionGone, ExtensionStopping
 from ._incarnation import Incarnation
@@ -523,10 +523,23 @@ class Extension:
         (``tool_timeout``) starts now, so it covers writing the request, and is
         enforced by the owner's timer task rather than by a cancel scope in the caller.
         """
-        if self._opened(reply, CallKind.TOOL, req.name):
-            rid = PendingCalls.new_id(CallKind.TOOL)
-            talk = self._talk
-            self._send(rid, b"" if talk is None else talk.tool_call(rid, req), reply)
+        # _opened and _send, inlined (the hot path); a fresh reply, kind TOOL.
+        reply.name = req.name
+        counts = self._calls.counts
+        counts["calls"] += 1
+        talk = self._talk
+        if self._lifecycle.state not in SERVING:
+            error: ExtensionGone = self._unavailable(reply.what)
+        elif talk is None:
+            error = ExtensionGone(self.name, reply.what, "the extension is not running")
+        else:
+            rid = f"t{next(REQUEST_IDS)}"  # (PendingCalls.new_id, inlined)
+            problem = talk.call(rid, talk.tool_call(rid, req), reply)
+            if problem is None:
+                return
+            error = ExtensionGone(self.name, reply.what, problem)
+        counts["errors"] += 1
+        reply.fail(error)
 
     def preview_tool_call(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
         """Answer ``reply`` with the tool host's one-line preview of a call, or None."""

@@ -34,7 +34,7 @@ from sandbox._log import get_logger
 
 from . import _frames as f
 from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutcome
-from ._calls import CallKind, PendingCalls, Reply, callers_waiting
+from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
 from ._lines import MORE, LineReader, Oversize
 from ._requests import CallTool, PreviewToolCall
@@ -190,12 +190,12 @@ class ChildProtocol:
         lone call is written at once and may :meth:`spin` for its answer.
         """
         calls = self._calls
-        alone = not calls and not callers_waiting()
+        alone = calls.add(rid, reply)
         error = self._pipe.send(line, coalesce=not alone)
-        if error is None:
-            calls.add(rid, reply)
-            if alone and self._routing is not None and self._config.reply_spin > 0:
-                reply.spin = self.spin
+        if error is not None:
+            calls.drop(rid)
+        elif alone and self._routing is not None and self._config.reply_spin > 0:
+            reply.spin = self.spin
         return error
 
     def spin(self, reply: Reply[Any]) -> None:
@@ -355,8 +355,21 @@ class ExtensionProtocol(ChildProtocol):
             self._bad_line(item)
             return
         match frame:
-            case f.ToolResult():
-                self._tool_result(frame)
+            case f.ToolResult():  # (_tool_result, inlined: the hot path)
+                reply = self._calls.take(frame.id, CallKind.TOOL)
+                if reply is None:
+                    self._bad_frame(f"reply to unknown id {frame.id!r}", frame.id, None)
+                    return
+                if frame.is_error:
+                    self._calls.counts["errors"] += 1
+                reply.set(
+                    ToolOutcome(
+                        content=frame.content,  # the frame is dropped: no copy needed
+                        is_error=frame.is_error,
+                        tool=reply.name,
+                        extension=self._name,
+                    )
+                )
             case f.EventInterceptResponse():
                 reply = self._take(frame.id, CallKind.INTERCEPT)
                 if reply is not None:
@@ -415,21 +428,6 @@ class ExtensionProtocol(ChildProtocol):
         if reply is None:
             self._bad_frame(f"reply to unknown id {rid!r}", rid, None)
         return reply
-
-    def _tool_result(self, frame: f.ToolResult) -> None:
-        reply = self._take(frame.id, CallKind.TOOL)
-        if reply is None:
-            return
-        if frame.is_error:
-            self._calls.counts["errors"] += 1
-        reply.set(
-            ToolOutcome(
-                content=frame.content,  # the frame is dropped: no copy needed
-                is_error=frame.is_error,
-                tool=reply.name,
-                extension=self._name,
-            )
-        )
 
     def _command_response(self, frame: f.CommandResponse) -> None:
         reply = self._take(frame.id, CallKind.COMMAND)
