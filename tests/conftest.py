@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -13,6 +14,12 @@ from supervisor import SDK_DIR
 #: Fixtures that live in the helpers package: ``launch`` (an extension as a bare
 #: subprocess, for the SDK's and the examples' tests).
 pytest_plugins = ["helpers.extproc"]
+
+# A job a non-interactive shell starts in the background ignores SIGINT, and so would
+# every process the tests start (an ignored signal stays ignored across exec): the
+# tests that stop `corral chat`, `corral run` or `ext logs -f` with Ctrl-C need it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

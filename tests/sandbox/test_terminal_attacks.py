@@ -450,5 +450,10 @@ def test_ext_logs_follow_shows_new_text_as_visible_text(setup: dict[str, Any]) -
             read_exactly(fd, shown)
     finally:
         follow.send_signal(signal.SIGINT)
-        follow.communicate(timeout=RUN_TIMEOUT)
+        try:
+            follow.communicate(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            follow.kill()  # not left behind to fail the next test's leftover check
+            follow.communicate()
+            raise
     assert follow.returncode == 0
