@@ -35,11 +35,11 @@ time.sleep(60)
 """
 
 
-async def _exits(pids: list[int], when: dict[int, float]) -> None:
-    """Record the trio time at which each of ``pids`` exits (through pidfds)."""
+async def _exits(pidfds: dict[int, int], when: dict[int, float]) -> None:
+    """Record the trio time at which each pid exits (its pidfd, opened while it ran,
+    becomes readable); closes the pidfds."""
 
-    async def one(pid: int) -> None:
-        fd = os.pidfd_open(pid)
+    async def one(pid: int, fd: int) -> None:
         try:
             await trio.lowlevel.wait_readable(fd)
         finally:
@@ -47,8 +47,8 @@ async def _exits(pids: list[int], when: dict[int, float]) -> None:
         when[pid] = trio.current_time()
 
     async with trio.open_nursery() as nursery:
-        for pid in pids:
-            nursery.start_soon(one, pid)
+        for pid, fd in pidfds.items():
+            nursery.start_soon(one, pid, fd)
 
 
 def _reaped(logs: list[dict[str, object]]) -> dict[object, object]:
@@ -78,22 +78,22 @@ async def test_a_stubborn_extension_gets_the_ladder_without_delaying_the_others(
 ) -> None:
     paths = [kit.inline(f"coop{i:02d}", COOPERATIVE) for i in range(20)]
     paths.append(kit.inline("stubborn", STUBBORN))
-    cfg = kit.config(shutdown_grace=1.5, term_grace=0.5)
+    cfg = kit.config(shutdown_grace=2.0, term_grace=0.5)
     when: dict[int, float] = {}
     with capture_logs() as logs, trio.fail_after(CYCLE * 2):
         async with trio.open_nursery() as watch:
             async with kit.open(*paths, config=cfg) as client:
                 infos = await client.list_extensions()
                 pids = {i.name: i.pid for i in infos if i.pid is not None}
-                watch.start_soon(_exits, list(pids.values()), when)
-                await trio.sleep(0)  # the watchers hold their pidfds
+                pidfds = {pid: os.pidfd_open(pid) for pid in pids.values()}
+                watch.start_soon(_exits, pidfds, when)
                 t0 = trio.current_time()
             took = trio.current_time() - t0
     stubborn = pids.pop("stubborn")
     assert len(pids) == 20
     # The stubborn one waited out the whole ladder: the window, SIGTERM, SIGKILL.
-    assert 1.5 + 0.5 <= took < 1.5 + 0.5 + 2.0
-    assert when[stubborn] - t0 >= 1.5 + 0.5
+    assert 2.0 + 0.5 <= took < 2.0 + 0.5 + 3.0
+    assert when[stubborn] - t0 >= 2.0 + 0.5
     ladder = [
         (e["event"], e["extension"])
         for e in logs
@@ -101,7 +101,7 @@ async def test_a_stubborn_extension_gets_the_ladder_without_delaying_the_others(
     ]
     assert ladder == [("extension_sigterm", "stubborn"), ("extension_sigkill", "stubborn")]
     # The others left by themselves, inside the window, not after the stubborn one.
-    assert all(when[pid] - t0 < 1.5 for pid in pids.values())
+    assert all(when[pid] - t0 < 2.0 for pid in pids.values())
     reaped = _reaped(logs)
     assert {reaped[pid] for pid in pids.values()} == {0}
     assert reaped[stubborn] == -9
