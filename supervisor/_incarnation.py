@@ -116,6 +116,11 @@ class Incarnation:
         self._conversation: Conversation | None = None
         #: The part of the goodbye the pipe did not take (None: not said yet).
         self._bye_rest: bytes | None = None
+        #: The goodbye and the end of stdin both went out (nothing else to send).
+        self._said_all = False
+        #: When the stop began (trio time; None: not stopped): the ladder's windows
+        #: count from here.
+        self._stop_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<Incarnation {self._name!r} pid={self.pid} returncode={self.returncode}>"
@@ -146,14 +151,24 @@ class Incarnation:
         """
         self._stopping = True
         self._sweep_into = sweep_into
+        if self._stop_at is None:
+            self._stop_at = trio.current_time()
         self.say_goodbye()
+        if self._said_all:
+            # The child has all it needs to leave: the wait for its exit goes on
+            # (no ladder, no cancellation for a child that leaves at once) and
+            # becomes the ladder after ack_grace.
+            self._calls.fail_all(ExtensionStopping, "the extension is being stopped")
+            deadline = self._stop_at + self._config.ack_grace
+            self._wait_scope.deadline = min(self._wait_scope.deadline, deadline)
+            return
         if self._bye_rest is not None:
             self._end_stdin()
         self._wait_scope.cancel()
 
     def say_goodbye(self) -> None:
-        """Write the conversation's goodbye now, once, if :meth:`serve` runs (never
-        blocks); :meth:`stop` then ends stdin.
+        """Write the conversation's goodbye now, once, if :meth:`serve` runs, and end
+        stdin when the pipe took all of it (never blocks); else :meth:`stop` ends it.
 
         The first thing a stop does: a stop of many says all its goodbyes in one
         tight pass, so that all of them begin to exit at once, as when a host closes
@@ -162,8 +177,16 @@ class Incarnation:
         if self._conversation is None or self._bye_rest is not None or self.returncode is not None:
             return
         # A write cut short by a cancel leaves half a line: end it first.
-        broken = b"\n" if self._writer.busy else b""
-        self._bye_rest = self._writer.end_nowait(broken + self._conversation.goodbye)
+        busy = self._writer.busy
+        bye = (b"\n" if busy else b"") + self._conversation.goodbye
+        self._bye_rest = self._writer.end_nowait(bye)
+        if not busy and not self._bye_rest:
+            # All of it went out and no write is under way: end stdin in the same
+            # breath, as a host closing the stdins of many does, and let the idle
+            # writer task end by itself (no cancellation).
+            self._writer.close()
+            self._stdin.close()
+            self._said_all = True
 
     def kill(self) -> None:
         """SIGKILL the process group now (a refused handshake); :meth:`serve` reaps."""
@@ -238,6 +261,7 @@ class Incarnation:
             if waited.cancelled_caught:
                 log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
         self._writer.close()
+        log.debug("incarnation_reaped", pid=proc.pid, returncode=proc.returncode)
         self._reaped = True  # from here on the pipes may be closed
         proc.close()  # no checkpoint: a stop of many ends each one in fewer steps
         self._sandbox.cleanup(self._plan)
@@ -258,7 +282,9 @@ class Incarnation:
         cfg = self._config
         # Its daemons are not chased here: once it exits they are the guardian's
         # orphans, killed by the sweep in _reap (or the caller's, for many at once).
-        with trio.move_on_after(cfg.shutdown_grace):
+        if self._stop_at is None:  # the owner was cancelled: the stop begins now
+            self._stop_at = trio.current_time()
+        with trio.move_on_at(self._stop_at + cfg.shutdown_grace):
             self.say_goodbye()
             rest = self._end_stdin()
             if rest:  # a full pipe: wait for room, bounded by the grace period
@@ -268,7 +294,7 @@ class Incarnation:
                 except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
                     pass
             # Most children are gone within ack_grace: no timer task for them.
-            with trio.move_on_after(cfg.ack_grace):
+            with trio.move_on_at(self._stop_at + cfg.ack_grace):
                 await proc.wait()
             if proc.returncode is None:
                 async with trio.open_nursery() as race:

@@ -307,9 +307,9 @@ class _Supervisor:
         """
         running = sum(1 for e in exts if e.serving)
         tokens: list[str] = []
-        # Every goodbye first, in one tight pass (as a host closing their stdins
-        # would), then the rest of each stop: they all exit in parallel while the
-        # host waits for each in turn.
+        # Every goodbye and end of stdin first, in one tight pass (as a host closing
+        # their stdins would), then the rest of each stop: they all exit in parallel
+        # while the host waits for each in turn.
         for ext in exts:
             ext.say_goodbye()
         for ext in exts:
