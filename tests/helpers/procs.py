@@ -15,8 +15,11 @@ def descendants() -> list[psutil.Process]:
     lives as long as the test process, nor the guardian's spares (see
     ``CgroupManager.park_spare``); everything else of the guardian's is listed."""
     start_guardian()
+    # Listed before the guardian is asked: a spare it parks in between (its idle
+    # timer runs on its own) is then either not listed yet or already reported.
+    listed = psutil.Process().children(recursive=True)
     own = guardian_pids()
-    return [p for p in psutil.Process().children(recursive=True) if p.pid not in own]
+    return [p for p in listed if p.pid not in own]
 
 
 def spawned_by(host: psutil.Process) -> list[psutil.Process]:
