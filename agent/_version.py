@@ -5,7 +5,7 @@ file without importing it) and ``corral --version`` prints it, so the command
 does not look it up in the installed metadata (``importlib.metadata``: a
 third of a bare ``corral --version``). ``supervisor/_version.py`` states the same
 string for the wire (importing the ``supervisor`` package here would cost more);
-``tests/test_version.py`` checks that they and the installed metadata agree.
+``tests/agent/test_cli_surface.py`` checks that they and the installed metadata agree.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A constant, not the installed distribution's metadata: reading that imports
 ``importlib.metadata`` and scans the path (20-30 ms), which the first spawn of
 every host process paid for its ``hello_ack``. ``agent/_version.py`` holds the
 same string for ``corral --version`` (and ``pyproject.toml`` reads it there);
-``tests/test_version.py`` checks that the two and the installed metadata agree.
+``tests/agent/test_cli_surface.py`` checks that the two and the installed metadata agree.
 """
 
 from __future__ import annotations

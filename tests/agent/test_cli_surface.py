@@ -25,6 +25,7 @@ from agent._events import ExtNotify, ToolCallEvent
 from agent._tools.bash import PROGRESS_BURST, ProgressLines
 from agent._version import __version__
 from supervisor._io import StderrLog
+from supervisor._version import VERSION
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -134,8 +135,9 @@ def test_a_run_with_an_extension_prefetches_the_guardian(home: Path, work: Path)
 
 
 def test_the_version_is_the_installed_one() -> None:
-    # pyproject.toml reads agent/_version.py: the metadata says the same.
-    assert importlib.metadata.version("corral") == __version__
+    # pyproject.toml reads agent/_version.py: the metadata says the same, and so does
+    # the copy the supervisor states on the wire (supervisor/_version.py).
+    assert importlib.metadata.version("corral") == __version__ == VERSION
 
 
 def test_bare_ext_form_starts_a_chat(home: Path, work: Path) -> None:
