@@ -50,6 +50,7 @@ __all__ = [
     "decode_host_message",
     "decode_tool_schemas",
     "encode_request",
+    "json_excerpt",
     "native_text",
     "result_content",
 ]
@@ -148,6 +149,10 @@ class ErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
     v: int = TOOLHOST_PROTOCOL_VERSION
     id: str
     error: ErrorInfo = ErrorInfo()
+
+    def describe(self) -> str:
+        """``type: detail`` (or the type alone), for logs and results."""
+        return f"{self.error.type}: {self.error.detail}" if self.error.detail else self.error.type
 
 
 class HostEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -344,7 +349,7 @@ def decode_tool_schemas(value: Any) -> tuple[list[ToolSchema], list[SchemaProble
     """
     if not isinstance(value, list):
         detail = f"get_tool_schemas answered {type(value).__name__}, not a list"
-        raise HostWireError(WireErrorKind.SHAPE, detail, excerpt(_preview(value)))
+        raise HostWireError(WireErrorKind.SHAPE, detail, json_excerpt(value))
     tools: list[ToolSchema] = []
     problems: list[SchemaProblem] = []
     for index, entry in enumerate(value):
@@ -359,9 +364,7 @@ def decode_tool_schemas(value: Any) -> tuple[list[ToolSchema], list[SchemaProble
             (s for s in (raw.parameters, raw.input_schema, raw.schema) if s is not None), None
         )
         if not isinstance(schema, dict) or schema.get("type") != "object":
-            detail = (
-                f"schema is not a JSON object schema (type: object): {excerpt(_preview(schema))}"
-            )
+            detail = f"schema is not a JSON object schema (type: object): {json_excerpt(schema)}"
             problems.append(SchemaProblem(index=index, name=raw.name, detail=detail))
             continue
         tools.append(ToolSchema(name=raw.name, description=raw.description, parameters=schema))
@@ -378,7 +381,7 @@ def decode_execute_value(value: Any) -> ExecuteValue:
         return msgspec.convert(value, ExecuteValue)
     except msgspec.ValidationError as exc:
         detail = f"execute_tool value is not {{success, result|error}}: {exc}"
-        raise HostWireError(WireErrorKind.SHAPE, detail, excerpt(_preview(value))) from None
+        raise HostWireError(WireErrorKind.SHAPE, detail, json_excerpt(value)) from None
 
 
 def decode_formatted_result(value: Any) -> str | ProviderNativeToolResult | None:
@@ -433,8 +436,10 @@ def native_text(content: Any) -> str:
     return _encoder.encode(content).decode()
 
 
-def _preview(value: Any) -> bytes:
+def json_excerpt(value: Any, limit: int = 120) -> str:
+    """A short printable excerpt of ``value`` as JSON (its ``repr`` if it is not JSON)."""
     try:
-        return _encoder.encode(value)
+        raw = _encoder.encode(value)
     except (TypeError, ValueError):
-        return repr(value).encode()
+        raw = repr(value).encode()
+    return excerpt(raw, limit)

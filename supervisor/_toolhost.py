@@ -69,6 +69,7 @@ from ._hostwire import (
     decode_host_message,
     decode_tool_schemas,
     encode_request,
+    json_excerpt,
     native_text,
     result_content,
 )
@@ -80,6 +81,7 @@ from ._schema import check_schema
 __all__ = ["HostSession", "ToolHostProtocol"]
 
 log = get_logger(__name__)
+_encoder = msgspec.json.Encoder()
 
 #: Problems written to the host's log per incarnation before it goes quiet (still counted).
 _COMPLAINT_LIMIT = 20
@@ -224,7 +226,7 @@ class ToolHostProtocol(ChildProtocol):
             return False
         initialized = answers[1 if ahead else 0]
         if isinstance(initialized, ErrorResponse):
-            self._refuse(f"init failed: {_error_text(initialized)}")
+            self._refuse(f"init failed: {initialized.describe()}")
             return False
         self._keep_state(initialized, initial=True)
         after = ahead or self._after_init()
@@ -321,7 +323,7 @@ class ToolHostProtocol(ChildProtocol):
 
     def _take_tools(self, answer: OkResponse | ErrorResponse) -> bool:
         if isinstance(answer, ErrorResponse):
-            self._refuse(f"get_tool_schemas failed: {_error_text(answer)}")
+            self._refuse(f"get_tool_schemas failed: {answer.describe()}")
             return False
         try:
             schemas, problems = decode_tool_schemas(answer.result.value)
@@ -493,7 +495,9 @@ class ToolHostProtocol(ChildProtocol):
     def _tool_answer(self, reply: Reply[Any], msg: OkResponse | ErrorResponse) -> None:
         if isinstance(msg, ErrorResponse):
             self._calls.counts["errors"] += 1
-            reply.set(self._outcome(reply, [_text(f"tool host error: {_error_text(msg)}")], True))
+            reply.set(
+                self._outcome(reply, [f.TextBlock(text=f"tool host error: {msg.describe()}")], True)
+            )
             return
         raw = msg.result.value
         try:
@@ -507,7 +511,9 @@ class ToolHostProtocol(ChildProtocol):
             self._note(f"{reply.name}: repaired arguments ({', '.join(value.repairs)})")
         if not value.success:
             self._calls.counts["errors"] += 1
-            reply.set(self._outcome(reply, [_text(value.error or "the tool failed")], True))
+            reply.set(
+                self._outcome(reply, [f.TextBlock(text=value.error or "the tool failed")], True)
+            )
             return
         self._format(reply, raw, self._outcome(reply, result_content(value.result), False))
 
@@ -528,10 +534,10 @@ class ToolHostProtocol(ChildProtocol):
             shown = decode_formatted_result(value)
             images = [b for b in outcome.content if isinstance(b, f.ImageBlock)]
             if isinstance(shown, str):
-                done = msgspec.structs.replace(outcome, content=[_text(shown), *images])
+                done = msgspec.structs.replace(outcome, content=[f.TextBlock(text=shown), *images])
             elif isinstance(shown, ProviderNativeToolResult):
                 native = NativeResult(format=shown.format.value, content=shown.content)
-                text = _text(native_text(shown.content))
+                text = f.TextBlock(text=native_text(shown.content))
                 done = msgspec.structs.replace(outcome, content=[text, *images], native=native)
             else:
                 done = outcome
@@ -561,7 +567,7 @@ class ToolHostProtocol(ChildProtocol):
             return
         self._lacks.add(method)
         if msg.error.type != HostErrorType.UNKNOWN_METHOD:
-            self._note(f"{method} answered an error; not asked again: {_error_text(msg)}")
+            self._note(f"{method} answered an error; not asked again: {msg.describe()}")
 
     def _note(self, text: str) -> None:
         """A fact for the host's log (not a problem)."""
@@ -584,7 +590,9 @@ class ToolHostProtocol(ChildProtocol):
             return []
         value = msg.result.value
         if not isinstance(value, list):
-            self._complain(f"expected a list, got {type(value).__name__}: {_preview(value)}")
+            self._complain(
+                f"expected a list, got {type(value).__name__}: {json_excerpt(value, 80)}"
+            )
             return []
         return value if kind is None else [v for v in value if isinstance(v, kind)]
 
@@ -592,21 +600,3 @@ class ToolHostProtocol(ChildProtocol):
         if not isinstance(msg, OkResponse):
             return None
         return self._list_of(msg, str)
-
-
-_encoder = msgspec.json.Encoder()
-
-
-def _text(text: str) -> f.TextBlock:
-    return f.TextBlock(text=text)
-
-
-def _error_text(msg: ErrorResponse) -> str:
-    return f"{msg.error.type}: {msg.error.detail}" if msg.error.detail else msg.error.type
-
-
-def _preview(value: Any) -> str:
-    try:
-        return f.excerpt(_encoder.encode(value), 80)
-    except (TypeError, ValueError):
-        return repr(value)[:80]
