@@ -25,6 +25,8 @@ A request carries the child's descriptors (``SCM_RIGHTS``); the reply is its pid
 and a *status pipe* (:class:`ChildStatus`) that says whether the program started
 and, later, its wait status. The guardian never blocks on a child, so a request
 takes a fraction of a millisecond: callers make it synchronously, from any thread.
+A guardian that does not answer within ``ASK_TIMEOUT`` is wedged: the caller gets
+``ETIMEDOUT`` instead of a host that hangs, and the next request starts another.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ _PROGRAM = str(Path(__file__).with_name("_guardian_main.py"))
 _NOFILE_WANTED = 1 << 20
 #: Descriptors one reply may carry (the pidfds of a sweep).
 _MAX_FDS = 250
+#: Seconds the host waits for one answer. The guardian never blocks on a child; its
+#: slowest answer is a sweep's one pass over ``/proc``. One that takes longer is wedged.
+ASK_TIMEOUT = 10.0
 
 
 @typing.final
@@ -80,6 +85,8 @@ class ChildStatus:
         self.returncode: int | None = None
         #: The guardian closed the pipe (after the exit status, or because it died).
         self.closed = False
+        #: The guardian died before the child's exit status: the child died with it.
+        self.guardian_lost = False
 
     def __repr__(self) -> str:
         return f"<ChildStatus started={self.started} returncode={self.returncode}>"
@@ -124,6 +131,7 @@ class ChildStatus:
             # The guardian died before the child: its children die with it
             # (PR_SET_PDEATHSIG), so this one is gone or going.
             self.returncode = -9
+            self.guardian_lost = True
             if self.started is None:
                 self.started = False
                 self.error = OSError(errno.ECHILD, "the guardian process went away", "")
@@ -140,8 +148,9 @@ class ChildStatus:
 class Guardian:
     """The connection to this process's guardian; thread-safe (see the module docstring)."""
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, *, timeout: float = ASK_TIMEOUT) -> None:
         self._python = python or sys.executable
+        self._timeout = timeout
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -183,8 +192,14 @@ class Guardian:
             raise
         finally:
             theirs.close()
+        ours.settimeout(self._timeout)
         self._sock, self._owner = ours, os.getpid()
         return ours
+
+    def close(self) -> None:
+        """Stop this guardian now: it kills every child it started and exits."""
+        with self._lock:
+            self._discard()
 
     def _discard(self) -> None:
         if self._sock is not None:
@@ -203,7 +218,8 @@ class Guardian:
 
         Raises:
             OSError: the guardian could not fork (the program's own start is
-                reported on the status pipe).
+                reported on the status pipe), or did not answer within the timeout
+                (``ETIMEDOUT``: that guardian is stopped, and its children with it).
         """
         reply, got = self._ask(order, fds)
         if "errno" in reply:
@@ -264,6 +280,15 @@ class Guardian:
                 try:
                     sock.sendmsg([data], rights)
                     msg, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS * 4))
+                except TimeoutError:
+                    # Wedged (stopped, or starved for ten seconds): a late answer would be
+                    # taken for the next question's, so this guardian is done. Its children
+                    # die with it; the next request starts another.
+                    self._discard()
+                    raise OSError(
+                        errno.ETIMEDOUT,
+                        f"corral's guardian process did not answer in {self._timeout:g} s",
+                    ) from None
                 except OSError:
                     msg, ancdata = b"", []
                 got = _fds(ancdata)

@@ -66,6 +66,8 @@ class _Exit(typing.NamedTuple):
     refused: str | None
     #: What it exited before doing ("sending hello"), or None.
     early_exit: str | None
+    #: It died with the guardian that started it.
+    guardian_lost: bool = False
 
 
 @typing.final
@@ -405,7 +407,8 @@ class Extension:
             returncode = await inc.serve(talk)
         finally:
             self._inc = self._talk = None
-        return _Exit(returncode, talk.refused, talk.first_step if talk.early_exit else None)
+        early = talk.first_step if talk.early_exit else None
+        return _Exit(returncode, talk.refused, early, inc.guardian_lost)
 
     def _refuse_start(self, reason: str) -> None:
         self._problem = reason
@@ -470,6 +473,7 @@ class Extension:
             now=time.monotonic(),
             config=self._config,
             jitter=random.uniform(0.8, 1.2),
+            guardian_lost=exit_.guardian_lost,
         )
         self._crashes = d.recent
         self._stderr.note(f"exited: {d.reason}")

@@ -136,6 +136,11 @@ class Incarnation:
         return self._plan.sandboxed
 
     @property
+    def guardian_lost(self) -> bool:
+        """It died because the guardian that started it died."""
+        return self._proc.guardian_lost
+
+    @property
     def returncode(self) -> int | None:
         """Exit status once reaped (negative: killed by that signal), else None."""
         return self._proc.returncode
@@ -342,7 +347,7 @@ class Incarnation:
         if not self._reaped:
             self._stderr.feed_pending(self._stderr_pipe)
         tail = self._stderr.tail[-1] if self._stderr.tail else ""
-        status, _ = describe_exit(rc)
+        status, _ = describe_exit(rc, guardian_lost=self._proc.guardian_lost)
         msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")
         self._calls.fail_all(ExtensionGone, msg, returncode=rc)
 

@@ -54,6 +54,11 @@ class ChildProcess:
         """Exit status once it exited (negative: killed by that signal), else None."""
         return self._status.returncode
 
+    @property
+    def guardian_lost(self) -> bool:
+        """It died because the guardian that started it died (``returncode`` is -9)."""
+        return self._status.guardian_lost
+
     async def _until(self, done: typing.Callable[[], bool]) -> None:
         async with self._lock:
             status = self._status

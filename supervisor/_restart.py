@@ -46,10 +46,13 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     recent: tuple[float, ...] = ()
 
 
-def describe_exit(returncode: int | None) -> tuple[str, str | None]:
-    """``("exit status 3", None)`` or ``("killed by SIGKILL", "SIGKILL")``."""
+def describe_exit(returncode: int | None, *, guardian_lost: bool = False) -> tuple[str, str | None]:
+    """``("exit status 3", None)`` or ``("killed by SIGKILL", "SIGKILL")``; with
+    ``guardian_lost``, the text says that the guardian's death killed it."""
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name
+        if guardian_lost:
+            return f"killed by {name}: corral's guardian process died", name
         return f"killed by {name}", name
     return f"exit status {returncode}", None
 
@@ -80,6 +83,7 @@ def decide(
     now: float,
     config: SupervisorConfig,
     jitter: float,
+    guardian_lost: bool = False,
 ) -> Decision:
     """Decide what follows one exit; ``recent`` includes it when it counts as a crash.
 
@@ -95,8 +99,9 @@ def decide(
         config: backoff and quarantine settings.
         jitter: the factor applied to the backoff delay; callers draw it from
             ``random.uniform(0.8, 1.2)`` so restarts of many extensions spread out.
+        guardian_lost: it died with the guardian that started it (the reason says so).
     """
-    status, _ = describe_exit(returncode)
+    status, _ = describe_exit(returncode, guardian_lost=guardian_lost)
     if refused is not None:
         return Decision(verdict=Verdict.FAILED, reason=refused, recent=tuple(crashes))
     reason = f"exited before {early_exit} ({status})" if early_exit else status
