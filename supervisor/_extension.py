@@ -237,38 +237,46 @@ class Extension:
             started()
 
     async def _run(self) -> None:
-        if not self._spec.manifest.enabled:
-            self._lifecycle.move(S.DISABLED)  # STOPPED -> DISABLED
-            return
-        if self._quarantine_path.exists():
-            self._quarantine(self._quarantine_path.read_text(errors="replace").strip(), None)
-            return
-        self._stderr.open()
         try:
-            while True:
-                if await self._untrusted():
-                    return
-                exit_ = await self._incarnation()
-                if exit_ is None:  # refused before a spawn
-                    return
-                if self._stop_requested:
-                    self._lifecycle.move(S.STOPPED)  # STOPPING -> STOPPED
-                    return
-                delay = self._after_exit(exit_)
-                self._session.exited(exit_.returncode, list(self._stderr.tail))
-                if delay is None:
-                    return
-                self._lifecycle.move(S.BACKOFF)  # STARTING/REGISTERING/RUNNING -> BACKOFF
-                with trio.CancelScope() as self._backoff:  # stop() cancels it
-                    await trio.sleep(delay)
-                self._backoff = None
-                if self._backoff_interrupted():
-                    self._lifecycle.move(S.STOPPED)  # BACKOFF -> STOPPED
-                    return
-                self._restarts += 1
+            if not self._spec.manifest.enabled:
+                self._lifecycle.move(S.DISABLED)  # STOPPED -> DISABLED
+                return
+            if self._quarantine_path.exists():
+                self._quarantine(self._quarantine_path.read_text(errors="replace").strip(), None)
+                return
+            self._stderr.open()
+            try:
+                await self._incarnations()
+            finally:
+                self._stderr.close()
         finally:
-            self._stderr.close()
+            # Also when no run began: whoever follows the session (a relay's next()) learns
+            # that none is coming.
             self._session.closed(self._problem)
+
+    async def _incarnations(self) -> None:
+        """Spawn, serve and restart by the policy until the run ends."""
+        while True:
+            if await self._untrusted():
+                return
+            exit_ = await self._incarnation()
+            if exit_ is None:  # refused before a spawn
+                return
+            if self._stop_requested:
+                self._lifecycle.move(S.STOPPED)  # STOPPING -> STOPPED
+                return
+            delay = self._after_exit(exit_)
+            self._session.exited(exit_.returncode, list(self._stderr.tail))
+            if delay is None:
+                return
+            self._lifecycle.move(S.BACKOFF)  # STARTING/REGISTERING/RUNNING -> BACKOFF
+            with trio.CancelScope() as self._backoff:  # stop() cancels it
+                await trio.sleep(delay)
+            self._backoff = None
+            if self._backoff_interrupted():
+                self._lifecycle.move(S.STOPPED)  # BACKOFF -> STOPPED
+                return
+            self._restarts += 1
 
     def _backoff_interrupted(self) -> bool:
         # A method, not the attribute: it changed during the sleep.
@@ -474,6 +482,7 @@ class Extension:
             config=self._config,
             jitter=random.uniform(0.8, 1.2),
             guardian_lost=exit_.guardian_lost,
+            retry="connect the server again" if self._spec.source == "mcp" else None,
         )
         self._crashes = d.recent
         self._stderr.note(f"exited: {d.reason}")

@@ -84,6 +84,7 @@ def decide(
     config: SupervisorConfig,
     jitter: float,
     guardian_lost: bool = False,
+    retry: str | None = None,
 ) -> Decision:
     """Decide what follows one exit; ``recent`` includes it when it counts as a crash.
 
@@ -100,6 +101,8 @@ def decide(
         jitter: the factor applied to the backoff delay; callers draw it from
             ``random.uniform(0.8, 1.2)`` so restarts of many extensions spread out.
         guardian_lost: it died with the guardian that started it (the reason says so).
+        retry: how to try again after a quarantine (default: ``corral ext enable NAME``
+            or a reload).
     """
     status, _ = describe_exit(returncode, guardian_lost=guardian_lost)
     if refused is not None:
@@ -113,7 +116,7 @@ def decide(
     if count >= config.quarantine_crashes:
         why = (
             f"crashed {count} times in {config.quarantine_window:g} s (last: {reason}); "
-            f"run `corral ext enable {name}` or reload to try again"
+            f"{retry or f'run `corral ext enable {name}` or reload'} to try again"
         )
         return Decision(verdict=Verdict.QUARANTINE, reason=why, crashes=count, recent=recent)
     base = min(config.restart_backoff_max, config.restart_backoff * 2.0 ** (count - 1))

@@ -526,6 +526,9 @@ class _Supervisor:
         if ext is None:
             reply.fail(UnknownExtension(name))
             return
+        if ext.spec.source == "mcp":  # its connection is gone: only connecting again helps
+            reply.fail(SupervisorError(f"{name} is an MCP server: connect it again to retry"))
+            return
         self._quarantine_file(ext.spec).unlink(missing_ok=True)
         if not ext.active and ext.state is not ExtensionState.DISABLED:
             ext.reset()
@@ -538,6 +541,9 @@ class _Supervisor:
             if any(e.name == spec.name for e in self._exts):
                 reply.fail(SupervisorError(f"a child named {spec.name} is already supervised"))
                 return
+            # Starting it is the retry its quarantine asks for (a server connected
+            # again): a record left by an earlier run does not hold it back.
+            self._quarantine_file(spec).unlink(missing_ok=True)
             ext = Extension(spec, self.config, self._sandbox, self)
             self._exts.append(ext)
         await self._start(ext)

@@ -362,3 +362,48 @@ async def test_a_stdio_server_is_a_supervised_child(tmp_path: Path) -> None:
             # then leaves the launcher, which stops the child).
             while await client.list_extensions():
                 await trio.sleep(0.05)
+
+
+async def _quarantine(found: McpServers, name: str) -> str:
+    """Crash ``name`` until the supervisor gives up on it; its connection's problem."""
+    connection = found.connection(name)
+    assert connection is not None
+    while connection.state is not ServerState.FAILED:
+        if connection.state is ServerState.READY:
+            assert (await call(found, "crash", {})).is_error
+        await trio.sleep(0.05)
+    return connection.problem
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_leaks")
+async def test_a_quarantined_server_connects_again_in_this_session_and_the_next(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    config = SupervisorConfig(
+        home=str(home), restart_backoff=0.05, restart_backoff_max=0.1, quarantine_crashes=2
+    )
+    guard = NetGuard(AddressPolicy())
+    with trio.fail_after(60):
+        async with (
+            open_supervisor(config, discover=False) as client,
+            open_mcp(SupervisedLauncher(client, home), guard) as found,
+        ):
+            await found.connect(decl("fx", stdio_config()))
+            problem = await _quarantine(found, "fx")
+            # The advice is what works for a server, not `corral ext enable`.
+            assert "connect the server again to try again" in problem, problem
+            assert "ext enable" not in problem
+            # Connecting again is the retry: a fresh process, its tools again.
+            status = await found.connect(decl("fx", stdio_config()))
+            assert status.state == ServerState.READY.value
+            assert _text(await call(found, "echo", {"text": "back"})) == "echo: back"
+            await _quarantine(found, "fx")
+        # The next session is not held back by this one's quarantine either.
+        async with (
+            open_supervisor(config, discover=False) as client,
+            open_mcp(SupervisedLauncher(client, home), guard) as found,
+        ):
+            await found.connect(decl("fx", stdio_config()))
+            assert _text(await call(found, "echo", {"text": "next"})) == "echo: next"
