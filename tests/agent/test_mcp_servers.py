@@ -38,7 +38,13 @@ from agent._tools.mcp import (
 )
 from agent._tools.mcp.launcher import server_identity
 from agent._tools.web import AddressPolicy, NetGuard, parse_allowance
-from supervisor import Quarantined, SupervisorConfig, log_file, open_supervisor
+from supervisor import (
+    Quarantined,
+    SupervisorClient,
+    SupervisorConfig,
+    log_file,
+    open_supervisor,
+)
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap / pidfd")
 
@@ -76,6 +82,20 @@ async def servers(
         open_mcp(SupervisedLauncher(client, home), guard, limits=limits) as found,
     ):
         yield found
+
+
+@asynccontextmanager
+async def crash_prone(home: Path) -> AsyncIterator[tuple[SupervisorClient, McpServers]]:
+    """A supervisor that restarts at once and quarantines at the second crash, and its
+    MCP servers."""
+    config = SupervisorConfig(
+        home=str(home), restart_backoff=0.05, restart_backoff_max=0.1, quarantine_crashes=2
+    )
+    async with (
+        open_supervisor(config, discover=False) as client,
+        open_mcp(SupervisedLauncher(client, home), NetGuard(AddressPolicy())) as found,
+    ):
+        yield client, found
 
 
 def decl(name: str, config: ServerConfig, origin: Origin = Origin.AGENT) -> ServerDecl:
@@ -320,15 +340,8 @@ async def test_an_endless_line_ends_the_session_not_the_host(
 @pytest.mark.usefixtures("no_leaks")
 async def test_a_stdio_server_is_a_supervised_child(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    config = SupervisorConfig(
-        home=str(home), restart_backoff=0.05, restart_backoff_max=0.1, quarantine_crashes=2
-    )
-    guard = NetGuard(AddressPolicy())
     with trio.fail_after(60):
-        async with (
-            open_supervisor(config, discover=False) as client,
-            open_mcp(SupervisedLauncher(client, home), guard) as found,
-        ):
+        async with crash_prone(home) as (client, found):
             await found.connect(decl("fx", stdio_config()))
             connection = found.connection("fx")
             assert connection is not None
@@ -381,15 +394,8 @@ async def test_a_quarantined_server_connects_again_in_this_session_and_the_next(
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "home"
-    config = SupervisorConfig(
-        home=str(home), restart_backoff=0.05, restart_backoff_max=0.1, quarantine_crashes=2
-    )
-    guard = NetGuard(AddressPolicy())
     with trio.fail_after(60):
-        async with (
-            open_supervisor(config, discover=False) as client,
-            open_mcp(SupervisedLauncher(client, home), guard) as found,
-        ):
+        async with crash_prone(home) as (_, found):
             await found.connect(decl("fx", stdio_config()))
             problem = await _quarantine(found, "fx")
             # The advice is what works for a server, not `corral ext enable`.
@@ -401,9 +407,6 @@ async def test_a_quarantined_server_connects_again_in_this_session_and_the_next(
             assert _text(await call(found, "echo", {"text": "back"})) == "echo: back"
             await _quarantine(found, "fx")
         # The next session is not held back by this one's quarantine either.
-        async with (
-            open_supervisor(config, discover=False) as client,
-            open_mcp(SupervisedLauncher(client, home), guard) as found,
-        ):
+        async with crash_prone(home) as (_, found):
             await found.connect(decl("fx", stdio_config()))
             assert _text(await call(found, "echo", {"text": "next"})) == "echo: next"
