@@ -42,6 +42,7 @@ from supervisor import (
     Quarantined,
     SupervisorClient,
     SupervisorConfig,
+    SupervisorError,
     log_file,
     open_supervisor,
 )
@@ -350,6 +351,9 @@ async def test_a_stdio_server_is_a_supervised_child(tmp_path: Path) -> None:
             assert (info.name, info.kind, info.state) == ("mcp-fx", "mcp-server", "running")
             assert info.pid == connection.pid
             assert info.sandboxed is (sandbox.select_sandbox("auto").backend != "none")
+            # `ext enable` is for extensions: a server's retry is connecting it again.
+            with pytest.raises(SupervisorError, match="connect it again"):
+                await client.enable("mcp-fx")
             # A reload is about extensions: it leaves the server running as it is.
             stats = await client.reload()
             assert (stats.stopped, stats.errors) == (0, [])
