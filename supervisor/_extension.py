@@ -67,7 +67,7 @@ class _Exit(typing.NamedTuple):
     #: What it exited before doing ("sending hello"), or None.
     early_exit: str | None
     #: It died with the guardian that started it.
-    guardian_lost: bool = False
+    guardian_lost: bool
 
 
 @typing.final

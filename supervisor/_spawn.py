@@ -7,6 +7,8 @@ starts the plan in its own session and process group, with the limits applied in
 the child before ``exec``. Every kind of child goes through here: a tool host with a
 ``runtime`` runs one of corral's runners from the SDK directory (bound read-only),
 in its own directory, with the same environment allowlist as an extension.
+:class:`ChosenOnUse` is the supervisor's sandbox backend, chosen when the first
+plan is made (a host that starts nothing never probes the machine).
 """
 
 from __future__ import annotations
@@ -17,14 +19,33 @@ import shutil
 import typing
 from pathlib import Path
 
-from sandbox import LaunchPlan, LaunchRequest, Pin, SandboxUnavailable, host_environment
+from sandbox import (
+    LaunchPlan,
+    LaunchRequest,
+    Pin,
+    Sandbox,
+    SandboxMode,
+    SandboxUnavailable,
+    host_environment,
+    select_sandbox,
+)
+from sandbox._log import get_logger
 
 from ._config import SupervisorConfig
 from ._config import data_dir as data_dir_of
 from ._frames import PROTOCOL_VERSION
 from ._manifest import ChildKind, ExtensionSpec, Runtime
 
-__all__ = ["INSTANCE_VAR", "SDK_DIR", "Refusing", "interpreter_argv", "launch_request"]
+__all__ = [
+    "INSTANCE_VAR",
+    "SDK_DIR",
+    "ChosenOnUse",
+    "Refusing",
+    "interpreter_argv",
+    "launch_request",
+]
+
+log = get_logger(__name__)
 
 #: Directory holding the stdlib-only Python SDK (``import corral_ext``).
 SDK_DIR = str(Path(__file__).with_name("_sdk"))
@@ -160,3 +181,33 @@ class Refusing:
 
     def cleanup(self, plan: LaunchPlan) -> None:
         pass
+
+
+@typing.final
+class ChosenOnUse:
+    """The backend for ``mode``, chosen (probing the machine) when first used: a host
+    that starts no extension never probes. Unavailable under ``required``: a backend
+    that refuses every plan, with the cause logged once."""
+
+    def __init__(self, mode: SandboxMode) -> None:
+        self._mode = mode
+        self._chosen: Sandbox | None = None
+
+    def _get(self) -> Sandbox:
+        if self._chosen is None:
+            try:
+                self._chosen = select_sandbox(self._mode)
+            except SandboxUnavailable as exc:
+                log.error("sandbox_unavailable", problem=str(exc))
+                self._chosen = Refusing(exc)
+        return self._chosen
+
+    @property
+    def backend(self) -> str:
+        return self._get().backend
+
+    def plan(self, request: LaunchRequest) -> LaunchPlan:
+        return self._get().plan(request)
+
+    def cleanup(self, plan: LaunchPlan) -> None:
+        self._get().cleanup(plan)

@@ -20,12 +20,7 @@ import msgspec
 import trio
 
 from sandbox import (
-    LaunchPlan,
-    LaunchRequest,
     Sandbox,
-    SandboxMode,
-    SandboxUnavailable,
-    select_sandbox,
     start_guardian,
 )
 from sandbox._log import get_logger
@@ -75,7 +70,7 @@ from ._requests import (
     StartChild,
     StopChild,
 )
-from ._spawn import Refusing
+from ._spawn import ChosenOnUse
 from ._status import ProcessFigures, discovery_infos, extension_infos
 from ._swap import Swap, plan_swap, reload_stats
 from ._talk import Session
@@ -608,7 +603,7 @@ async def open_supervisor(
     config = config or SupervisorConfig()
     sup = _Supervisor(
         config,
-        sandbox if sandbox is not None else _ChosenOnUse(config.sandbox),
+        sandbox if sandbox is not None else ChosenOnUse(config.sandbox),
         ext_paths=ext_paths,
         project_dir=project_dir,
         discover=discover,
@@ -623,33 +618,3 @@ async def open_supervisor(
             with trio.CancelScope(shield=True):
                 await sup.aclose()
             nursery.cancel_scope.cancel()
-
-
-@typing.final
-class _ChosenOnUse:
-    """The backend for ``mode``, chosen (probing the machine) when first used: a host
-    that starts no extension never probes. Unavailable under ``required``: a backend
-    that refuses every plan, with the cause logged once."""
-
-    def __init__(self, mode: SandboxMode) -> None:
-        self._mode = mode
-        self._chosen: Sandbox | None = None
-
-    def _get(self) -> Sandbox:
-        if self._chosen is None:
-            try:
-                self._chosen = select_sandbox(self._mode)
-            except SandboxUnavailable as exc:
-                log.error("sandbox_unavailable", problem=str(exc))
-                self._chosen = Refusing(exc)
-        return self._chosen
-
-    @property
-    def backend(self) -> str:
-        return self._get().backend
-
-    def plan(self, request: LaunchRequest) -> LaunchPlan:
-        return self._get().plan(request)
-
-    def cleanup(self, plan: LaunchPlan) -> None:
-        self._get().cleanup(plan)
