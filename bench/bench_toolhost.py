@@ -25,7 +25,7 @@ Run from the repository root::
    runner, a ``floor`` is measured in the same rotation: for the typed host the bare
    interpreter importing msgspec (the tool module's own import, the user's cost);
    for Node the least program that does a runner's job (read the handshake, import
-   the tool module, answer each line with fd-level I/O, as host.mjs does).
+   the tool module, answer each line with fd-level I/O, as host.cjs does).
 
 Figures are medians; the compared variants alternate so load from elsewhere hits
 each alike. No bench figure is asserted anywhere in the tests.
@@ -216,9 +216,10 @@ def direct_s(argv: list[str], path: str) -> float:
 
 
 #: The least a Node tool host does before ready: read the handshake from fd 0, import
-#: the tool module at ``init``, write an answer to each line on fd 1.
+#: the tool module at ``init``, write an answer to each line on fd 1. CommonJS, as the
+#: runner: an ES module entry would start Node's ES module loader before it is needed.
 NODE_FLOOR = """\
-import { read, writeSync } from "node:fs";
+const { read, writeSync } = require("node:fs");
 let text = "";
 const chunk = Buffer.alloc(65536);
 async function answer(size) {
@@ -268,11 +269,11 @@ async def spawns(
         "python typed": Host(py_host(root, typed=True), python, py_runner, msgspec_import),
     }
     if with_node:
-        floor_mjs = root / "node_floor.mjs"
-        floor_mjs.write_text(NODE_FLOOR)
+        floor_js = root / "node_floor.cjs"
+        floor_js.write_text(NODE_FLOOR)
         node = runner_argv("js")[0]
         hosts["node"] = Host(
-            js_host(root), [node, "-e", "0"], runner_argv("js"), [node, str(floor_mjs)], True
+            js_host(root), [node, "-e", "0"], runner_argv("js"), [node, str(floor_js)], True
         )
     samples: dict[str, dict[str, list[float]]] = {}
     for host in hosts.values():  # warm the page cache and the bytecode

@@ -179,7 +179,7 @@ def write_modules(root: Path) -> None:
 
 def runner_argv(lang: str) -> list[str]:
     if lang == "js":
-        return [_node(), str(Path(SDK_DIR) / "host.mjs")]
+        return [_node(), str(Path(SDK_DIR) / "host.cjs")]
     return [sys.executable, *PYTHON_RUNNER]
 
 

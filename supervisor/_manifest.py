@@ -69,7 +69,7 @@ class Runtime(enum.StrEnum):
 
     #: corral's Python runner (``corral_toolhost``): serves ``corral_tools`` tools.
     PYTHON = "python"
-    #: ``node host.mjs``: serves JavaScript tool modules.
+    #: ``node host.cjs``: serves JavaScript tool modules.
     NODE = "node"
 
 

@@ -67,7 +67,7 @@ _JS_EXTS = (".js", ".mjs", ".cjs")
 PYTHON_RUNNER = ("-S", "-c", "import corral_toolhost as h; raise SystemExit(h.main())")
 
 #: The Node tool-host runner.
-_HOST_MJS = str(Path(SDK_DIR) / "host.mjs")
+_HOST_RUNNER = str(Path(SDK_DIR) / "host.cjs")
 
 
 def _is_python(spec: ExtensionSpec) -> bool:
@@ -91,7 +91,7 @@ def _program(spec: ExtensionSpec) -> list[str]:
         case Runtime.PYTHON:
             return list(PYTHON_RUNNER)
         case Runtime.NODE:
-            return [_HOST_MJS]
+            return [_HOST_RUNNER]
         case None:
             return [spec.exec_path]
 

@@ -39,7 +39,7 @@ def argv(example: str) -> list[str]:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    return [node, str(Path(SDK_DIR) / "host.mjs")]
+    return [node, str(Path(SDK_DIR) / "host.cjs")]
 
 
 def serve(example: str, requests: list[Request]) -> dict[str, list[Any]]:

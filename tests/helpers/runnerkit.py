@@ -1,6 +1,6 @@
 """Both tool-host runners as subprocesses, driven over real pipes with the client codec.
 
-:func:`open_host` starts ``corral_toolhost.py`` (``lang="py"``) or ``host.mjs``
+:func:`open_host` starts ``corral_toolhost.py`` (``lang="py"``) or ``host.cjs``
 (``lang="js"``) in ``toolhost_fixtures/``; :class:`Host` sends requests and reads the
 decoded answers. A test module that sets ``pytest_generate_tests = both_runners`` runs every
 test taking ``lang`` against both runners.
@@ -48,7 +48,7 @@ RUNNERS = {
         "broken": "py_broken.py",
     },
     "js": {
-        "argv": [shutil.which("node") or "node", str(Path(SDK_DIR) / "host.mjs")],
+        "argv": [shutil.which("node") or "node", str(Path(SDK_DIR) / "host.cjs")],
         "tools": "js_tools.mjs",
         "plain": "js_plain.cjs",
         "second": "js_second.mjs",

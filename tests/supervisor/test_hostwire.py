@@ -221,7 +221,7 @@ def test_formatted_results(value: Any, expected: Any) -> None:
 
 def test_runner_errors_match_the_codec() -> None:
     """Both runners answer with the codec's error types: one vocabulary on both sides."""
-    node = (Path(SDK_DIR) / "host.mjs").read_text()
+    node = (Path(SDK_DIR) / "host.cjs").read_text()
     python = (Path(SDK_DIR) / "corral_toolhost.py").read_text()
     for error_type in HostErrorType:
         assert f'"{error_type}"' in python, error_type

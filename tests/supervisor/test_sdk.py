@@ -236,7 +236,13 @@ def test_sdk_imports_only_the_standard_library() -> None:
 
 def test_sdk_dir_holds_only_the_sdk_files() -> None:
     names = sorted(p.name for p in SDK_DIR.iterdir() if p.name != "__pycache__")
-    assert names == ["corral_ext.py", "corral_toolhost.py", "corral_tools.py", "host.mjs"]
+    assert names == [
+        "corral_ext.py",
+        "corral_toolhost.py",
+        "corral_tools.py",
+        "host.cjs",
+        "host.mjs",
+    ]
 
 
 def test_announcement_order_without_hello_ack(launch: Launcher, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Both tool-host runners (``corral_toolhost.py`` and ``host.mjs``), run for real: the protocol.
+"""Both tool-host runners (``corral_toolhost.py`` and ``host.cjs``), run for real: the protocol.
 
 Each test starts a runner as a subprocess and drives it over real pipes with the
 client codec (``supervisor._hostwire``, through ``helpers.runnerkit``). The tool

@@ -204,7 +204,7 @@ async def test_site_packages_load_without_pth_files_and_pth_files_run_when_neede
 
 
 async def test_non_blocking_stdio_is_served_through_streams() -> None:
-    # host.mjs reads fd 0 and writes fd 1 itself; descriptors it was handed in
+    # host.cjs reads fd 0 and writes fd 1 itself; descriptors it was handed in
     # non-blocking mode (EAGAIN) are served through Node's own streams instead.
     if shutil.which("node") is None:
         pytest.skip("node is not installed")
@@ -262,23 +262,30 @@ async def test_non_blocking_stdio_is_served_through_streams() -> None:
     assert values == [big, "after"]
 
 
-@pytest.mark.parametrize("builtins", ["getBuiltinModule", "imported"])
-async def test_host_mjs_loads_a_package_by_name_with_and_without_get_builtin_module(
-    builtins: str, tmp_path: Path
-) -> None:
-    # host.mjs takes Node's builtins from process.getBuiltinModule (Node >= 20.16) and
-    # imports them on older Node: a preload that deletes it stands in for one.
+@pytest.mark.parametrize(
+    ("kind", "entry"),
+    [("es", "host.cjs"), ("commonjs", "host.cjs"), ("es", "host.mjs")],
+)
+async def test_node_runner_loads_packages_by_name(kind: str, entry: str, tmp_path: Path) -> None:
+    # An ES-only package (require() refuses it on this Node: import() loads it) and a
+    # CommonJS one (require() loads it), resolved from the working directory; and
+    # host.mjs, the ES module entry, runs the same runner.
     lang = "js"
     package = tmp_path / "node_modules" / "named-tools"
     package.mkdir(parents=True)
-    shutil.copy(FIXTURES / RUNNERS["js"]["tools"], package / "index.mjs")
-    (package / "package.json").write_text('{"name": "named-tools", "exports": "./index.mjs"}')
-    (tmp_path / "old_node.mjs").write_text("delete process.getBuiltinModule;\n")
-    node, host_mjs = RUNNERS["js"]["argv"]
-    preload = ["--import", str(tmp_path / "old_node.mjs")] if builtins == "imported" else []
+    if kind == "es":
+        shutil.copy(FIXTURES / RUNNERS["js"]["tools"], package / "index.mjs")
+        (package / "package.json").write_text('{"name": "named-tools", "exports": "./index.mjs"}')
+        tool, args, expected = "echo", {"text": "by name"}, "by name"
+    else:
+        shutil.copy(FIXTURES / RUNNERS["js"]["plain"], package / "index.js")
+        (package / "package.json").write_text('{"name": "named-tools", "main": "index.js"}')
+        tool, args, expected = "plain", {"x": 3}, "plain got 3"
+    node, runner = RUNNERS["js"]["argv"]
     with trio.fail_after(STEP):
-        async with open_host(lang, [node, *preload, host_mjs], tmp_path) as host:
+        async with open_host(lang, [node, str(Path(runner).with_name(entry))], tmp_path) as host:
             await host.ok(Method.INIT, {"config": {"modules": ["named-tools"]}})
-            value = await host.execute("echo", {"text": "by name"})
-            assert (await host.execute("slurp")).result == 0  # process.stdin: its own
-    assert value.result == "by name"
+            value = await host.execute(tool, args)
+            if kind == "es":
+                assert (await host.execute("slurp")).result == 0  # process.stdin: its own
+    assert value.result == expected

@@ -1,4 +1,4 @@
-// notes: an example tool module for corral's Node tool-host runner (host.mjs).
+// notes: an example tool module for corral's Node tool-host runner (host.cjs).
 //
 // Three tools:
 //   add_note / list_notes keep the notes in the host's state, which the client
