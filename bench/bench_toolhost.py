@@ -25,7 +25,9 @@ Run from the repository root::
    runner, a ``floor`` is measured in the same rotation: for the typed host the bare
    interpreter importing msgspec (the tool module's own import, the user's cost);
    for Node the least program that does a runner's job (read the handshake, import
-   the tool module, answer each line with fd-level I/O, as host.cjs does).
+   the tool module, answer each line with fd-level I/O, as host.cjs does). The
+   1.3x target is the runners' (``python_raw``, ``node``): the typed host's row has
+   none, since its tool module's own ``import msgspec`` is above it whoever runs it.
 
 Figures are medians; the compared variants alternate so load from elsewhere hits
 each alike. No bench figure is asserted anywhere in the tests.
@@ -371,13 +373,17 @@ async def measure(quick: bool) -> list[Row]:
                     rows.add(f"ready.{key}.{kind}", median(values) * 1000, "ms", note=_KINDS[kind])
                 bare = "bare " + ("node -e 0" if what == "node" else "python -c pass")
                 ratio = paired(runs["corral"], runs["bare"])
+                # The target is the runners'; a typed tool module's own `import msgspec`
+                # is above it by itself (its floor row), whoever runs the module.
+                targeted = "direct" in runs and what != "python typed"
+                why = "" if what != "python typed" else "; no target: see floor_vs_bare"
                 rows.add(
                     f"ready.{key}.corral_vs_bare",
                     ratio,
                     "x",
-                    target="<= 1.3x" if "direct" in runs else None,
-                    ok=ratio <= 1.3 if "direct" in runs else None,
-                    note=f"through the supervisor (--sandbox off) vs {bare}; {reps}",
+                    target="<= 1.3x" if targeted else None,
+                    ok=ratio <= 1.3 if targeted else None,
+                    note=f"through the supervisor (--sandbox off) vs {bare}; {reps}{why}",
                 )
                 splits = {  # name: (ours, theirs, what the ratio says)
                     "floor_vs_bare": ("floor", "bare", f"{_FLOORS.get(what)} vs {bare}"),
