@@ -226,9 +226,8 @@ class Incarnation:
                 nursery.start_soon(self._drain_stderr)
                 nursery.start_soon(self._writer.run)
                 nursery.start_soon(self._read_loop, conversation, reader_done)
-                nursery.start_soon(self._calls.run_timer)
                 try:
-                    with self._wait_scope:
+                    with self._calls.timer_in(nursery), self._wait_scope:
                         await proc.wait()
                 finally:
                     with trio.CancelScope(shield=True):

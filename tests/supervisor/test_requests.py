@@ -125,3 +125,19 @@ async def test_a_reply_answers_once_and_an_abandoned_call_is_forgotten() -> None
     left.abandon()
     assert len(calls) == 0
     assert calls.take(left.rid, CallKind.TOOL) is None
+
+
+async def test_the_deadline_timer_starts_with_the_first_call_of_each_incarnation() -> None:
+    calls = PendingCalls("ext", dict.fromkeys(CallKind, 0.05))
+    with trio.fail_after(5):
+        for incarnation in (1, 2):  # attached again after a restart, it works again
+            async with trio.open_nursery() as nursery:
+                with calls.timer_in(nursery):
+                    await trio.lowlevel.checkpoint()
+                    assert nursery.child_tasks == frozenset()  # never called: no timer task
+                    late = _sent(calls, CallKind.TOOL, f"slow{incarnation}")
+                    assert len(nursery.child_tasks) == 1
+                    with pytest.raises(CallTimeout):
+                        await late.wait()
+                nursery.cancel_scope.cancel()
+    assert calls.counts["timeouts"] == 2
