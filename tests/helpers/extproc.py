@@ -120,7 +120,14 @@ class Ext:
         assert line is None, f"expected end of stdout, got {line!r}"
 
     def wait(self, timeout: float = TIMEOUT) -> int:
-        return self.proc.wait(timeout)
+        """The exit status, once the process has exited and its stderr is read to the end.
+
+        Exit and the pump's last read race: without the join, a line written just
+        before exit may not be in `stderr` yet.
+        """
+        rc = self.proc.wait(timeout)
+        self._pumps[1].join(timeout)
+        return rc
 
     @property
     def stderr(self) -> str:
