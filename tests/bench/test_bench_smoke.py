@@ -56,5 +56,7 @@ def test_quick_curves_bench_reports_each_count_and_plots(tmp_path: Path) -> None
     rows = {row["case"]: row for row in quick_rows("curves", tmp_path)}
     for n in (1, 5, 10):
         assert {f"ready.n{n}", f"rss.n{n}", f"idle_cpu.n{n}", f"call.n{n}"} <= set(rows)
+        assert rows[f"call_vs_raw.n{n}"]["value"] > 0
+    assert rows["call.flatness"]["target"] == "≤ 1.5"
     assert rows["rss.per_extension"]["unit"] == "KiB"
     assert (REPO / "bench" / "results" / "curves.png").read_bytes().startswith(b"\x89PNG")
