@@ -10,8 +10,9 @@ touches a pipe.
 
 Deadlines are enforced by :meth:`PendingCalls.run_timer`, one task per
 incarnation, instead of a cancel scope in every caller: each kind of call has one
-constant timeout, so each kind's deadlines arrive in order and the earliest is at
-the front of its queue.
+constant timeout and its own table of pending calls in the order they were sent,
+so each kind's deadlines arrive in that order and the earliest is the table's
+first entry (no deadline queue to keep beside the tables).
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ REQUEST_IDS = itertools.count(1)
 _reschedule = trio.lowlevel.reschedule
 _wait_rescheduled = trio.lowlevel.wait_task_rescheduled
 _current_task = trio.lowlevel.current_task
-_perf_counter = time.perf_counter
 
 
 class CallKind(enum.Enum):
@@ -126,6 +126,7 @@ class Reply(Generic[T]):
         self.kind = CallKind.TOOL
         #: The tool or command name, or the intercepted event.
         self.name = ""
+        #: When it was sent (trio's clock), once sent to an extension.
         self.t0 = 0.0
         #: Set by the sender when the caller may spin for the answer (see :meth:`wait`).
         self.spin: Spin | None = None
@@ -237,20 +238,23 @@ class PendingCalls:
     def __init__(self, name: str, timeouts: Mapping[CallKind, float]) -> None:
         self._name = name
         self._timeouts = timeouts
-        self._pending: dict[str, Reply[Any]] = {}
-        self._deadlines: dict[CallKind, deque[tuple[float, str]]] = {k: deque() for k in timeouts}
+        #: Pending calls by kind, each table in the order they were sent (= deadline
+        #: order: one timeout per kind, a monotonic clock).
+        self._pending: dict[CallKind, dict[str, Reply[Any]]] = {k: {} for k in timeouts}
+        self._tables = tuple(self._pending.values())
         self._timer_target = math.inf
         self._timer_wake = trio.Event()
         #: Where the timer task runs once a deadline needs it (see :meth:`timer_in`).
         self._timer_nursery: trio.Nursery | None = None
         self._timer_running = False
-        #: trio's clock, read once per call (deadlines and latencies).
+        #: trio's clock, read once when a call is sent (its deadline and the start of
+        #: its latency) and once when it is answered.
         self._now: Callable[[], float] = trio.current_time
         self.counts = {"calls": 0, "errors": 0, "timeouts": 0, "bad_frames": 0}
         self._latencies: deque[float] = deque(maxlen=2048)
 
     def __len__(self) -> int:
-        return len(self._pending)
+        return sum(map(len, self._tables))
 
     @staticmethod
     def new_id(kind: CallKind) -> str:
@@ -265,21 +269,14 @@ class PendingCalls:
 
         Added before its line is written: :meth:`drop` it if the write fails.
         """
-        alone = not self._pending and not _waiting
+        alone = not _waiting and not any(self._tables)
         kind = reply.kind
-        reply.rid = rid
-        reply.t0 = _perf_counter()  # latency: real time, read with a C call
         now = self._now()
+        reply.rid = rid
+        reply.t0 = now
         reply._calls = self
-        self._pending[rid] = reply
-        deadline = now + self._timeouts[kind]
-        queue = self._deadlines[kind]
-        queue.append((deadline, rid))
-        # Calls are mostly answered in order: keep the queue about as long as the
-        # number of calls in flight.
-        while queue and queue[0][1] not in self._pending:
-            queue.popleft()
-        if deadline < self._timer_target:
+        self._pending[kind][rid] = reply
+        if now + self._timeouts[kind] < self._timer_target:
             self._wake_timer()
         return alone
 
@@ -290,45 +287,50 @@ class PendingCalls:
             self._timer_running = True
             self._timer_nursery.start_soon(self.run_timer)
 
+    def _pop(self, rid: str) -> Reply[Any] | None:
+        """Remove call ``rid`` whatever its kind, without answering it."""
+        for table in self._tables:
+            reply = table.pop(rid, None)
+            if reply is not None:
+                reply._calls = None
+                return reply
+        return None
+
     def drop(self, rid: str) -> None:
         """Forget call ``rid`` without answering it (its line could not be sent)."""
-        reply = self._pending.pop(rid, None)
-        if reply is not None:
-            reply._calls = None
+        self._pop(rid)
 
     def peek(self, rid: str, kind: CallKind) -> Reply[Any] | None:
         """The pending call ``rid`` of ``kind``, left pending (None: unknown id)."""
-        reply = self._pending.get(rid)
-        return reply if reply is not None and reply.kind is kind else None
+        return self._pending[kind].get(rid)
 
     def take(self, rid: str, kind: CallKind) -> Reply[Any] | None:
         """Remove and return the call an answer of ``kind`` is for (None: unknown id)."""
-        reply = self._pending.get(rid)
-        if reply is None or reply.kind is not kind:
-            return None
-        del self._pending[rid]
-        reply._calls = None
-        self._latencies.append(_perf_counter() - reply.t0)
+        reply = self._pending[kind].pop(rid, None)
+        if reply is not None:
+            reply._calls = None
+            self._latencies.append(self._now() - reply.t0)
         return reply
 
     def take_any(self, rid: str) -> Reply[Any] | None:
         """Remove and return call ``rid`` whatever its kind (None: unknown id)."""
-        reply = self._pending.get(rid)
-        return None if reply is None else self.take(rid, reply.kind)
+        for kind, table in self._pending.items():
+            if rid in table:
+                return self.take(rid, kind)
+        return None
 
     def violated(self, rid: str, message: str, excerpt: str) -> None:
         """The extension answered call ``rid`` with a frame the protocol forbids."""
-        reply = self._pending.pop(rid, None)
+        reply = self._pop(rid)
         if reply is not None:
             self.counts["errors"] += 1
             reply.fail(ProtocolViolation(self._name, reply.what, message, excerpt))
 
     def give_up(self, rid: str, seconds: float | None) -> None:
         """Forget call ``rid``: its deadline of ``seconds`` passed, or (None) its caller left."""
-        reply = self._pending.pop(rid, None)
+        reply = self._pop(rid)
         if reply is None:
             return
-        reply._calls = None
         if seconds is None:
             reply.fail(ExtensionGone(self._name, reply.what, "the caller gave up"))
             return
@@ -340,10 +342,10 @@ class PendingCalls:
         self, error: type[ExtensionGone], message: str, *, returncode: int | None = None
     ) -> None:
         """Fail every pending call at once with ``error(name, what, message, returncode=...)``."""
-        pending, self._pending = self._pending, {}
-        for queue in self._deadlines.values():
-            queue.clear()
-        for reply in pending.values():
+        pending = [reply for table in self._tables for reply in table.values()]
+        for table in self._tables:
+            table.clear()
+        for reply in pending:
             self.counts["errors"] += 1
             reply._calls = None
             reply.fail(error(self._name, reply.what, message, returncode=returncode))
@@ -354,8 +356,9 @@ class PendingCalls:
         that has a deadline on: an incarnation that is never called runs no timer task
         (one task fewer to start and to end, which a stop of many feels)."""
         self._timer_nursery = nursery
+        self._now = trio.lowlevel.current_clock().current_time  # one call, not two
         try:
-            if self._pending:
+            if any(self._tables):
                 self._wake_timer()
             yield
         finally:
@@ -373,13 +376,17 @@ class PendingCalls:
         while True:
             now = self._now()
             target = math.inf
-            for kind, queue in self._deadlines.items():
-                while queue and (queue[0][1] not in self._pending or queue[0][0] <= now):
-                    deadline, rid = queue.popleft()
-                    if deadline <= now and rid in self._pending:
-                        self.give_up(rid, self._timeouts[kind])
-                if queue:
-                    target = min(target, queue[0][0])
+            for kind, table in self._pending.items():
+                timeout = self._timeouts[kind]
+                late = []
+                for rid, reply in table.items():  # oldest first
+                    deadline = reply.t0 + timeout
+                    if deadline > now:
+                        target = min(target, deadline)
+                        break
+                    late.append(rid)
+                for rid in late:
+                    self.give_up(rid, timeout)
             self._timer_target = target
             self._timer_wake = trio.Event()
             with trio.move_on_at(target):

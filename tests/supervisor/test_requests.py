@@ -141,3 +141,34 @@ async def test_the_deadline_timer_starts_with_the_first_call_of_each_incarnation
                         await late.wait()
                 nursery.cancel_scope.cancel()
     assert calls.counts["timeouts"] == 2
+
+
+async def test_each_kind_times_out_by_its_own_deadline_and_answered_calls_never() -> None:
+    timeouts = dict.fromkeys(CallKind, 60.0) | {CallKind.INTERCEPT: 0.05, CallKind.HOOK: 0.1}
+    calls = PendingCalls("ext", timeouts)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            with calls.timer_in(nursery):
+                tool = _sent(calls, CallKind.TOOL, "slow")  # 60 s: outlives this test
+                await trio.sleep(0.01)  # the timer now waits for the tool call's deadline
+                hooks = [_sent(calls, CallKind.HOOK, f"h{i}") for i in range(3)]
+                # Sent after a call with a later deadline, it still times out first.
+                intercept = _sent(calls, CallKind.INTERCEPT, "tool_call")
+                answered = calls.take(hooks[1].rid, CallKind.HOOK)
+                assert answered is hooks[1]
+                answered.set("done")
+                t0 = trio.current_time()
+                with pytest.raises(CallTimeout, match="intercept tool_call"):
+                    await intercept.wait()
+                assert trio.current_time() - t0 < 0.1
+                for late in (hooks[0], hooks[2]):
+                    with pytest.raises(CallTimeout):
+                        await late.wait()
+                assert await hooks[1].wait() == "done"
+                assert not tool.done
+                assert len(calls) == 1
+                assert calls.take(tool.rid, CallKind.TOOL) is tool
+                assert len(calls) == 0
+            nursery.cancel_scope.cancel()
+    assert calls.counts["timeouts"] == 3
+    assert calls.stats().latency_p50_ms is not None  # two answered: latencies recorded
