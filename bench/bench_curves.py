@@ -59,31 +59,29 @@ async def measure_at(paths: list[str], root: Path, idle_s: float, calls: int) ->
     """Start ``paths``, then measure memory, idle CPU and call latency; stop."""
     me = psutil.Process()
     with trio.fail_after(600):
-        t0 = time.perf_counter()
-        async with (
-            open_supervisor(config(root), ext_paths=paths, discover=False) as c,
-            open_raw_child() as raw,
-        ):
-            ready = time.perf_counter() - t0
-            infos = await c.list_extensions()
-            if sum(i.state == "running" for i in infos) != len(paths):
-                raise RuntimeError(f"not all running: {[(i.name, i.state) for i in infos]}")
-            await trio.sleep(0.5)  # start-up work (logs, threads) settles first
-            rss = me.memory_info().rss / 2**20
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            await trio.sleep(idle_s)
-            idle = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-            tool = c.tools()[len(c.tools()) // 2].name
-            runs, ratios = [], []
-            for _ in range(7):
-                t1 = time.perf_counter()
-                await raw.sequential(calls)
-                t2 = time.perf_counter()
-                for _ in range(calls):
-                    await c.call_tool(tool, {})
-                t3 = time.perf_counter()
-                runs.append((t3 - t2) / calls)
-                ratios.append((t3 - t2) / (t2 - t1))
+        async with open_raw_child() as raw:  # started before the clock runs
+            t0 = time.perf_counter()
+            async with open_supervisor(config(root), ext_paths=paths, discover=False) as c:
+                ready = time.perf_counter() - t0
+                infos = await c.list_extensions()
+                if sum(i.state == "running" for i in infos) != len(paths):
+                    raise RuntimeError(f"not all running: {[(i.name, i.state) for i in infos]}")
+                await trio.sleep(0.5)  # start-up work (logs, threads) settles first
+                rss = me.memory_info().rss / 2**20
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+                await trio.sleep(idle_s)
+                idle = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
+                tool = c.tools()[len(c.tools()) // 2].name
+                runs, ratios = [], []
+                for _ in range(7):
+                    t1 = time.perf_counter()
+                    await raw.sequential(calls)
+                    t2 = time.perf_counter()
+                    for _ in range(calls):
+                        await c.call_tool(tool, {})
+                    t3 = time.perf_counter()
+                    runs.append((t3 - t2) / calls)
+                    ratios.append((t3 - t2) / (t2 - t1))
     return Point(
         n=len(paths),
         ready_ms=ready * 1000,
