@@ -372,7 +372,6 @@ class PendingCalls:
         Cancellation: the timer stops; pending calls are left to the owner.
         """
         self._timer_running = True
-        self._now = trio.lowlevel.current_clock().current_time
         while True:
             now = self._now()
             target = math.inf

@@ -56,10 +56,8 @@ class Ext:
         self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._stderr = bytearray()
         self._stderr_cond = threading.Condition()
-        self._pumps = [
-            threading.Thread(target=self._pump_stdout, daemon=True),
-            threading.Thread(target=self._pump_stderr, daemon=True),
-        ]
+        self._stderr_pump = threading.Thread(target=self._pump_stderr, daemon=True)
+        self._pumps = [threading.Thread(target=self._pump_stdout, daemon=True), self._stderr_pump]
         for pump in self._pumps:
             pump.start()
 
@@ -126,7 +124,7 @@ class Ext:
         before exit may not be in `stderr` yet.
         """
         rc = self.proc.wait(timeout)
-        self._pumps[1].join(timeout)
+        self._stderr_pump.join(timeout)
         return rc
 
     @property
