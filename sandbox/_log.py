@@ -67,25 +67,54 @@ def configure_when_loaded(setup: Callable[[ModuleType], None]) -> None:
 class LazyLogger:
     """A module's logger: ``structlog.get_logger(*args)`` once a method is looked up.
 
-    structlog's own logger is itself a lazy proxy that follows later
-    reconfigurations (``cache_logger_on_first_use`` is off), so binding it once
-    here loses nothing.
+    structlog's own logger is a lazy proxy that follows later reconfigurations
+    (the CLI leaves ``cache_logger_on_first_use`` off so that it does) by
+    assembling a new bound logger at every call, a few microseconds even for a
+    filtered ``debug``. This one keeps the logger it assembled while the
+    configuration it was assembled from is still the configured one (the same
+    processor list, wrapper class, logger factory and context class; structlog's
+    own ``capture_logs`` edits that list in place, which the logger sees), and
+    assembles again when any of them was replaced.
     """
 
-    __slots__ = ("_args", "_logger")
+    __slots__ = ("_args", "_bound", "_from", "_logger")
 
     def __init__(self, *args: Any) -> None:
         self._args = args
         self._logger: Any = None
+        self._bound: Any = None
+        self._from: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         return f"<LazyLogger {self._args!r} loaded={self._logger is not None}>"
 
     def __getattr__(self, name: str) -> Any:
-        logger = self._logger
-        if logger is None:
-            logger = self._logger = load_structlog().get_logger(*self._args)
-        return getattr(logger, name)
+        global _get_config
+        if _get_config is None:
+            _get_config = load_structlog().get_config
+        config = _get_config()
+        made = self._from  # what the bound logger was assembled from, by identity
+        if (
+            not made
+            or made[0] is not config["processors"]
+            or made[1] is not config["wrapper_class"]
+            or made[2] is not config["logger_factory"]
+            or made[3] is not config["context_class"]
+        ):
+            if self._logger is None:
+                self._logger = load_structlog().get_logger(*self._args)
+            self._bound = self._logger.bind()
+            self._from = (
+                config["processors"],
+                config["wrapper_class"],
+                config["logger_factory"],
+                config["context_class"],
+            )
+        return getattr(self._bound, name)
+
+
+#: ``structlog.get_config``, once structlog is imported.
+_get_config: Callable[[], dict[str, Any]] | None = None
 
 
 def get_logger(*args: Any) -> Any:
