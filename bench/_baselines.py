@@ -2,13 +2,15 @@
 
 * the raw child decodes each request and encodes a reply with ``json`` (what the
   ``chaos`` extension does) and nothing else; :class:`RawChild` drives it from one
-  task, sequentially or with ``WINDOW`` requests in flight;
+  task, sequentially or with ``WINDOW`` requests in flight, or from ``WINDOW``
+  caller tasks that each await their own reply (corral's shape, and nothing else);
 * :func:`mcp_session` opens the MCP Python SDK's stdio client to
   ``bench/mcp_echo_server.py`` (one ``echo`` tool).
 """
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import typing
@@ -48,14 +50,16 @@ _raw_decoder = msgspec.json.Decoder(_RawReply)
 _raw_encoder = msgspec.json.Encoder()
 
 
+def _raw_request(rid: str) -> bytes:
+    return _raw_encoder.encode({"type": "tool_call", "id": rid, "name": "chaos_echo", "args": ARGS})
+
+
+def _parked(_: trio.lowlevel.RaiseCancelT) -> trio.lowlevel.Abort:
+    return trio.lowlevel.Abort.SUCCEEDED
+
+
 def _raw_requests(start: int, count: int) -> bytes:
-    frames = (
-        _raw_encoder.encode(
-            {"type": "tool_call", "id": f"t{i}", "name": "chaos_echo", "args": ARGS}
-        )
-        for i in range(start, start + count)
-    )
-    return b"\n".join(frames) + b"\n"
+    return b"\n".join(_raw_request(f"t{i}") for i in range(start, start + count)) + b"\n"
 
 
 @typing.final
@@ -104,6 +108,48 @@ class RawChild:
             if more:
                 await self._stdin.send_all(_raw_requests(sent, more))
                 sent += more
+
+    async def callers(self, n: int) -> None:
+        """``n`` round trips from ``WINDOW`` caller tasks, each parked until the reader
+        task hands it its own reply; one writer task sends what the callers of a
+        scheduler pass queued with one write. The design of concurrent callers
+        itself, with none of corral's bookkeeping."""
+        waiting: dict[str, trio.lowlevel.Task] = {}
+        queue: list[bytes] = []
+        idle: list[trio.lowlevel.Task] = []
+        ids = itertools.count()
+
+        async def writer() -> None:
+            while True:
+                if not queue:
+                    idle.append(trio.lowlevel.current_task())
+                    await trio.lowlevel.wait_task_rescheduled(_parked)
+                    continue
+                data = b"\n".join(queue) + b"\n"
+                queue.clear()
+                await self._stdin.send_all(data)
+
+        async def reader() -> None:
+            while True:
+                for line in await self._lines():
+                    trio.lowlevel.reschedule(waiting.pop(_raw_decoder.decode(line).id))
+
+        async def caller(count: int) -> None:
+            for _ in range(count):
+                rid = f"t{next(ids)}"
+                queue.append(_raw_request(rid))
+                if idle:
+                    trio.lowlevel.reschedule(idle.pop())
+                waiting[rid] = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(_parked)
+
+        async with trio.open_nursery() as loops:
+            loops.start_soon(writer)
+            loops.start_soon(reader)
+            async with trio.open_nursery() as calls:
+                for _ in range(WINDOW):
+                    calls.start_soon(caller, n // WINDOW)
+            loops.cancel_scope.cancel()
 
 
 @asynccontextmanager

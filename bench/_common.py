@@ -124,6 +124,20 @@ class Rows:
             self.fail(case, exc)
 
 
+def quiet_logging() -> None:
+    """structlog as the CLI configures it (loggers not cached), filtered to errors: a
+    host logging to a file at warning level would barely differ."""
+    import logging
+
+    import structlog
+
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
 def median(values: Sequence[float]) -> float:
     """Median of a non-empty sequence."""
     return float(statistics.median(values))

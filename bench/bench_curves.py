@@ -24,7 +24,6 @@ extensions hold 800 descriptors.
 
 from __future__ import annotations
 
-import logging
 import resource
 import sys
 import tempfile
@@ -33,10 +32,9 @@ from pathlib import Path
 
 import msgspec
 import psutil
-import structlog
 import trio
 from _baselines import open_raw_child
-from _common import ROOT, Row, Rows, main, median
+from _common import ROOT, Row, Rows, main, median, quiet_logging
 from _exts import config, lean_dirs
 
 from supervisor import open_supervisor
@@ -138,11 +136,7 @@ def plot(points: list[Point], path: Path) -> None:
 
 def measure(quick: bool) -> list[Row]:
     """The curves at 1, 10, 50 and 200 extensions (1, 5 and 10 with ``--quick``)."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    quiet_logging()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     counts = [1, 5, 10] if quick else [1, 10, 50, 200]

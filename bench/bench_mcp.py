@@ -25,7 +25,6 @@ call over the SDK's).
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import tempfile
@@ -37,9 +36,8 @@ from typing import Any
 import anyio
 import mcp
 import msgspec
-import structlog
 import trio
-from _common import Row, Rows, main, median, stopwatch
+from _common import Row, Rows, main, median, quiet_logging, stopwatch
 
 from agent._tools.mcp import (
     McpServers,
@@ -172,11 +170,7 @@ def _echo(servers: McpServers) -> McpTool:
 
 def quiet_logs() -> None:
     """Only errors from corral's loggers, on stderr (the table goes to stdout)."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    quiet_logging()
 
 
 def bwrap_backend() -> Sandbox | None:

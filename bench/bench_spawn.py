@@ -18,15 +18,13 @@ ratios.
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import structlog
 import trio
-from _common import ROOT, Row, Rows, main, median
+from _common import ROOT, Row, Rows, main, median, quiet_logging
 from _exts import StartStop, config, direct_lean, lean_dirs, start_stop
 
 #: A fresh host process: time its first start of one extension (guardian included),
@@ -71,11 +69,7 @@ def _ratio_rows(
 
 def measure(quick: bool) -> list[Row]:
     """Spawn-to-ready of 1, 10 and 50 extensions, stop of 50, and their direct twins."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,
-    )
+    quiet_logging()
     reps = 3 if quick else 9
     big = 5 if quick else 50
     rows = Rows("spawn")

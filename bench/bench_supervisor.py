@@ -8,7 +8,9 @@ scheduling a session is also a CPU-share group).
 
 * ``raw.*``: the floor. trio + msgspec round trips with a minimal Python child
   that decodes each request and encodes a reply with ``json`` (what the
-  ``chaos`` extension does), sequentially and with 32 requests in flight.
+  ``chaos`` extension does), sequentially and with 32 requests in flight, from
+  one task (``pipelined32``) or from 32 caller tasks that each await their own
+  reply (``callers32``: corral's shape with none of its bookkeeping).
 * ``corral.*``: ``call_tool("chaos_echo")`` on one chaos extension: as shipped
   (a lone caller spins up to ``reply_spin`` for its answer), without the spin
   (``nospin``), and from 32 concurrent callers; host CPU per call beside the raw
@@ -25,8 +27,6 @@ would barely differ.
 
 from __future__ import annotations
 
-import logging
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -34,10 +34,9 @@ from pathlib import Path
 
 import anyio
 import msgspec
-import structlog
 import trio
 from _baselines import ARGS, WINDOW, mcp_session, open_raw_child
-from _common import Row, Rows, main, median
+from _common import Row, Rows, main, median, quiet_logging
 from _exts import chaos_dirs, config, start_stop
 
 from supervisor import SupervisorClient, open_supervisor
@@ -123,6 +122,7 @@ class Calls(msgspec.Struct, kw_only=True):
 
     raw_seq: list[Rate] = msgspec.field(default_factory=list)
     raw_pipe: list[Rate] = msgspec.field(default_factory=list)
+    raw_callers: list[Rate] = msgspec.field(default_factory=list)
     seq: list[Rate] = msgspec.field(default_factory=list)
     nospin: list[Rate] = msgspec.field(default_factory=list)
     conc: list[Rate] = msgspec.field(default_factory=list)
@@ -142,7 +142,7 @@ async def calls_side_by_side(root: Path, sizes: Sizes) -> Calls:
         if getattr(reply.content[0], "text", None) != "echo: hi":
             raise RuntimeError(f"unexpected chaos_echo result: {reply!r}")
         with trio.fail_after(600):
-            for warm in (raw.sequential, raw.pipelined, sequential(c), sequential(c0)):
+            for warm in (raw.sequential, raw.pipelined, raw.callers, sequential(c), sequential(c0)):
                 await warm(sizes.warmup)
             await concurrent(c)(sizes.warmup * 4)
             for _ in range(sizes.reps):
@@ -151,6 +151,7 @@ async def calls_side_by_side(root: Path, sizes: Sizes) -> Calls:
                 out.nospin.append(await timed(sizes.seq, sequential(c0)))
                 out.raw_pipe.append(await timed(sizes.conc, raw.pipelined))
                 out.conc.append(await timed(sizes.conc, concurrent(c)))
+                out.raw_callers.append(await timed(sizes.conc, raw.callers))
     return out
 
 
@@ -199,6 +200,27 @@ def _calls(c: Calls, rows: Rows) -> None:
         target="≥ 0.8",
         ok=r >= 0.8,
         note=f"32 callers vs 32 in flight on one task; {reps}",
+    )
+    rows.add(
+        "raw.callers32",
+        median([r.per_s for r in c.raw_callers]),
+        "rt/s",
+        note="32 caller tasks, each awaiting its reply; one writer and one reader task",
+    )
+    r = paired(c.raw_callers, c.raw_pipe)
+    rows.add("raw.callers32_vs_pipelined", r, "×", note=f"the shape of 32 callers itself; {reps}")
+    r = paired(c.conc, c.raw_callers)
+    rows.add(
+        "corral.concurrent32_vs_raw_callers32", r, "×", note=f"corral's own cost per call; {reps}"
+    )
+    for name, rates in (("corral.concurrent32", c.conc), ("raw.pipelined32", c.raw_pipe)):
+        rows.add(f"{name}_cpu", median([x.cpu_us for x in rates]), "µs/call", note="host CPU")
+    busy = median([x.per_s * x.cpu_us / 1e6 for x in c.conc])
+    rows.add(
+        "corral.concurrent32_host_busy",
+        busy,
+        "CPUs",
+        note="host CPU time / wall time; near 1 the host is the bottleneck",
     )
 
 
@@ -307,11 +329,7 @@ def _stubborn(root: Path, sizes: Sizes, rows: Rows) -> None:
 
 def measure(quick: bool) -> list[Row]:
     """Run every case; a case that raises becomes a failed row."""
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=True,  # as the agent's CLI configures it
-    )
+    quiet_logging()
     sizes = QUICK if quick else FULL
     rows = Rows("supervisor")
     with tempfile.TemporaryDirectory(prefix="corral-bench-sup-") as tmp:
