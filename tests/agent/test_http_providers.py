@@ -504,6 +504,7 @@ async def test_anthropic_maps_the_transcript(
 ) -> None:
     server.queue(Reply(chunks=[ANTHROPIC.full]))
     call = ToolCallContent(id="toolu_1", name="read", args={"path": "a.txt"})
+    look = ToolCallContent(id="toolu_2", name="screenshot", args={})
     failed = ToolResultContent(
         call_id="toolu_1", is_error=True, content=[TextContent(text="no such file")]
     )
@@ -514,7 +515,7 @@ async def test_anthropic_maps_the_transcript(
         anthropic,
         request(
             msg("user", "what is this?", ImageContent(data=PNG)),
-            msg("assistant", "", call),
+            msg("assistant", "", call, look),
             msg("tool", failed, shot),
             msg("user", "thanks"),
         ),
@@ -526,7 +527,8 @@ async def test_anthropic_maps_the_transcript(
         {
             "role": "assistant",
             "content": [
-                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.txt"}}
+                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.txt"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "screenshot", "input": {}},
             ],
         },
         {

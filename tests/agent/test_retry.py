@@ -20,7 +20,7 @@ from helpers.agentkit import probe
 from helpers.http_fakes import OPENAI_FULL, OPENAI_PARTIAL, FakeServer, Reply, open_fake_server
 from helpers.paths import REPO
 
-from agent import AgentOptions
+from agent import AgentOptions, Message, TextContent
 from agent._exceptions import AgentError, ProviderError
 from agent._host import open_agent
 from agent._providers.base import (
@@ -75,7 +75,8 @@ def test_retry_delay_backs_off_with_jitter_within_bounds() -> None:
 
 
 def request() -> ModelRequest:
-    return ModelRequest(model="", system="", messages=[], tools=[])
+    hi = Message(role="user", content=[TextContent(text="hi")], time="2026-01-01T00:00:00Z")
+    return ModelRequest(model="", system="", messages=[hi], tools=[])
 
 
 async def collect(provider: OpenAIProvider) -> tuple[list[ProviderEvent], ProviderError | None]:

@@ -11,18 +11,34 @@ which sets :attr:`FakeServer.disconnected`).
 from ``oa*`` (Chat Completions chunks) and ``an_*`` (Messages events); the
 ``*_PARTIAL`` and ``*_FULL`` constants are canned streams; :func:`split` cuts a body
 into small pieces so that SSE lines and UTF-8 characters straddle chunk boundaries.
+
+The server is *strict*: a ``POST`` to ``…/chat/completions`` or ``…/v1/messages``
+whose body the real service would refuse (an unanswered tool call, a result without
+its call, roles out of order: :mod:`helpers.api_rules`) is answered 400 with that
+service's error document, recorded in :attr:`FakeServer.refused`, and takes no
+queued reply. So a transcript bug fails a test instead of a user's session.
+
+Instead of a queue, a :attr:`FakeServer.responder` may answer each (valid) request.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import trio
+
+from helpers.api_rules import (
+    Problem,
+    anthropic_error,
+    anthropic_problem,
+    openai_error,
+    openai_problem,
+)
 
 __all__ = [
     "ANTHROPIC_FULL",
@@ -46,6 +62,7 @@ __all__ = [
     "oa_usage",
     "open_fake_server",
     "openai_sse",
+    "refusal",
     "split",
 ]
 
@@ -73,6 +90,8 @@ class Reply:
     #: ``complete``: terminate the body; ``break``: close the socket mid-body;
     #: ``hang``: keep the body open until the client disconnects.
     end: Literal["complete", "break", "hang"] = "complete"
+    #: Seconds to wait before each chunk (a slow stream).
+    pace: float = 0.0
 
 
 def split(data: bytes, size: int = 7) -> list[bytes]:
@@ -204,7 +223,26 @@ ANTHROPIC_FULL = anthropic_sse(
     an_start(), an_block(0), an_text(0, "ok"), an_stop(0), an_end("end_turn"), AN_DONE
 )
 
-_REASONS = {200: "OK", 401: "Unauthorized", 429: "Too Many Requests", 500: "Internal Server Error"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+}
+
+
+def refusal(method: str, path: str, body: Any) -> tuple[Problem, Reply] | None:
+    """The 400 the real service answers to this request, if it refuses it."""
+    if method != "POST":
+        return None
+    if path.endswith("/chat/completions"):
+        problem = openai_problem(body)
+        return None if problem is None else (problem, json_reply(400, openai_error(problem)))
+    if path.endswith("/v1/messages"):
+        problem = anthropic_problem(body)
+        return None if problem is None else (problem, json_reply(400, anthropic_error(problem)))
+    return None
 
 
 class FakeServer:
@@ -220,6 +258,10 @@ class FakeServer:
         self.disconnected = trio.Event()
         #: What ``GET …/models`` lists (None: 404). It never takes a queued reply.
         self.models: list[str] | None = None
+        #: Requests refused as the real service would, and why.
+        self.refused: list[tuple[Recorded, Problem]] = []
+        #: Answers each valid request when set (then the queue is not used).
+        self.responder: Callable[[Recorded], Reply] | None = None
 
     @property
     def url(self) -> str:
@@ -261,15 +303,20 @@ class FakeServer:
                         return
                     buffer += data
                 body, buffer = bytes(buffer[:length]), buffer[length:]
-                self.requests.append(
-                    Recorded(method, path, headers, json.loads(body) if body else None)
-                )
-                if method == "GET" and path.endswith("/models"):
+                recorded = Recorded(method, path, headers, json.loads(body) if body else None)
+                self.requests.append(recorded)
+                refused = refusal(method, path, recorded.body)
+                if refused is not None:
+                    self.refused.append((recorded, refused[0]))
+                    reply = refused[1]
+                elif method == "GET" and path.endswith("/models"):
                     reply = (
                         json_reply(404, {"error": {"message": "no such route"}})
                         if self.models is None
                         else json_reply(200, {"data": [{"id": m} for m in self.models]})
                     )
+                elif self.responder is not None:
+                    reply = self.responder(recorded)
                 elif self.replies:
                     reply = self.replies.pop(0)
                 else:
@@ -292,6 +339,8 @@ class FakeServer:
         )
         await stream.send_all(head.encode())
         for chunk in reply.chunks:
+            if reply.pace:
+                await trio.sleep(reply.pace)
             await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), chunk))
         if reply.end == "break":
             return False
