@@ -8,11 +8,21 @@ reached. One step::
     assistant_start, text_delta…          (held back while an interceptor may rewrite)
     intercept assistant_message            (transcript keeps the original text)
     assistant_message, usage              (what the user sees: rewritten or suppressed)
-    per call, concurrently: intercept tool_call
+    per call, concurrently: intercept tool_call            (agent._toolround)
     tool_call…                            (the model's args, and the args that run)
       per call, concurrently: blocked? error result with reason
                               else run the tool with the rewritten args
     tool_result…, turn_end(tool_use | end_turn | length | error)
+
+The transcript's invariant (:mod:`agent._exchanges`): every tool call has exactly
+one result. An assistant message without tool calls enters the transcript as soon
+as the stream is complete; one with tool calls enters *together with* the ``tool``
+message answering it, when its tools are done, in one step
+(:meth:`Transcript.append_exchange`). Whatever ends the step early (an abort,
+Ctrl-C, SIGTERM, a failure) at whatever await, the step's ``finally`` writes the
+exchange at once, shielded, each unfinished call answered "aborted", and the client
+gets a ``tool_result`` for each ``tool_call`` event it saw. A stream that breaks
+(a provider error, a cut) leaves nothing of its message in the transcript.
 
 Extensions hear about ``turn_start``, ``tool_call`` (the args that actually run),
 ``assistant_message`` (the text the user sees) and ``turn_end`` through
@@ -42,7 +52,7 @@ import msgspec
 import trio
 
 from sandbox._log import get_logger
-from supervisor import EmitEvent, InterceptOutcome, SupervisorError
+from supervisor import EmitEvent, SupervisorError
 
 from ._audit import AuditLog
 from ._compaction import summarize
@@ -56,16 +66,14 @@ from ._events import (
     Retry,
     StopReason,
     TextDelta,
-    ToolProgress,
-    ToolResultEvent,
     TurnEnd,
     TurnStart,
     Usage,
     UsageTotals,
     UserMessage,
 )
-from ._exceptions import AgentBusy, ProviderError
-from ._hooks import Hooks, blocked_text, call_event, intervention_records
+from ._exceptions import AgentBusy, ProviderError, SessionError
+from ._hooks import Hooks, blocked_text, intervention_records
 from ._messages import (
     Block,
     ImageContent,
@@ -73,7 +81,7 @@ from ._messages import (
     Message,
     TextContent,
     ToolCallContent,
-    ToolResultContent,
+    annotated,
     now_iso,
 )
 from ._providers.base import (
@@ -87,14 +95,14 @@ from ._providers.base import (
     ProviderUsage,
     ToolSpec,
 )
-from ._registry import ToolRegistry, ToolRunResult, error_result
+from ._registry import ToolRegistry
+from ._toolround import ToolRound, consult, tell
 from ._transcript import Transcript, summary_message
 
 __all__ = ["AgentLoop", "LoopState", "default_system_prompt"]
 
 log = get_logger(__name__)
 
-_ALLOW = InterceptOutcome()
 #: Bound on shielded clean-up work after a cancellation (an emit, a transcript write).
 _CLEANUP_GRACE = 5.0
 
@@ -125,16 +133,6 @@ def _all_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(trio.Cancelled)[1] is None
     return False
-
-
-async def _each(count: int, work: Callable[[int], Awaitable[None]]) -> None:
-    """``work(0)`` … ``work(count - 1)``, concurrently when there is more than one."""
-    if count == 1:
-        await work(0)
-        return
-    async with trio.open_nursery() as nursery:
-        for index in range(count):
-            nursery.start_soon(work, index)
 
 
 @typing.final
@@ -272,13 +270,6 @@ class AgentLoop:
 
     # --- hooks (every failure is "allow") -----------------------------------------
 
-    async def _consult(self, ask: Awaitable[InterceptOutcome]) -> InterceptOutcome:
-        try:
-            return await ask
-        except SupervisorError as exc:
-            log.warning("intercept_unavailable", error=str(exc))
-            return _ALLOW
-
     async def _audit_records(
         self, records: list[InterventionRecord], model_args: dict[str, Any] | None = None
     ) -> None:
@@ -292,10 +283,7 @@ class AgentLoop:
             await self._audit_records(records)
 
     async def _tell(self, event: EmitEvent) -> None:
-        try:
-            await self._hooks.emit(event)
-        except SupervisorError as exc:
-            log.debug("lifecycle_event_dropped", event_name=event.event, error=str(exc))
+        await tell(self._hooks, event)
 
     # --- prompt -----------------------------------------------------------------------
 
@@ -308,10 +296,13 @@ class AgentLoop:
         Raises:
             AgentBusy: another prompt or a compaction is running.
 
-        Cancellation: the running step ends (tools are stopped and reaped, calls in
-        flight get an "aborted" error result in the transcript, so it stays valid);
-        ``turn_end(stop="aborted")`` is emitted (shielded, bounded) and ``Cancelled``
-        propagates. The transcript keeps what completed.
+        Cancellation: the running step ends (tools are stopped and reaped); if the
+        model's message called tools, it enters the transcript with a result for
+        every call ("aborted" where the tool did not finish, also when it never
+        started), so every tool call stays answered; ``tool_result`` events for the
+        calls the client saw, then ``turn_end(stop="aborted")``, are emitted
+        (shielded, bounded) and ``Cancelled`` propagates. The transcript keeps what
+        completed.
         """
         if self._state is not LoopState.IDLE:
             raise AgentBusy("a prompt or compaction is already running")
@@ -352,7 +343,7 @@ class AgentLoop:
     async def _step(self, step: int, emit: Emit) -> bool:
         """One model call and its tools; True when the loop should go on."""
         await emit(TurnStart(step=step))
-        gate = await self._consult(self._hooks.intercept_turn_start(step))
+        gate = await consult(self._hooks.intercept_turn_start(step))
         if gate.block:
             log.info("turn_blocked", step=step, by=gate.blocked_by, reason=gate.reason)
             await self._annotate(intervention_records("turn_start", gate, step=step))
@@ -399,30 +390,88 @@ class AgentLoop:
         if stop is None:
             await self._end(emit, "error", f"{self._provider.name}: the stream ended early")
             return False
-        await self._finish_message("".join(parts), calls, hold, emit)
-        if usage is not None:
-            await self._count(usage, emit)
+        text = "".join(parts)
         if not calls:
+            message = Message(
+                role="assistant", content=[TextContent(text=text)] if text else [], time=now_iso()
+            )
+            await self._transcript.append(message)
+            await self._show(text, [], hold, emit, message.time, self._annotate)
+            if usage is not None:
+                await self._count(usage, emit)
             await self._end(emit, "length" if stop == "length" else "end_turn")
             return False
-        await self._run_tools(calls, emit)
+        await self._exchange(text, calls, usage, hold, emit)
         await self._end(emit, "tool_use")
         return True
 
-    async def _finish_message(
-        self, text: str, calls: list[ProviderToolCall], hold: bool, emit: Emit
+    async def _exchange(
+        self,
+        text: str,
+        calls: list[ProviderToolCall],
+        usage: ProviderUsage | None,
+        hold: bool,
+        emit: Emit,
     ) -> None:
+        """Show a message that calls tools, run them, and write message and results as one."""
         call_blocks: list[Block] = [
             ToolCallContent(id=c.id, name=c.name, args=c.args) for c in calls
         ]
         text_blocks: list[Block] = [TextContent(text=text)] if text else []
-        original = Message(role="assistant", content=text_blocks + call_blocks, time=now_iso())
-        await self._transcript.append(original)
+        message = Message(role="assistant", content=text_blocks + call_blocks, time=now_iso())
+        kept: list[InterventionRecord] = []
+
+        async def keep(records: list[InterventionRecord]) -> None:
+            kept.extend(records)
+            await self._audit_records(records)
+
+        tools = ToolRound(calls, registry=self._registry, hooks=self._hooks, audit=self._audit)
+        try:
+            await self._show(text, call_blocks, hold, emit, message.time, keep)
+            if usage is not None:
+                await self._count(usage, emit)
+            await tools.run(emit)
+        except BaseException:
+            await self._settle(annotated(message, kept), tools, emit, aborted=True)
+            raise
+        await self._settle(annotated(message, kept), tools, emit, aborted=False)
+
+    async def _settle(
+        self, message: Message, tools: ToolRound, emit: Emit, *, aborted: bool
+    ) -> None:
+        """Write ``message`` and its answers to the transcript, whatever happened.
+
+        The answers are taken and entered into memory before the first checkpoint;
+        the file write and the events run shielded (bounded). While unwinding
+        (``aborted``) a failed save is logged, not raised: the error being unwound
+        is the one to report.
+        """
+        answer = tools.answer()
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_GRACE):
+            try:
+                await self._transcript.append_exchange(message, answer)
+            except SessionError as exc:
+                if not aborted:
+                    raise
+                log.error("session_write_failed", error=str(exc))
+            if aborted:
+                await tools.report_aborted(emit, answer)
+
+    async def _show(
+        self,
+        text: str,
+        call_blocks: list[Block],
+        hold: bool,
+        emit: Emit,
+        time: str,
+        keep: Callable[[list[InterventionRecord]], Awaitable[None]],
+    ) -> None:
+        """Let interceptors see the text, then show what they allow (``keep`` their records)."""
         visible = text
         if text:
-            outcome = await self._consult(self._hooks.intercept_assistant_message(text))
+            outcome = await consult(self._hooks.intercept_assistant_message(text))
             self._text_interceptors = bool(outcome.consulted)
-            await self._annotate(intervention_records("assistant_message", outcome))
+            await keep(intervention_records("assistant_message", outcome))
             if outcome.block:
                 log.info("assistant_message_suppressed", by=outcome.blocked_by)
                 visible = ""
@@ -435,7 +484,7 @@ class AgentLoop:
             if hold and visible:
                 await emit(TextDelta(delta=visible))
         shown: list[Block] = [TextContent(text=visible)] if visible else []
-        await emit(AssistantMessage(content=shown + call_blocks, time=original.time))
+        await emit(AssistantMessage(content=shown + call_blocks, time=time))
         if visible:
             await self._tell(EmitEvent(event="assistant_message", text=visible))
 
@@ -451,103 +500,6 @@ class AgentLoop:
                 cumulative=self._totals,
             )
         )
-
-    # --- tools --------------------------------------------------------------------------
-
-    async def _run_tools(self, calls: list[ProviderToolCall], emit: Emit) -> None:
-        vetted: list[InterceptOutcome | None] = [None] * len(calls)
-        previews: list[str | None] = [None] * len(calls)
-        results: list[ToolResultContent | None] = [None] * len(calls)
-
-        async def vet(index: int) -> None:
-            call = calls[index]
-            vetted[index] = outcome = await self._vet(call)
-            if not outcome.block:  # a tool host's one-line rendering of what runs
-                args = call.args if outcome.args is None else outcome.args
-                previews[index] = await self._registry.preview(call.name, args)
-
-        async def run(index: int) -> None:
-            call, outcome = calls[index], vetted[index]
-            assert outcome is not None
-            r = await self._run_one(call, outcome, emit)
-            results[index] = ToolResultContent(
-                call_id=call.id, is_error=r.is_error, content=r.content, native=r.native
-            )
-            await emit(
-                ToolResultEvent(
-                    id=call.id, is_error=r.is_error, content=r.content, display=r.display
-                )
-            )
-
-        try:
-            await _each(len(calls), vet)
-            for call, outcome, preview in zip(calls, vetted, previews, strict=True):
-                assert outcome is not None
-                await emit(call_event(call, outcome, preview))
-            await _each(len(calls), run)
-        finally:
-            done: list[Block] = [
-                r
-                if r is not None
-                else ToolResultContent(
-                    call_id=c.id,
-                    is_error=True,
-                    content=[TextContent(text="aborted before the tool finished")],
-                )
-                for r, c in zip(results, calls, strict=True)
-            ]
-            records = [
-                record
-                for c, o in zip(calls, vetted, strict=True)
-                if o is not None
-                for record in intervention_records("tool_call", o, tool_id=c.id, tool=c.name)
-            ]
-            message = Message(role="tool", content=done, time=now_iso(), interventions=records)
-            # Shielded so an aborted step still leaves a valid transcript: every tool
-            # call the model made is answered.
-            with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_GRACE):
-                await self._transcript.append(message)
-
-    async def _vet(self, call: ProviderToolCall) -> InterceptOutcome:
-        """Consult the ``tool_call`` chain and audit what it did."""
-        tool = self._registry.get(call.name)
-        # An unknown tool counts as built-in: a caller that cannot tell is strict.
-        builtin = tool is None or tool.source == "builtin"
-        outcome = await self._consult(
-            self._hooks.intercept_tool_call(call.id, call.name, call.args, builtin=builtin)
-        )
-        records = intervention_records("tool_call", outcome, tool_id=call.id, tool=call.name)
-        await self._audit_records(records, model_args=call.args)
-        return outcome
-
-    async def _run_one(
-        self, call: ProviderToolCall, outcome: InterceptOutcome, emit: Emit
-    ) -> ToolRunResult:
-        if outcome.block:
-            log.info("tool_call_blocked", tool=call.name, by=outcome.blocked_by)
-            return error_result(blocked_text(outcome))
-        args = outcome.args if outcome.args is not None else call.args
-        await self._tell(
-            EmitEvent(event="tool_call", tool_id=call.id, tool_name=call.name, tool_args=args)
-        )
-        return await self._execute(call, args, emit)
-
-    async def _execute(
-        self, call: ProviderToolCall, args: dict[str, Any], emit: Emit
-    ) -> ToolRunResult:
-        tool = self._registry.get(call.name)
-        if tool is None:
-            names = ", ".join(self._registry.names()) or "none"
-            return error_result(f"unknown tool {call.name!r}; available tools: {names}")
-
-        async def progress(text: str, part: Any = msgspec.UNSET, /) -> None:
-            await emit(ToolProgress(id=call.id, text=text, part=part))
-
-        try:
-            return await tool.run(call.id, args, progress)
-        except Exception as exc:  # a tool bug becomes an error result, never a crash
-            log.exception("tool_crashed", tool=call.name)
-            return error_result(f"tool {call.name} failed unexpectedly: {exc!r}")
 
     # --- compaction --------------------------------------------------------------------
 

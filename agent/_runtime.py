@@ -38,7 +38,7 @@ from ._events import AgentEvent, Done, Emit, ErrorEvent, TurnEnd, UsageTotals
 from ._exceptions import AgentBusy, AgentError, RuntimeClosed
 from ._host import AgentHost, AgentOptions, open_agent
 from ._messages import ImageContent, Message
-from ._providers.base import ModelInfo, ToolSpec
+from ._providers.base import ModelInfo, Provider, ToolSpec
 
 __all__ = [
     "EventStream",
@@ -512,7 +512,10 @@ class Runtime:
 
 @asynccontextmanager
 async def open_runtime(
-    options: AgentOptions, *, compact_threshold: int | None = 400_000
+    options: AgentOptions,
+    *,
+    compact_threshold: int | None = 400_000,
+    provider: Provider | None = None,
 ) -> AsyncIterator[Runtime]:
     """Open an agent session with a job queue; see :mod:`agent._runtime`.
 
@@ -523,6 +526,8 @@ async def open_runtime(
         options: what to open (provider, extensions, sandbox, cwd, ...).
         compact_threshold: compact before a prompt once the transcript's JSON passes
             this many bytes; None never compacts automatically.
+        provider: use this provider instead of the one ``options.provider`` names
+            (as :func:`~agent.open_agent`).
 
     Raises:
         AgentError: bad options, an unknown provider, a malformed script.
@@ -532,7 +537,7 @@ async def open_runtime(
     ends the :meth:`Runtime.events` channels.
     """
     async with (
-        open_agent(options, compact_threshold=compact_threshold) as host,
+        open_agent(options, compact_threshold=compact_threshold, provider=provider) as host,
         trio.open_nursery() as nursery,
     ):
         runtime = Runtime(host)

@@ -19,7 +19,12 @@ What holds, and how:
 * **Repair on open.** A crash mid-write can still leave a torn last line. Opening
   moves those bytes to ``NAME.jsonl.torn`` (appended, never lost), truncates the
   file to its last complete record and says so once (:attr:`SessionStore.repaired`
-  and a ``session_repaired`` warning).
+  and a ``session_repaired`` warning). A tool call without its result (a file
+  written by a corral before issue 32, or by hand) gets an explicit "aborted"
+  error result, and a result without its call is dropped
+  (:func:`~agent._exchanges.repair_tool_calls`): opening rewrites the file so
+  repaired (``session_tool_calls_repaired`` warning), :meth:`SessionStore.load`
+  repairs what it returns. A model API never sees a broken pairing.
 * **fsync policy.** Appends are not synced one by one; the file is ``fsync``-ed
   when a record ends a turn (an assistant message that calls no tool), after every
   rewrite (with its directory), and when the store closes. A process crash loses
@@ -42,6 +47,7 @@ import msgspec
 from sandbox._log import get_logger
 
 from ._exceptions import SessionError
+from ._exchanges import repair_tool_calls
 from ._messages import InterventionRecord, Message, ToolCallContent, annotated, now_iso
 
 __all__ = [
@@ -201,7 +207,8 @@ class SessionStore:
         self.header = header
         self.lock_path = path.with_name(path.name + ".lock")
         self.torn_path = path.with_name(path.name + ".torn")
-        #: Set by :meth:`open` when it repaired a torn last line: what it did.
+        #: Set by :meth:`open` when it repaired the file (a torn last line, a tool call
+        #: without its result): what it did.
         self.repaired: str | None = None
         self._lock_fd = -1
         self._fd = -1
@@ -249,6 +256,11 @@ class SessionStore:
             os.fchmod(self._fd, 0o600)
             self._repair()
             messages = self._parse(os.pread(self._fd, self._size, 0), repair=False)
+            fixed, notes = repair_tool_calls(messages)
+            if notes:
+                self.rewrite(fixed)
+                self._note_repair(notes)
+                messages = fixed
         except SessionError:
             self.close()
             raise
@@ -283,6 +295,11 @@ class SessionStore:
             "session_repaired", path=str(self.path), torn_bytes=len(torn), kept=str(self.torn_path)
         )
 
+    def _note_repair(self, notes: list[str]) -> None:
+        log.warning("session_tool_calls_repaired", path=str(self.path), repairs=notes)
+        said = f"session {self.name}: {len(notes)} tool call pairing repair(s): {'; '.join(notes)}"
+        self.repaired = f"{self.repaired}; {said}" if self.repaired else said
+
     def close(self) -> None:
         """Sync and close the file and release the lock (idempotent)."""
         if self._fd >= 0:
@@ -297,9 +314,10 @@ class SessionStore:
     # --- read ----------------------------------------------------------------------
 
     def load(self) -> list[Message]:
-        """The saved messages, read without locking or repairing (``[]`` if none).
+        """The saved messages, read without locking or writing (``[]`` if none).
 
-        A torn last line is left out.
+        A torn last line is left out; a broken tool call pairing is repaired in what
+        is returned (logged as ``session_tool_calls_repaired``), not in the file.
 
         Raises:
             SessionError: the file cannot be read, or a line (other than a torn last
@@ -311,7 +329,10 @@ class SessionStore:
             return []
         except OSError as exc:
             raise SessionError(f"{self.path}: cannot read session: {exc.strerror}") from exc
-        return self._parse(data, repair=True)
+        messages, notes = repair_tool_calls(self._parse(data, repair=True))
+        if notes:
+            log.warning("session_tool_calls_repaired", path=str(self.path), repairs=notes)
+        return messages
 
     def _parse(self, data: bytes, *, repair: bool) -> list[Message]:
         lines = data.split(b"\n")
@@ -369,12 +390,25 @@ class SessionStore:
         Raises:
             SessionError: the write failed; the file is left as it was.
         """
+        self.append_many([message])
+
+    def append_many(self, messages: list[Message]) -> None:
+        """Append ``messages`` as one write (the header first when the file is new).
+
+        One ``write`` on the ``O_APPEND`` descriptor: a crash leaves all of them or
+        none (a torn tail is repaired on open), so a tool call and its results are
+        never separated.
+
+        Raises:
+            SessionError: the write failed; the file is left as it was.
+        """
         self._ensure_open()
+        records = [_encoder.encode(_MessageLine(message=m)) + b"\n" for m in messages]
         if self._size == 0:
             self.header = msgspec.structs.replace(self.header, created=now_iso())
-            self._write_record(_encoder.encode(self.header) + b"\n")
-        self._write_record(_encoder.encode(_MessageLine(message=message)) + b"\n")
-        if _ends_turn(message):
+            records.insert(0, _encoder.encode(self.header) + b"\n")
+        self._write_record(b"".join(records))
+        if messages and _ends_turn(messages[-1]):
             self.sync()
 
     def annotate(self, records: list[InterventionRecord]) -> None:

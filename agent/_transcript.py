@@ -1,5 +1,13 @@
 """Transcripts, mirrored to a session file (:mod:`agent._sessions`), and compaction.
 
+The transcript keeps one invariant (:mod:`agent._exchanges`): every tool call is
+answered by exactly one result, in the ``tool`` message right after it. An
+assistant message that calls tools enters only together with its answers
+(:meth:`Transcript.append_exchange`: both in memory at once, both in the file in
+one write), and messages from elsewhere are repaired where they enter (an
+unanswered call gets an "aborted" error result, logged), so no model request can
+hold a call without its result.
+
 New messages are appended to the session file as they enter the transcript (one
 record each); provenance records (which extension blocked or rewrote what, see
 :meth:`Transcript.annotate`) are appended as ``interventions`` records for the
@@ -20,6 +28,9 @@ import typing
 import msgspec
 import trio
 
+from sandbox._log import get_logger
+
+from ._exchanges import repair_tool_calls, tool_call_problems, tool_calls
 from ._messages import (
     InterventionRecord,
     Message,
@@ -58,6 +69,8 @@ SUMMARY_PREFIX = "[Summary of the conversation so far]"
 _SUMMARY_LIMIT = 4000
 _encoder = msgspec.json.Encoder()
 
+log = get_logger(__name__)
+
 
 def message_size(message: Message) -> int:
     """Size of a message in bytes of JSON, the unit of the compaction threshold."""
@@ -69,11 +82,13 @@ class Transcript:
     """The messages of a session, mirrored to a :class:`SessionStore` when there is one.
 
     Tracks the JSON size of its messages so the loop can compact before it grows
-    past a threshold.
+    past a threshold. ``messages`` that break the tool-call pairing are repaired
+    (and the repair logged as ``transcript_repaired``); the store is not rewritten
+    here (:meth:`SessionStore.open` repairs its file itself).
     """
 
     def __init__(self, messages: list[Message] | None = None, store: SessionStore | None = None):
-        self._messages: list[Message] = list(messages or [])
+        self._messages: list[Message] = _repaired(list(messages or []), "given")
         self._store = store
         self._size = sum(message_size(m) for m in self._messages)
 
@@ -99,21 +114,45 @@ class Transcript:
         return len(self._messages)
 
     async def append(self, message: Message) -> None:
-        """Add a message (and save it).
+        """Add a message that neither calls tools nor answers calls (and save it).
 
         Raises:
             SessionError: saving failed; the message is still in memory.
+            ValueError: ``message`` calls tools or is a ``tool`` message: those enter
+                with :meth:`append_exchange`.
 
         Cancellation: the save is shielded and runs to its end, so memory and file
         agree and the file never holds half a line written by us.
         """
-        self._messages.append(message)
-        self._size += message_size(message)
+        if message.role == "tool" or tool_calls(message):
+            raise ValueError("tool calls and their results enter together: use append_exchange")
+        await self._add([message])
+
+    async def append_exchange(self, call: Message, answer: Message) -> None:
+        """Add an assistant message that calls tools and the ``tool`` message answering it.
+
+        Both enter memory at once and the file in one write, so no reader, crash or
+        cancellation can see the call without its results.
+
+        Raises:
+            SessionError: saving failed; both messages are still in memory.
+            ValueError: ``answer`` does not hold exactly one result per call of ``call``.
+
+        Cancellation: as :meth:`append`.
+        """
+        problems = tool_call_problems([call, answer]) if tool_calls(call) else ["no tool call"]
+        if problems:
+            raise ValueError(f"not an exchange: {'; '.join(problems)}")
+        await self._add([call, answer])
+
+    async def _add(self, messages: list[Message]) -> None:
+        self._messages.extend(messages)
+        self._size += sum(message_size(m) for m in messages)
         if self._store is not None:
             # Shielded: memory and file must agree even when the caller is cancelled;
             # the write is one small append.
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._store.append, message)
+                await trio.to_thread.run_sync(self._store.append_many, messages)
 
     async def annotate(self, records: list[InterventionRecord]) -> None:
         """Attach provenance ``records`` to the last message (and save them).
@@ -158,16 +197,25 @@ class Transcript:
     async def replace(self, messages: list[Message]) -> None:
         """Replace every message (compaction, clear), rewriting the file atomically.
 
+        ``messages`` that break the tool-call pairing are repaired first (logged).
+
         Raises:
             SessionError: saving failed; memory is updated anyway.
 
         Cancellation: as :meth:`append`.
         """
-        self._messages = list(messages)
+        self._messages = _repaired(list(messages), "replaced")
         self._size = sum(message_size(m) for m in self._messages)
         if self._store is not None:
             with trio.CancelScope(shield=True):  # as in append()
                 await trio.to_thread.run_sync(self._store.rewrite, self._messages)
+
+
+def _repaired(messages: list[Message], where: str) -> list[Message]:
+    fixed, notes = repair_tool_calls(messages)
+    if notes:
+        log.warning("transcript_repaired", messages=where, repairs=notes)
+    return fixed
 
 
 def is_compaction(request: ModelRequest) -> bool:

@@ -34,6 +34,7 @@ from typing import Any
 
 import trio
 
+from .._exchanges import pairing_error
 from .._messages import Message, ToolCallContent, ToolResultContent, text_of
 from .._tools import BUILTIN_TOOLS
 from .._transcript import SUMMARY_PREFIX, is_compaction, local_summary
@@ -270,8 +271,15 @@ class OfflineProvider:
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Answer ``request`` by the rules, streaming the text word by word.
 
+        Raises:
+            ProviderError: as the real APIs do (status 400), the request holds a tool
+                call without exactly one result after it.
+
         Cancellation: stops at once.
         """
+        refused = pairing_error("offline", request.messages)
+        if refused is not None:
+            raise refused
         self._calls += 1
         text, calls = plan_reply(request)
         for piece in _chunks(text):

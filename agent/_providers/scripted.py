@@ -32,6 +32,7 @@ import msgspec
 import trio
 
 from .._exceptions import ProviderError, ScriptError
+from .._exchanges import pairing_error
 from .._transcript import is_compaction, local_summary
 from .base import (
     ModelInfo,
@@ -191,10 +192,14 @@ class ScriptedProvider:
 
         Raises:
             ProviderError: the turn scripts an error or a broken stream, or the
-                script ran out.
+                script ran out; or, as the real APIs do (status 400, no turn used),
+                the request holds a tool call without exactly one result after it.
 
         Cancellation: stops at once (also during ``delay``); the turn counts as used.
         """
+        refused = pairing_error("scripted", request.messages)
+        if refused is not None:
+            raise refused
         if is_compaction(request):
             summary = local_summary(request.messages)
             yield ProviderTextDelta(text=summary)

@@ -51,8 +51,14 @@ async def test_append_and_load_round_trip(tmp_path: Path) -> None:
         content=[ToolResultContent(call_id="c", is_error=False, content=[TextContent(text="x")])],
         time=now_iso(),
     )
-    for m in (msg("user", "hi"), call, result):
-        await t.append(m)
+    await t.append(msg("user", "hi"))
+    with pytest.raises(ValueError, match="append_exchange"):
+        await t.append(call)  # a call enters only with its results
+    with pytest.raises(ValueError, match="append_exchange"):
+        await t.append(result)
+    with pytest.raises(ValueError, match="no result for c"):
+        await t.append_exchange(call, msg("tool", "not a result"))
+    await t.append_exchange(call, result)
     assert s.path == tmp_path / "sessions" / "work.jsonl"
     lines = s.path.read_text().splitlines()
     assert json.loads(lines[0])["type"] == "session"

@@ -21,7 +21,7 @@ from helpers.paths import REPO
 
 from agent._cli.main import main
 from agent._exceptions import SessionError
-from agent._messages import Message, TextContent, ToolCallContent, now_iso
+from agent._messages import Message, TextContent, ToolCallContent, ToolResultContent, now_iso
 from agent._sessions import (
     SessionHeader,
     SessionLocked,
@@ -238,11 +238,18 @@ def test_every_record_is_one_write(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         content=[ToolCallContent(id="c", name="read", args={"path": "x" * 5000})],
         time=now_iso(),
     )
+    result = Message(
+        role="tool",
+        content=[ToolResultContent(call_id="c", is_error=False, content=[])],
+        time=now_iso(),
+    )
     s.append(msg("user", "hi"))
-    s.append(call)
+    s.append_many([call, result])  # a tool call and its results: one write
+    s.append(msg("user", "bye"))
     s.close()
-    assert len(writes) == 3  # header, user, assistant
-    assert all(w.endswith(b"\n") and w.count(b"\n") == 1 for w in writes)
+    assert [w.count(b"\n") for w in writes] == [2, 2, 1]  # header + user, exchange, user
+    assert all(w.endswith(b"\n") for w in writes)
+    assert [m.role for m in s.load()] == ["user", "assistant", "tool", "user"]
 
 
 def test_corrupt_middle_line_names_the_way_out(tmp_path: Path) -> None:
