@@ -21,8 +21,11 @@ providers refuse a request that fails it, as the real APIs do.
 
 from __future__ import annotations
 
+import msgspec
+
 from ._exceptions import ProviderError
 from ._messages import Message, TextContent, ToolCallContent, ToolResultContent
+from ._providers.base import ProviderToolCall
 
 __all__ = [
     "ABORTED_BEFORE_RUN",
@@ -33,6 +36,7 @@ __all__ = [
     "repair_tool_calls",
     "tool_call_problems",
     "tool_calls",
+    "unique_ids",
 ]
 
 #: Result text of a call whose turn was cancelled before the tool started.
@@ -48,6 +52,20 @@ def tool_calls(message: Message) -> list[ToolCallContent]:
     if message.role != "assistant":
         return []
     return [b for b in message.content if isinstance(b, ToolCallContent)]
+
+
+def unique_ids(calls: list[ProviderToolCall]) -> list[ProviderToolCall]:
+    """``calls`` with an empty or repeated id replaced (``<id>_<index>``), so each
+    result can name its call: a server that reuses ids cannot break the pairing."""
+    seen: set[str] = set()
+    out = []
+    for index, call in enumerate(calls):
+        ident = call.id or "call"
+        while ident in seen:
+            ident = f"{ident}_{index}"
+        seen.add(ident)
+        out.append(call if ident == call.id else msgspec.structs.replace(call, id=ident))
+    return out
 
 
 def aborted_result(call_id: str, why: str) -> ToolResultContent:

@@ -73,6 +73,7 @@ from ._events import (
     UserMessage,
 )
 from ._exceptions import AgentBusy, ProviderError, SessionError
+from ._exchanges import unique_ids
 from ._hooks import Hooks, blocked_text, intervention_records
 from ._messages import (
     Block,
@@ -401,7 +402,7 @@ class AgentLoop:
                 await self._count(usage, emit)
             await self._end(emit, "length" if stop == "length" else "end_turn")
             return False
-        await self._exchange(text, calls, usage, hold, emit)
+        await self._exchange(text, unique_ids(calls), usage, hold, emit)
         await self._end(emit, "tool_use")
         return True
 

@@ -19,6 +19,7 @@ OpenAI and Anthropic mappings and refuses it as those services would
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,14 @@ from helpers.cancelkit import CancelAtStep, StrictModel
 from agent import (
     AgentLoop,
     Message,
+    ScriptedProvider,
     TextContent,
     ToolCallEvent,
     ToolResultContent,
     ToolResultEvent,
     ToolSpec,
     TurnEnd,
+    parse_script,
 )
 from agent._exchanges import ABORTED_BEFORE_RUN, ABORTED_WHILE_RUNNING, tool_call_problems
 from agent._registry import Progress, ToolRegistry, ToolRunResult, text_result
@@ -238,3 +241,27 @@ async def test_a_cancel_at_any_checkpoint_of_a_compaction(tmp_path: Path) -> Non
                 break
     assert at > 20
     store.close()
+
+
+async def test_a_model_that_repeats_a_call_id_cannot_break_the_pairing(tmp_path: Path) -> None:
+    script = [
+        {"tool_calls": [{"name": "look", "id": "dup"}, {"name": "look", "id": "dup"}]},
+        {"text": "done"},
+        {"text": "ok"},
+    ]
+    loop = AgentLoop(
+        provider=ScriptedProvider(parse_script("\n".join(json.dumps(t) for t in script))),
+        model="m",
+        cwd=str(tmp_path),
+        registry=ToolRegistry([Tool("look", 1)]),
+        hooks=Hooks(),
+        compact_threshold=None,
+    )
+    events = Collector()
+    with trio.fail_after(10):
+        await loop.prompt("go", [], events)
+        assert sorted(e.id for e in events.of(ToolResultEvent)) == ["dup", "dup_1"]
+        assert tool_call_problems(loop.messages()) == []
+        after = Collector()
+        await loop.prompt("next", [], after)  # the strict scripted provider accepts it
+    assert after.stops() == ["end_turn"]
