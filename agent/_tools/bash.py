@@ -368,6 +368,11 @@ class BashTool(BuiltinTool):
         except OSError as exc:
             self._cleanup(plan)
             raise ToolError(f"bash: cannot start {argv[0]}: {exc.strerror}") from exc
+        except BaseException:
+            # Cancelled while the program started (an abort): the plan's descriptors
+            # (bound paths, the seccomp filter) must not outlive the call.
+            self._cleanup(plan)
+            raise
         output = BoundedOutput(self._output_limit)
         timed_out = False
         stdout = child.stdout
