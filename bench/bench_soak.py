@@ -197,7 +197,8 @@ class Tally:
     tool_errors: int = 0
     #: ext_status events by status (crashed, restarted, quarantined, kept, ...).
     ext: dict[str, int] = field(default_factory=dict)
-    compactions: int = 0
+    #: The prompts that began with a compaction.
+    compactions: list[int] = field(default_factory=list)
     reloads: int = 0
     reloads_broken: int = 0
     reload_failures: int = 0
@@ -243,7 +244,7 @@ async def _prompt(host: Host, tally: Tally, n: int, rng: random.Random, reload: 
         elif kind_ == "tool_result":
             tally.tool_errors += frame["is_error"]
         elif kind_ == "compact_done":
-            tally.compactions += 1
+            tally.compactions.append(n)
         elif kind_ == "ext_status":
             status = frame["status"]
             tally.ext[status] = tally.ext.get(status, 0) + 1
@@ -406,7 +407,14 @@ def _rows(tally: Tally, facts: dict[str, Any], prompts: int) -> list[Row]:
         "reloads",
         note=f"{tally.reloads_broken} with a broken manifest, {tally.reload_failures} failed",
     )
-    rows.add("compactions", tally.compactions, "compactions", note="at the default 400 kB")
+    rows.add(
+        "compactions",
+        len(tally.compactions),
+        "compactions",
+        note="at the default 400 kB, before prompts "
+        + ", ".join(map(str, tally.compactions[:12]))
+        + (" ..." if len(tally.compactions) > 12 else ""),
+    )
     for n, rss, fds, threads in tally.samples:
         rows.add(f"sample.p{n}", rss / 2**20, "MiB", note=f"fds {fds}, threads {threads}")
     warm = [s for s in tally.samples if s[0] > prompts // 6] or tally.samples[-1:]

@@ -158,3 +158,23 @@ async def test_a_resumed_old_session_is_accepted_by_the_strict_api(home: Path, w
                 events = await rt.prompt("again").collect()
             assert server.refused == []
     assert [e.stop for e in events if isinstance(e, TurnEnd)] == ["end_turn"]
+
+
+def test_an_exchange_torn_by_a_power_loss_is_repaired_whole(tmp_path: Path) -> None:
+    """The exchange is one write; a power loss can still tear it: the torn tail is
+    moved aside as always, and the call left without its results is answered."""
+    store = SessionStore.for_name(tmp_path, "torn", SessionHeader(name="torn"))
+    store.append(msg("user", "go"))
+    store.append_many([call("c1"), answer("c1")])
+    store.close()
+    data = store.path.read_bytes()
+    store.path.write_bytes(data[: len(data) - 20])  # the tool line lost its end
+    again = SessionStore.for_name(tmp_path, "torn", SessionHeader(name="torn"))
+    messages = again.open()
+    again.close()
+    assert [m.role for m in messages] == ["user", "assistant", "tool"]
+    assert messages[2].content[0].content == [TextContent(text=REPAIRED)]  # type: ignore[union-attr]
+    assert again.repaired is not None
+    assert "torn last record" in again.repaired
+    assert "tool call pairing" in again.repaired
+    assert again.torn_path.exists()
