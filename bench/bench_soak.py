@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import psutil
 import trio
 from _common import ROOT, Row, Rows, main, stopwatch
@@ -54,6 +55,7 @@ from helpers import http_fakes as fx
 from helpers.http_fakes import Recorded, Reply, open_fake_server
 
 from agent._exchanges import tool_call_problems
+from agent._messages import Message, text_of
 from agent._sessions import SessionHeader, SessionStore
 from agent._transcript import COMPACT_SYSTEM, SUMMARY_PREFIX
 
@@ -212,10 +214,12 @@ async def _prompt(host: Host, tally: Tally, n: int, rng: random.Random, reload: 
     text = f"{kind} {n}: please do the thing"
     abort_on = None
     if rng.random() < ABORT_RATE:
-        abort_on = "tool_call" if _calls(kind, n) else rng.choice(["text_delta", "response"])
+        # With tool calls: just after the model's message (its text is streamed, the
+        # calls are not announced yet: issue 32's window), or once a tool runs.
+        moments = ["text_delta", "assistant_message", "tool_call"] if _calls(kind, n) else []
+        abort_on = rng.choice(moments or ["text_delta", "response"])
     await host.send({"id": n, "type": "prompt", "message": text})
     tally.prompts += 1
-    tally.users.append(text)
     reload_id = None
     if reload:
         reload_id = f"reload{n}"
@@ -225,15 +229,17 @@ async def _prompt(host: Host, tally: Tally, n: int, rng: random.Random, reload: 
     while dones == 0 or not answered_reload:
         frame = await host.read()
         kind_ = frame["type"]
+        if kind_ == abort_on:
+            abort_on = None
+            tally.aborts += 1
+            await host.send({"id": f"abort{n}", "type": "abort"})
         if kind_ == "done":
             dones += 1
         elif kind_ == "response" and frame.get("id") == reload_id:
             answered_reload = True
             tally.reload_failures += not frame["success"]
-        elif kind_ == abort_on:
-            abort_on = None
-            tally.aborts += 1
-            await host.send({"id": f"abort{n}", "type": "abort"})
+        elif kind_ == "user_message":  # the prompt entered the transcript
+            tally.users.append(text)
         elif kind_ == "retry":
             tally.retries += 1
         elif kind_ == "turn_end":
@@ -269,13 +275,12 @@ def _slope(points: list[tuple[int, int]]) -> tuple[float, float]:
 
 
 def _check_session(home: Path, users: list[str]) -> tuple[bool, bool, int]:
-    """The file: every call answered; every user turn since the last summary, in order."""
-    messages = SessionStore.for_name(home, "soak", SessionHeader(name="soak")).load()
-    texts = [
-        "".join(b.text for b in m.content if hasattr(b, "text"))  # type: ignore[union-attr]
-        for m in messages
-        if m.role == "user"
-    ]
+    """The file as written (not repaired by a load): every call answered, and every
+    user turn since the last summary, in order."""
+    path = SessionStore.for_name(home, "soak", SessionHeader(name="soak")).path
+    records = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    messages = [msgspec.convert(r["message"], Message) for r in records if r["type"] == "message"]
+    texts = [text_of(m) for m in messages if m.role == "user"]
     kept = [t for t in texts if not t.startswith(SUMMARY_PREFIX)]
     turns_ok = bool(kept) and kept == users[len(users) - len(kept) :]
     return tool_call_problems(messages) == [], turns_ok, len(messages)
