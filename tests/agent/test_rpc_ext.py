@@ -214,9 +214,14 @@ async def test_abort_during_an_extension_tool_call(tmp_path: Path) -> None:
             await rpc.send({"id": "a", "type": "abort"})
             frames = await rpc.until_done()
             assert [e for e in events(frames) if not e.startswith("ext_")] == [
+                "tool_result",
                 "turn_end",
                 "done",
             ]
+            # The call the client saw is answered, attributed like any extension result.
+            [result] = of(frames, "tool_result")
+            assert (result["id"], result["is_error"], result["extension"]) == ("c1", True, "chaos")
+            assert "aborted" in result["content"][0]["text"]
             assert of(frames, "turn_end")[0]["stop"] == "aborted"
             messages = (await rpc.call("get_messages"))["data"]["messages"]
             assert messages[-1]["role"] == "tool"
