@@ -31,6 +31,7 @@ from .._host import AgentHost, AgentOptions, open_agent
 from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
+from .allocator import unpool_large_buffers
 from .helptext import AGENT_ENV, COMMON_ENV, epilog
 from .lifecycle import SignalCancel, check_started, requested_extensions
 from .logs import configure_logging, human_stderr
@@ -84,10 +85,14 @@ def _user_error(exc: BaseException) -> BaseException | None:
 def run_trio(main: Callable[..., Awaitable[T]], *args: Any) -> T:
     """``trio.run(main, *args)``, turning agent and supervisor errors into :class:`AgentCLIError`.
 
+    The process is a long agent session: large transient buffers go back to the
+    system when freed (:func:`~agent._cli.allocator.unpool_large_buffers`).
+
     Raises:
         AgentCLIError: ``main`` failed with an :class:`AgentError` or a
             :class:`SupervisorError` (possibly inside an exception group).
     """
+    unpool_large_buffers()
     try:
         return trio.run(main, *args)
     except Exception as exc:
