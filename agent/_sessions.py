@@ -20,7 +20,7 @@ What holds, and how:
   moves those bytes to ``NAME.jsonl.torn`` (appended, never lost), truncates the
   file to its last complete record and says so once (:attr:`SessionStore.repaired`
   and a ``session_repaired`` warning). A tool call without its result (a file
-  written by a corral before issue 32, or by hand) gets an explicit "aborted"
+  written by an older corral, or by hand) gets an explicit "aborted"
   error result, and a result without its call is dropped
   (:func:`~agent._exchanges.repair_tool_calls`): opening rewrites the file so
   repaired (``session_tool_calls_repaired`` warning), :meth:`SessionStore.load`

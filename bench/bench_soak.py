@@ -45,18 +45,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import psutil
 import trio
 from _common import ROOT, Row, Rows, main, stopwatch
 
-sys.path.append(str(ROOT / "tests"))  # the strict API double of the test suite
+sys.path.append(str(ROOT / "tests"))  # the test suite's strict API double and file reader
 from helpers import http_fakes as fx
+from helpers.cancelkit import written_messages
 from helpers.http_fakes import Recorded, Reply, open_fake_server
 
 from agent._exchanges import tool_call_problems
-from agent._messages import Message, text_of
-from agent._sessions import SessionHeader, SessionStore
+from agent._messages import text_of
 from agent._transcript import COMPACT_SYSTEM, SUMMARY_PREFIX
 
 CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
@@ -277,9 +276,7 @@ def _slope(points: list[tuple[int, int]]) -> tuple[float, float]:
 def _check_session(home: Path, users: list[str]) -> tuple[bool, bool, int]:
     """The file as written (not repaired by a load): every call answered, and every
     user turn since the last summary, in order."""
-    path = SessionStore.for_name(home, "soak", SessionHeader(name="soak")).path
-    records = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-    messages = [msgspec.convert(r["message"], Message) for r in records if r["type"] == "message"]
+    messages = written_messages(home, "soak")
     texts = [text_of(m) for m in messages if m.role == "user"]
     kept = [t for t in texts if not t.startswith(SUMMARY_PREFIX)]
     turns_ok = bool(kept) and kept == users[len(users) - len(kept) :]

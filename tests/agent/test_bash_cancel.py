@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import trio
-from helpers.cancelkit import CancelAtStep
+from helpers.cancelkit import cancel_at_step
 
 import sandbox
 from agent._tools.bash import BashTool
@@ -49,16 +49,8 @@ async def test_a_cancelled_sandboxed_bash_call_leaves_no_descriptor(tmp_path: Pa
         await tool.run("warm", args, _progress)  # the guardian and its socket, once
         before = _fds()
         for at in itertools.count(1):
-            instrument = CancelAtStep(at)
-            trio.lowlevel.add_instrument(instrument)
-            try:
-                with trio.CancelScope() as scope:
-                    instrument.cancel = scope.cancel
-                    instrument.root = trio.lowlevel.current_task()
-                    await tool.run(f"c{at}", args, _progress)
-            finally:
-                instrument.root = None
-                trio.lowlevel.remove_instrument(instrument)
+            with cancel_at_step(at) as instrument:
+                await tool.run(f"c{at}", args, _progress)
             left = {fd: what for fd, what in _fds().items() if before.get(fd) != what}
             assert not left, (at, left)
             if not instrument.fired:

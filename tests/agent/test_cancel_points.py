@@ -27,7 +27,7 @@ import pytest
 import trio
 import trio.testing
 from helpers.agentkit import Collector
-from helpers.cancelkit import CancelAtStep, StrictModel
+from helpers.cancelkit import StrictModel, cancel_at_step, written_messages
 
 from agent import (
     AgentLoop,
@@ -109,17 +109,21 @@ class Tool:
 async def prompt_cancelled_at(loop: AgentLoop, text: str, at: int) -> tuple[Collector, bool]:
     """Run one prompt, cancelled at step ``at`` of its tasks; its events and whether it was."""
     events = Collector()
-    instrument = CancelAtStep(at)
-    trio.lowlevel.add_instrument(instrument)
-    try:
-        with trio.CancelScope() as scope:
-            instrument.cancel = scope.cancel
-            instrument.root = trio.lowlevel.current_task()
-            await loop.prompt(text, [], events)
-    finally:
-        instrument.root = None
-        trio.lowlevel.remove_instrument(instrument)
+    with cancel_at_step(at) as instrument:
+        await loop.prompt(text, [], events)
     return events, instrument.fired
+
+
+def make_loop(tmp_path: Path, model: StrictModel, store: SessionStore | None) -> AgentLoop:
+    return AgentLoop(
+        provider=model,
+        model="m",
+        cwd=str(tmp_path),
+        registry=ToolRegistry([Tool("look", 1), Tool("work", 4)]),
+        hooks=Hooks(),
+        transcript=Transcript(store=store),
+        compact_threshold=None,
+    )
 
 
 def check_events(events: Collector) -> None:
@@ -146,15 +150,7 @@ async def test_a_cancel_at_any_checkpoint_leaves_every_tool_call_answered(
 ) -> None:
     store = SessionStore.for_name(tmp_path, "s", SessionHeader(name="s"))
     model = StrictModel(SCENARIOS)
-    loop = AgentLoop(
-        provider=model,
-        model="m",
-        cwd=str(tmp_path),
-        registry=ToolRegistry([Tool("look", 1), Tool("work", 4)]),
-        hooks=Hooks(),
-        transcript=Transcript(store=store),
-        compact_threshold=None,
-    )
+    loop = make_loop(tmp_path, model, store)
     cancelled = 0
     with trio.fail_after(60):
         for at in itertools.count(1):
@@ -162,7 +158,7 @@ async def test_a_cancel_at_any_checkpoint_leaves_every_tool_call_answered(
             check_events(events)
             memory = loop.messages()
             assert tool_call_problems(memory) == [], (at, memory)
-            assert store.load() == memory, at
+            assert written_messages(tmp_path, "s") == memory, at
             after = Collector()
             await loop.prompt("next", [], after)
             assert after.stops() == ["end_turn"], (at, after.events)
@@ -172,7 +168,7 @@ async def test_a_cancel_at_any_checkpoint_leaves_every_tool_call_answered(
             cancelled += 1
             assert after.stops() == ["end_turn"]
     assert cancelled >= (8 if scenario == "text" else 20)
-    saved = store.load()
+    saved = written_messages(tmp_path, "s")
     assert tool_call_problems(saved) == []
     store.close()
     if SCENARIOS[scenario]:
@@ -212,15 +208,7 @@ async def test_a_cancel_at_any_checkpoint_of_a_compaction(tmp_path: Path) -> Non
     replaces the whole transcript or nothing, so it never cuts a call from its result."""
     store = SessionStore.for_name(tmp_path, "s", SessionHeader(name="s"))
     model = StrictModel(SCENARIOS)
-    loop = AgentLoop(
-        provider=model,
-        model="m",
-        cwd=str(tmp_path),
-        registry=ToolRegistry([Tool("look", 1), Tool("work", 4)]),
-        hooks=Hooks(),
-        transcript=Transcript(store=store),
-        compact_threshold=None,
-    )
+    loop = make_loop(tmp_path, model, store)
     with trio.fail_after(60):
         await loop.prompt("several calls", [], Collector())
         loop.compact_threshold = 1  # every prompt compacts first
@@ -230,7 +218,7 @@ async def test_a_cancel_at_any_checkpoint_of_a_compaction(tmp_path: Path) -> Non
             check_events(events)
             memory = loop.messages()
             assert tool_call_problems(memory) == [], (at, memory)
-            assert store.load() == memory
+            assert written_messages(tmp_path, "s") == memory
             if fired and memory[: len(before)] == before:
                 pass  # cancelled before the summary replaced anything
             else:

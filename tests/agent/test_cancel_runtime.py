@@ -19,13 +19,12 @@ from pathlib import Path
 import pytest
 import trio
 from helpers.agentkit import options
-from helpers.cancelkit import CancelAtStep, StrictModel
+from helpers.cancelkit import StrictModel, cancel_at_step, written_messages
 from helpers.rpc_harness import chaos_ext
 
 from agent import AgentEvent, Done, ToolCallEvent, ToolResultEvent, TurnEnd, open_runtime
 from agent._exchanges import tool_call_problems
 from agent._runtime import Runtime
-from agent._sessions import SessionHeader, SessionStore
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -49,14 +48,8 @@ async def _job(rt: Runtime, text: str, at: int | None = None) -> tuple[list[Agen
     stream = rt.prompt(text)
     if at is None:
         return await stream.collect(), False
-    instrument = CancelAtStep(at)
-    instrument.cancel = stream.job.abort
-    instrument.root = _jobs_task()
-    trio.lowlevel.add_instrument(instrument)
-    try:
+    with cancel_at_step(at, root=_jobs_task(), cancel=stream.job.abort) as instrument:
         events = await stream.collect()
-    finally:
-        trio.lowlevel.remove_instrument(instrument)
     return events, instrument.fired
 
 
@@ -68,7 +61,7 @@ def _check(rt: Runtime, home: Path, events: list[AgentEvent]) -> None:
     assert calls == sorted(e.id for e in events if isinstance(e, ToolResultEvent))
     memory = rt.messages()
     assert tool_call_problems(memory) == []
-    assert SessionStore.for_name(home, "s", SessionHeader(name="s")).load() == memory
+    assert written_messages(home, "s") == memory
 
 
 async def _next_is_accepted(rt: Runtime, model: StrictModel) -> None:

@@ -24,11 +24,11 @@ import pytest
 import trio
 from helpers import http_fakes as fx
 from helpers.agentkit import probe
+from helpers.cancelkit import written_messages
 from helpers.http_fakes import FakeServer, Recorded, Reply, open_fake_server
 from helpers.rpc_harness import RpcProcess, open_rpc, rpc_env
 
 from agent._exchanges import tool_call_problems
-from agent._sessions import SessionHeader, SessionStore
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -80,6 +80,14 @@ async def _prompt(rpc: RpcProcess, text: str) -> list[dict[str, Any]]:
     return await rpc.until_done()
 
 
+async def _resumed_is_answered(tmp_path: Path, api: str, server: FakeServer) -> None:
+    """A new process resuming the session is accepted by the strict API."""
+    async with open_rpc(tmp_path, None, *_argv(api, server), env=rpc_env(tmp_path / "home")) as rpc:
+        frames = await _prompt(rpc, "resumed")
+        assert [f["stop"] for f in frames if f["type"] == "turn_end"] == ["end_turn"]
+    assert server.refused == []
+
+
 @pytest.mark.parametrize("api", sorted(API))
 async def test_abort_after_a_streamed_tool_call_leaves_the_session_answerable(
     tmp_path: Path, ext_dir: Path, api: str
@@ -106,17 +114,10 @@ async def test_abort_after_a_streamed_tool_call_leaves_the_session_answerable(
                     frames = await _prompt(rpc, text)
                     assert [f["stop"] for f in frames if f["type"] == "turn_end"] == ["end_turn"]
                 assert server.refused == []
-            store = SessionStore.for_name(tmp_path / "home", "s1", SessionHeader(name="s1"))
-            saved = store.load()
+            saved = written_messages(tmp_path / "home", "s1")
             assert [m.role for m in saved][:3] == ["user", "assistant", "tool"]
             assert tool_call_problems(saved) == []
-            # A new process resuming the session is accepted by the strict API.
-            async with open_rpc(
-                tmp_path, None, *_argv(api, server), env=rpc_env(tmp_path / "home")
-            ) as rpc:
-                frames = await _prompt(rpc, "resumed")
-                assert [f["stop"] for f in frames if f["type"] == "turn_end"] == ["end_turn"]
-            assert server.refused == []
+            await _resumed_is_answered(tmp_path, api, server)
 
 
 @pytest.mark.parametrize("api", sorted(API))
@@ -134,13 +135,7 @@ async def test_sigterm_after_a_streamed_tool_call_leaves_the_saved_session_answe
                 rpc.proc.send_signal(signal.SIGTERM)
                 await rpc.read_all()
                 assert await rpc.wait() == 143
-            store = SessionStore.for_name(tmp_path / "home", "s1", SessionHeader(name="s1"))
-            saved = store.load()
+            saved = written_messages(tmp_path / "home", "s1")
             assert [m.role for m in saved] == ["user", "assistant", "tool"]
             assert tool_call_problems(saved) == []
-            async with open_rpc(
-                tmp_path, None, *_argv(api, server), env=rpc_env(tmp_path / "home")
-            ) as rpc:
-                frames = await _prompt(rpc, "resumed")
-                assert [f["stop"] for f in frames if f["type"] == "turn_end"] == ["end_turn"]
-            assert server.refused == []
+            await _resumed_is_answered(tmp_path, api, server)

@@ -9,6 +9,7 @@
 * :mod:`helpers.mcpkit`: an MCP server written with the SDK, over stdio or HTTP;
 * :mod:`helpers.http_fakes`: fake model servers over real HTTP, strict as the real APIs
   (:mod:`helpers.api_rules`: what OpenAI and Anthropic refuse, and their error documents);
+* :mod:`helpers.cancelkit`: a cancellation at the N-th checkpoint, a model as strict as the APIs;
 * :mod:`helpers.benchkit`: one bench module run quickly, its rows checked;
 * :mod:`helpers.sandbox_harness`, :mod:`helpers.trust_harness`,
   :mod:`helpers.supervised`: hostile extensions against real sandboxes, as root and

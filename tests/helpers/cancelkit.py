@@ -2,20 +2,27 @@
 
 * :class:`CancelAtStep`: a trio instrument that counts the steps of the tasks under
   one root task and cancels a scope (or calls a function) at the N-th, so the
-  cancellation lands on the N-th checkpoint of that work;
+  cancellation lands on the N-th checkpoint of that work; :func:`cancel_at_step`
+  arms one around a block;
 * :class:`StrictModel`: a provider answering by the last message (tool calls named
   by the prompt) that refuses a request OpenAI or Anthropic would refuse, mapped as
-  the real providers map it (:func:`refusal`).
+  the real providers map it (:func:`refusal`);
+* :func:`written_messages`: a session file's messages as written, without the
+  repair a load makes.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+import msgspec
 import trio
 
-from agent import ProviderError, TextContent
+from agent import Message, ProviderError, TextContent
 from agent._providers.anthropic import _map_messages as anthropic_messages
 from agent._providers.base import (
     ModelInfo,
@@ -27,6 +34,7 @@ from agent._providers.base import (
     ProviderUsage,
 )
 from agent._providers.openai import _map_messages as openai_messages
+from agent._sessions import SessionHeader, SessionStore
 from agent._transcript import is_compaction
 from helpers.api_rules import anthropic_problem, openai_problem
 
@@ -124,3 +132,35 @@ class CancelAtStep(trio.abc.Instrument):
             self.fired = True
             assert self.cancel is not None
             self.cancel()
+
+
+@contextmanager
+def cancel_at_step(
+    at: int,
+    *,
+    root: trio.lowlevel.Task | None = None,
+    cancel: Callable[[], object] | None = None,
+) -> Iterator[CancelAtStep]:
+    """Cancel the block (or call ``cancel``) at step ``at`` of ``root``'s tasks.
+
+    ``root`` defaults to the current task; the block's own cancellation is caught at
+    its end, so the caller goes on (``instrument.fired`` says whether it happened).
+    """
+    instrument = CancelAtStep(at)
+    trio.lowlevel.add_instrument(instrument)
+    try:
+        with trio.CancelScope() as scope:
+            instrument.cancel = cancel or scope.cancel
+            instrument.root = root or trio.lowlevel.current_task()
+            yield instrument
+    finally:
+        instrument.root = None
+        trio.lowlevel.remove_instrument(instrument)
+
+
+def written_messages(home: Path, name: str) -> list[Message]:
+    """The messages of session ``name`` under ``home`` as the file holds them
+    (:meth:`SessionStore.load` would repair a broken pairing)."""
+    path = SessionStore.for_name(home, name, SessionHeader(name=name)).path
+    records = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return [msgspec.convert(r["message"], Message) for r in records if r["type"] == "message"]
