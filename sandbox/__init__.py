@@ -9,7 +9,10 @@ it with :func:`spawn` (through the guardian, :func:`start_guardian`, which also
 makes sure nothing outlives the host), and calls ``backend.cleanup(plan)`` once the
 process has exited. :func:`check_sandbox` and :func:`format_report` are
 ``corral sandbox check``. :func:`plan_shell` plans the agent's own confined shell
-(the ``bash`` tool) with the same machinery. :func:`host_environment` is the
+(the ``bash`` tool) with the same machinery; :class:`ProtectedPaths` is the rule
+both it and the file tools follow inside the workspace (what must stay read-only
+because it runs later as the user), and :func:`credential_paths` the one list of
+credential stores no sandboxed child may read. :func:`host_environment` is the
 allowlisted environment everything corral starts begins with.
 """
 
@@ -27,7 +30,15 @@ from ._guardian import guardian_pids, start_guardian, sweep_orphans
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
+from ._protected import (
+    Protected,
+    ProtectedPaths,
+    ProtectedSnapshot,
+    ProtectKind,
+    installation_paths,
+)
 from ._report import BackendStatus, Feature, SandboxReport, format_report
+from ._secrets import HOME_STORES, SYSTEM_STORES, credential_paths, other_homes
 from ._select import check_sandbox, select_sandbox
 from ._shell import ShellRequest, plan_shell
 from ._spawn import Spawned, spawn
@@ -35,6 +46,8 @@ from ._validate import Checked, check_permissions, validate_permissions
 
 __all__ = [
     "ALLOWED_ENV",
+    "HOME_STORES",
+    "SYSTEM_STORES",
     "BackendStatus",
     "Checked",
     "Feature",
@@ -47,6 +60,10 @@ __all__ = [
     "PermissionsError",
     "Pin",
     "PlanError",
+    "ProtectKind",
+    "Protected",
+    "ProtectedPaths",
+    "ProtectedSnapshot",
     "Sandbox",
     "SandboxError",
     "SandboxMode",
@@ -58,9 +75,12 @@ __all__ = [
     "changed_pins",
     "check_permissions",
     "check_sandbox",
+    "credential_paths",
     "format_report",
     "guardian_pids",
     "host_environment",
+    "installation_paths",
+    "other_homes",
     "plan_shell",
     "select_sandbox",
     "spawn",

@@ -7,16 +7,22 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
 
 * the host's whole file system is visible **read-only**;
 * the workspace is bound **read-write** (by descriptor, so the directory bound is
-  the one that was checked), except the paths in ``read_only`` (its ``.corral``),
-  bound read-only on top, again by descriptor; a missing one is created empty first,
-  because a read-only bind needs a mount point and a later ``mkdir .corral`` in
-  the writable workspace would otherwise succeed (in a directory the user may not
-  write, nobody can create it, and none is needed);
-* when the workspace is the home directory (or contains it) nothing is writable
-  but the private ``/tmp``;
-* ``hidden`` directories (corral's home) and the user's credential stores
-  (:data:`CREDENTIALS`) are replaced by empty read-only directories (files: by an
-  empty file); ``/run`` (D-Bus, Docker and other sockets) by an empty tmpfs;
+  the one that was checked), except the protected paths inside it
+  (:mod:`sandbox._protected`: corral's installation, ``.corral``, git's hooks and
+  configuration, the user's own), bound read-only on top, again by descriptor,
+  with every directory on the way bound onto itself so that it cannot be renamed
+  away; a missing one is created empty first, because a read-only bind needs a
+  mount point and a later ``mkdir .git/hooks`` in the writable workspace would
+  otherwise succeed (in a directory the user may not write, nobody can create it,
+  and none is needed);
+* when the workspace is the home directory (or contains it), or is itself
+  protected (it holds corral's installation), nothing is writable but the
+  private ``/tmp``;
+* ``hidden`` directories (corral's home) and every credential store that exists
+  and that the user can read (:func:`sandbox.credential_paths`, the list the
+  grant rules use) are replaced by empty read-only directories (files: by an
+  empty file), unless one holds the workspace; ``/run`` (D-Bus, Docker and other
+  sockets) by an empty tmpfs;
 * a fresh ``/proc`` (``/proc/sys`` read-only), a minimal ``/dev``, private
   size-limited ``/tmp`` and ``/dev/shm``; no network (its own loopback only); the
   same namespaces, dropped capabilities, seccomp filter, cgroup and rlimits as an
@@ -28,27 +34,25 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from typing import final
 
 import msgspec
 
 from ._bwrap import BwrapSandbox
 from ._exceptions import PlanError
+from ._forbidden import inside
 from ._permissions import Limits
 from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
+from ._protected import Protected, ProtectKind
 from ._seccomp import build_filter, filter_fd
+from ._secrets import credential_paths
 
-__all__ = ["CREDENTIALS", "ShellRequest", "plan_shell"]
+__all__ = ["ShellRequest", "plan_shell"]
 
 _MIB = 1024 * 1024
-
-#: Credential stores under the home directory that the shell never sees.
-CREDENTIALS = (
-    ".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker",
-    ".password-store", ".local/share/keyrings", ".netrc", ".git-credentials", ".pgpass",
-    ".pypirc", ".npmrc",
-)  # fmt: skip
+_CORRAL_WHY = "corral's project-local extensions"
 
 _DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -65,42 +69,24 @@ class ShellRequest(msgspec.Struct, frozen=True, kw_only=True):
     workspace: str
     #: Bind the workspace read-write (False: everything is read-only but ``/tmp``).
     writable: bool = True
-    #: Names of entries directly in the workspace to bind read-only, e.g. ``.corral``.
+    #: Names of directories directly in the workspace to bind read-only, e.g.
+    #: ``.corral`` (as :attr:`protected` entries).
     read_only: list[str] = []
+    #: Protected paths (:class:`~sandbox.ProtectedPaths`): those inside the workspace
+    #: are bound read-only; one that is the workspace or holds it makes it read-only.
+    protected: list[Protected] = []
     #: Absolute paths to hide (replaced by an empty directory or file).
     hidden: list[str] = []
-    #: The user's home; its :data:`CREDENTIALS` are hidden too ("" for none).
+    #: The user's home; every credential store (:func:`sandbox.credential_paths`)
+    #: is hidden too.
     home: str = ""
     limits: Limits = Limits()
-
-
-def _open_dir(name: str, dir_fd: int) -> int | None:
-    """A descriptor of directory ``name`` in ``dir_fd``, never through a symlink.
-
-    A missing one is created empty (someone else creating it first is fine: what is
-    there is opened, still without following a symlink). None when it is missing and
-    cannot be created for want of permission: then the shell, which runs as the
-    same user with fewer privileges, cannot create it either.
-    """
-    flags = _DIR | os.O_NOFOLLOW
-    try:
-        return os.open(name, flags, dir_fd=dir_fd)
-    except FileNotFoundError:
-        try:
-            os.mkdir(name, 0o755, dir_fd=dir_fd)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                return None
-            raise
-    return os.open(name, flags, dir_fd=dir_fd)
 
 
 def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
     """The bwrap command line, environment and limits for ``request``.
 
-    Opens the workspace and its read-only entries (creating missing ones), creates
+    Opens the workspace and its protected paths (creating missing ones), creates
     a cgroup when available and a seccomp descriptor; ``sandbox.cleanup(plan)``
     releases them, as for an extension's plan.
 
@@ -109,8 +95,8 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         falls back to its own plan).
 
     Raises:
-        PlanError: the workspace, or a read-only entry, is missing or not a plain
-            directory.
+        PlanError: the workspace is missing, or a protected path (or a directory on
+            the way to one) is a symlink or cannot be opened.
     """
     if not isinstance(sandbox, BwrapSandbox):
         return None
@@ -172,29 +158,136 @@ def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
     except OSError as exc:
         raise PlanError("bash", f"{request.workspace}: {exc.strerror}") from exc
     fds.append(ws)
+    protected = [
+        *request.protected,
+        *(
+            Protected(os.path.join(request.workspace, name), ProtectKind.DIR, _CORRAL_WHY)
+            for name in request.read_only
+        ),
+    ]
+    writable = request.writable and not any(inside(request.workspace, p.path) for p in protected)
     # Bound even when read-only: the workspace may sit in /tmp, which is private.
-    args += ["--bind-fd" if request.writable else "--ro-bind-fd", str(ws), request.workspace]
-    for name in request.read_only if request.writable else []:
-        try:
-            fd = _open_dir(name, ws)
-        except OSError as exc:
-            where = os.path.join(request.workspace, name)
-            raise PlanError("bash", f"{where} must be a plain directory ({exc.strerror})") from exc
-        if fd is None:
-            continue
-        fds.append(fd)
-        args += ["--ro-bind-fd", str(fd), os.path.join(request.workspace, name)]
-    hidden = list(request.hidden)
-    if request.home:
-        hidden += [os.path.join(request.home, c) for c in CREDENTIALS]
-    for path in hidden:
-        real = os.path.realpath(path)
+    args += ["--bind-fd" if writable else "--ro-bind-fd", str(ws), request.workspace]
+    if writable:
+        args += _protect(request.workspace, ws, protected, fds)
+    hidden = _hidden(request)
+    for real in hidden:
         if os.path.isdir(real):
             args += ["--tmpfs", real]
             remount += ["--remount-ro", real]
-        elif os.path.exists(real):
+        else:
             args += ["--ro-bind", "/dev/null", real]
     return args + remount
+
+
+def _hidden(request: ShellRequest) -> list[str]:
+    """Real paths to hide: corral's home, every credential store that exists and that
+    this user can read, never one holding the workspace, nothing twice."""
+    out: list[str] = ["/run"]  # already an empty tmpfs
+    for path in [*request.hidden, *credential_paths(request.home)]:
+        if not os.path.lexists(path):  # most stores do not exist: one syscall each
+            continue
+        real = os.path.realpath(path)
+        if any(inside(real, done) for done in out) or inside(request.workspace, real):
+            continue
+        try:
+            is_dir = stat.S_ISDIR(os.stat(real).st_mode)
+        except OSError:
+            continue
+        # What this user cannot read needs no hiding (root can read everything).
+        if os.access(real, os.R_OK) or (is_dir and os.access(real, os.X_OK)):
+            out = [o for o in out if not inside(o, real)] + [real]
+    return [o for o in out if o != "/run"]
+
+
+def _protect(root: str, ws: int, protected: list[Protected], fds: list[int]) -> list[str]:
+    """Read-only binds over the protected paths inside the workspace ``root``.
+
+    Each directory on the way to one is bound (read-write) onto itself too: a mount
+    point cannot be renamed or removed, so ``mv .git x && mkdir .git`` fails with
+    ``EBUSY`` instead of moving the read-only hooks out of git's way. A missing
+    protected path is created first (empty), so nothing can be planted there.
+    Everything is opened from the workspace's descriptor without following a
+    symlink; a symlink on the way, or as the protected path itself (it could be
+    retargeted), refuses the plan.
+    """
+    wanted = sorted(
+        (p for p in protected if p.path != root and inside(p.path, root)), key=lambda p: p.path
+    )
+    kept: list[Protected] = []
+    for p in wanted:
+        if not any(inside(p.path, k.path) for k in kept):
+            kept.append(p)
+    binds: dict[str, tuple[str, int]] = {}
+    for p in kept:
+        parts = os.path.relpath(p.path, root).split("/")
+        at, where = ws, root
+        for name in parts[:-1]:
+            where = os.path.join(where, name)
+            if where not in binds:
+                fd = _open_protected(at, name, where, ProtectKind.DIR, p)
+                if fd is None:
+                    break
+                fds.append(fd)
+                binds[where] = ("--bind-fd", fd)
+            at = binds[where][1]
+        else:
+            fd = _open_protected(at, parts[-1], p.path, p.kind, p)
+            if fd is not None:
+                fds.append(fd)
+                binds[p.path] = ("--ro-bind-fd", fd)
+    args: list[str] = []
+    # Parents before children: a later mount on a parent would hide the child's.
+    for where in sorted(binds, key=lambda w: (w.count("/"), w)):
+        option, fd = binds[where]
+        args += [option, str(fd), where]
+    return args
+
+
+def _open_protected(
+    dir_fd: int, name: str, where: str, kind: ProtectKind, p: Protected
+) -> int | None:
+    """An ``O_PATH`` descriptor of ``name`` in ``dir_fd``, created empty when missing.
+
+    None when it is missing and may stay so (nothing to protect yet, or nobody can
+    create it here: the shell runs as the same user with fewer privileges).
+    """
+    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(2):
+        try:
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if kind is ProtectKind.EXISTING:
+                return None
+            try:
+                if kind is ProtectKind.DIR:
+                    os.mkdir(name, 0o755, dir_fd=dir_fd)
+                else:
+                    made = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                   | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)  # fmt: skip
+                    os.close(made)
+            except FileExistsError:
+                continue  # raced with someone else: open what is there now
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    return None
+                raise PlanError("bash", f"cannot create {where}: {exc.strerror}") from exc
+            continue
+        except OSError as exc:
+            raise PlanError("bash", f"cannot open {where}: {exc.strerror}") from exc
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise PlanError(
+                "bash",
+                f"{where} is a symbolic link, and it is protected ({p.why}): a command "
+                "could point it elsewhere. Replace it by what it points to"
+                + (" (or a `gitdir:` file)" if name == ".git" else ""),
+            )
+        if kind is ProtectKind.DIR and not stat.S_ISDIR(os.fstat(fd).st_mode) and where != p.path:
+            os.close(fd)
+            raise PlanError("bash", f"{where} must be a plain directory")
+        return fd
+    raise PlanError("bash", f"{where} keeps changing; try again")
 
 
 def _cgroups(sandbox: BwrapSandbox, limits: Limits, notes: list[str]) -> list[str]:

@@ -8,16 +8,19 @@ Confinement, so that a command an extension rewrote cannot plant an extension or
 touch the user's dotfiles:
 
 * **bwrap** (:func:`sandbox.plan_shell`): the host's file system read-only, the
-  working directory read-write except its ``.corral`` (read-only; created empty if
-  missing), corral's home and the user's credential stores hidden, no network.
-  A working directory that is the home directory (or contains it) is not writable.
+  working directory read-write except its protected paths
+  (:class:`sandbox.ProtectedPaths`, the rule the file tools follow too: corral's
+  own installation, ``.corral``, git's hooks and configuration, the user's own;
+  read-only, created empty if missing), corral's home and every credential store
+  hidden, no network. A working directory that is the home directory (or contains
+  it), or is itself protected, is not writable.
 * **sandbox-exec** (macOS): the extension profile with the working directory as
   the only writable path (none when it is the home directory) and no network;
-  ``.corral`` inside it is *not* protected there.
+  the protected paths inside it are *not* protected there.
 * **no backend** (``--sandbox off``, or none available): a plain process group.
-  Nothing confines the command: it can write anywhere the user can, ``.corral``
-  and ``~/.bashrc`` included. Only the ``intercept_builtin`` permission stands
-  between an extension and the shell then.
+  Nothing confines the command: it can write anywhere the user can, ``.corral``,
+  ``.git/hooks``, corral's installation and ``~/.bashrc`` included. Only the
+  ``intercept_builtin`` permission stands between an extension and the shell then.
 
 Whatever happens (normal exit, timeout, cancellation) the whole process group is
 killed with ``SIGKILL`` afterwards, so background jobs cannot outlive the call, and
@@ -244,7 +247,9 @@ class BashTool(BuiltinTool):
             + (
                 ""
                 if workspace.writable or self._sandbox is None
-                else " The working directory is the home directory, so it is read-only."
+                else " The working directory is read-only: "
+                + workspace.read_only_reason.split(". ")[0]
+                + "."
             )
         )
 
@@ -299,7 +304,8 @@ class BashTool(BuiltinTool):
                 env=env,
                 workspace=ws.root,
                 writable=ws.writable,
-                read_only=[".corral"],
+                # Read at each command: a repository made by the last one counts.
+                protected=ws.protected.paths(),
                 hidden=[ws.corral_home] if ws.corral_home else [],
                 home=ws.home,
             )
