@@ -130,6 +130,12 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: Exceptions to the MCP network guard (``127.0.0.1:8080``, ``10.0.0.0/8``), added
     #: to those of ``CORRAL_MCP_ALLOW``.
     mcp_allow: list[str] = []
+    #: Paths the agent's ``bash``, ``write`` and ``edit`` never change, besides the
+    #: defaults (corral's installation, ``.corral``, git's hooks and configuration):
+    #: relative to ``cwd`` (or absolute, or ``~/...``), a trailing ``/`` for a
+    #: directory, e.g. ``[".envrc", ".vscode/"]``. None reads ``CORRAL_PROTECT``
+    #: (separated by ``:``).
+    protect: list[str] | None = None
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -306,6 +312,12 @@ def _builtin_tools(
 
 def _wanted(options: AgentOptions) -> list[str]:
     return select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, _GROUPS)
+
+
+def _protect(options: AgentOptions) -> list[str]:
+    if options.protect is not None:
+        return list(options.protect)
+    return [p for p in os.environ.get("CORRAL_PROTECT", "").split(os.pathsep) if p.strip()]
 
 
 def _mcp_allowances(options: AgentOptions) -> list[str]:
@@ -497,7 +509,10 @@ async def open_agent(
                     from ._tools.mcp import mcp_tools
 
                     extra.update(mcp_tools(mcp))
-                workspace = Workspace(cwd, corral_home=str(home))
+                protect = _protect(options)
+                workspace = await trio.to_thread.run_sync(
+                    functools.partial(Workspace, cwd, corral_home=str(home), protect=protect)
+                )
                 builtins, bash = _builtin_tools(options, workspace, sandbox, extra)
                 sets: list[ToolSet] = [s for s in (dynamic, mcp) if s is not None]
                 registry = ToolRegistry(builtins, client, sets)

@@ -92,18 +92,36 @@ def _pointer(path: str, key: str = "gitdir:") -> str | None:
     return os.path.normpath(os.path.join(base, text))
 
 
+def _config_value(config: str, section: str, name: str) -> str | None:
+    """``section.name`` of a git ``config`` file (the last one), or None.
+
+    Enough of git's syntax for the keys read here (no includes, no quoting): it only
+    decides what *more* to protect, from a file that is itself protected.
+    """
+    current, found = "", None
+    for raw in _read(config).splitlines():
+        line = raw.split("#", 1)[0].split(";", 1)[0].strip()
+        if line.startswith("["):
+            current = line.strip("[]").strip().lower()
+        elif current == section and "=" in line:
+            key, _, value = line.partition("=")
+            if key.strip().lower() == name:
+                found = value.strip()
+    return found
+
+
 def _core_worktree(config: str) -> str | None:
     """``core.worktree`` of a git ``config`` file (a submodule's checkout), or None."""
-    section = ""
-    for raw in _read(config).splitlines():
-        line = raw.strip()
-        if line.startswith("["):
-            section = line.strip("[]").strip().lower()
-        elif section == "core" and "=" in line:
-            key, _, value = line.partition("=")
-            if key.strip().lower() == "worktree":
-                return os.path.normpath(os.path.join(os.path.dirname(config), value.strip()))
-    return None
+    value = _config_value(config, "core", "worktree")
+    if not value:
+        return None
+    return os.path.normpath(os.path.join(os.path.dirname(config), value))
+
+
+def _worktree_config(common: str) -> bool:
+    """Whether git reads ``config.worktree`` files (``extensions.worktreeConfig``)."""
+    value = _config_value(os.path.join(common, "config"), "extensions", "worktreeconfig")
+    return (value or "").lower() in ("true", "yes", "on", "1")
 
 
 def _real_dir(path: str) -> str:
@@ -116,8 +134,9 @@ class _Finder:
         self.out: list[GitPath] = []
         self.seen: set[str] = set()
 
-    def add(self, path: str, kind: ProtectKind, why: str) -> None:
-        self.out.append(GitPath(_real_dir(path), kind, why))
+    def add(self, path: str, kind: ProtectKind, why: str, *, resolved: bool = True) -> None:
+        """``path``; ``resolved``: its directory is already a real path."""
+        self.out.append(GitPath(path if resolved else _real_dir(path), kind, why))
 
     def dot_git(self, entry: str) -> None:
         """A ``.git`` entry: a git directory, or a file naming one."""
@@ -146,12 +165,15 @@ class _Finder:
         if common is not None:  # a linked worktree's own directory
             where = f"where git finds the repository of {gitdir}"
             self.add(common_file, ProtectKind.EXISTING, where)
-            self.add(os.path.join(gitdir, "config.worktree"), ProtectKind.FILE, why)
+            if _worktree_config(common):
+                self.add(os.path.join(gitdir, "config.worktree"), ProtectKind.FILE, why)
             self.gitdir(os.path.realpath(common))
             return
         self.add(os.path.join(gitdir, "hooks"), ProtectKind.DIR, f"git hooks of {gitdir}")
         self.add(os.path.join(gitdir, "config"), ProtectKind.FILE, why)
-        self.add(os.path.join(gitdir, "config.worktree"), ProtectKind.FILE, why)
+        # Read only with extensions.worktreeConfig, which is in ``config`` (protected).
+        if _worktree_config(gitdir):
+            self.add(os.path.join(gitdir, "config.worktree"), ProtectKind.FILE, why)
         self.worktrees(gitdir)
         self.modules(os.path.join(gitdir, "modules"), 0)
 
@@ -162,7 +184,8 @@ class _Finder:
             self.gitdir(own)
             checkout = _pointer(os.path.join(own, "gitdir"), key="")
             if checkout is not None and os.path.basename(checkout) == ".git":
-                self.add(checkout, ProtectKind.EXISTING, "where git finds a linked worktree")
+                where = "where git finds a linked worktree"
+                self.add(checkout, ProtectKind.EXISTING, where, resolved=False)
 
     def modules(self, base: str, depth: int) -> None:
         if depth > _MAX_MODULE_DEPTH:
@@ -177,6 +200,7 @@ class _Finder:
                         os.path.join(checkout, ".git"),
                         ProtectKind.EXISTING,
                         "where git finds a submodule",
+                        resolved=False,
                     )
             else:  # a submodule named ``a/b`` lives in modules/a/b
                 self.modules(sub, depth + 1)
@@ -193,9 +217,10 @@ def _subdirs(path: str) -> list[str]:
 def git_paths(workspace: str) -> list[GitPath]:
     """What git takes code or directions from, around ``workspace`` (its real path).
 
-    See the module docstring. Missing ``hooks``, ``config`` and ``config.worktree``
-    are listed too (git would use them once created); ``.git`` files and
-    ``commondir`` only when they exist.
+    See the module docstring. Missing ``hooks`` and ``config`` are listed too (git
+    would use them once created), and ``config.worktree`` when the repository's
+    configuration says git reads it; ``.git`` files and ``commondir`` only when they
+    exist.
     """
     finder = _Finder()
     here = workspace

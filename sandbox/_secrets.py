@@ -16,8 +16,10 @@ Three parts:
   ``/root`` when not running as root. As root they are readable; as another user
   some are (a home made with mode 0755).
 
-The functions are pure but for reading the password database and listing
-``/home``; they return absolute, normalised paths that may or may not exist.
+:func:`credential_paths` returns absolute, normalised paths that may or may not
+exist; :func:`existing` says which exist, what they resolve to and which are
+directories, remembering the answer per parent directory while that directory is
+unchanged (the shell asks at every command).
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ from __future__ import annotations
 import functools
 import os
 import pwd
+import stat
+import time
+from collections.abc import Sequence
+from typing import NamedTuple
 
-__all__ = ["HOME_STORES", "SYSTEM_STORES", "credential_paths", "other_homes"]
+__all__ = ["HOME_STORES", "SYSTEM_STORES", "credential_paths", "existing", "other_homes"]
 
 #: Credential stores and service sockets outside the home. ``/run`` holds the
 #: sockets of system services (docker, dbus, the user's agents): a unix socket can
@@ -148,6 +154,15 @@ def other_homes(home: str) -> list[str]:
     ]
 
 
+@functools.lru_cache(maxsize=16)
+def _fixed(homes: tuple[str, ...]) -> tuple[str, ...]:
+    paths = list(SYSTEM_STORES)
+    for base in homes:
+        if base != "/":
+            paths += [os.path.join(base, p) for p in HOME_STORES]
+    return tuple(paths)
+
+
 def credential_paths(home: str) -> list[str]:
     """Every credential store, for a user whose home is ``home`` ("" if unknown).
 
@@ -155,11 +170,72 @@ def credential_paths(home: str) -> list[str]:
     (``home`` and the account's home from the password database; never ``/``),
     ``$XDG_RUNTIME_DIR``, and :func:`other_homes`.
     """
-    paths = list(SYSTEM_STORES)
-    for base in _own_homes(home):
-        if base != "/":
-            paths += [os.path.join(base, p) for p in HOME_STORES]
+    paths = list(_fixed(tuple(_own_homes(home))))
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isabs(runtime):
         paths.append(os.path.normpath(runtime))
     return paths + other_homes(home)
+
+
+class _Listing(NamedTuple):
+    """What :func:`existing` found in one directory, and the directory's identity."""
+
+    #: Device, inode and modification time of the directory (None: it is missing).
+    key: tuple[int, int, int] | None
+    #: (real path, is a directory) of each name found.
+    found: tuple[tuple[str, bool], ...]
+
+
+#: Listings by (directory, names looked for).
+_listings: dict[tuple[str, tuple[str, ...]], _Listing] = {}
+#: A directory changed this recently is looked at again next time (a file system
+#: with coarse timestamps could hide a second change in the same tick).
+_RACY_NS = 2_000_000_000
+
+
+def _identity(directory: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(directory)  # through symlinks: a retargeted one is another inode
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+@functools.lru_cache(maxsize=16)
+def _groups(paths: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``paths`` by directory: (directory, names in it)."""
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        groups.setdefault(os.path.dirname(path), []).append(os.path.basename(path))
+    return tuple((d, tuple(names)) for d, names in groups.items())
+
+
+def existing(paths: Sequence[str]) -> list[tuple[str, bool]]:
+    """The real paths of those of ``paths`` that exist, and whether each is a directory.
+
+    What a directory holds is remembered while its device, inode and modification
+    time stay the same (an entry made, removed, renamed or replaced by a link
+    changes the time) and it was last changed more than 2 s before it was read.
+    """
+    out: list[tuple[str, bool]] = []
+    for cache_key in _groups(tuple(paths)):
+        directory, names = cache_key
+        key = _identity(directory)
+        known = _listings.get(cache_key)
+        if known is not None and known.key == key:
+            out += known.found
+            continue
+        started = time.time_ns()
+        found: list[tuple[str, bool]] = []
+        if key is not None:
+            for name in names:
+                path = os.path.join(directory, name)
+                try:
+                    mode = os.stat(path).st_mode
+                except OSError:
+                    continue
+                found.append((os.path.realpath(path), stat.S_ISDIR(mode)))
+        if key is None or started - key[2] > _RACY_NS:
+            _listings[cache_key] = _Listing(key, tuple(found))
+        out += found
+    return out

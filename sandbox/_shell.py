@@ -47,7 +47,7 @@ from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
 from ._protected import Protected, ProtectKind
 from ._seccomp import build_filter, filter_fd
-from ._secrets import credential_paths
+from ._secrets import credential_paths, existing
 
 __all__ = ["ShellRequest", "plan_shell"]
 
@@ -170,34 +170,28 @@ def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
     args += ["--bind-fd" if writable else "--ro-bind-fd", str(ws), request.workspace]
     if writable:
         args += _protect(request.workspace, ws, protected, fds)
-    hidden = _hidden(request)
-    for real in hidden:
-        if os.path.isdir(real):
-            args += ["--tmpfs", real]
-            remount += ["--remount-ro", real]
-        else:
-            args += ["--ro-bind", "/dev/null", real]
+    for real, is_dir in _hidden(request):
+        # An empty tmpfs of one page, writable: what is written there goes nowhere.
+        # Read-only would cost a second mount per store, and bwrap reads the mount
+        # table again for each remount (about 0.2 ms each, measured).
+        args += ["--size", "4096", "--tmpfs", real] if is_dir else ["--ro-bind", "/dev/null", real]
     return args + remount
 
 
-def _hidden(request: ShellRequest) -> list[str]:
-    """Real paths to hide: corral's home, every credential store that exists and that
-    this user can read, never one holding the workspace, nothing twice."""
-    out: list[str] = ["/run"]  # already an empty tmpfs
-    for path in [*request.hidden, *credential_paths(request.home)]:
-        if not os.path.lexists(path):  # most stores do not exist: one syscall each
-            continue
-        real = os.path.realpath(path)
-        if any(inside(real, done) for done in out) or inside(request.workspace, real):
-            continue
-        try:
-            is_dir = stat.S_ISDIR(os.stat(real).st_mode)
-        except OSError:
+def _hidden(request: ShellRequest) -> list[tuple[str, bool]]:
+    """Real paths to hide (and whether each is a directory): corral's home, every
+    credential store that exists and that this user can read, never one holding the
+    workspace, nothing twice, nothing inside another."""
+    found: dict[str, bool] = {}
+    for real, is_dir in existing([*request.hidden, *credential_paths(request.home)]):
+        if real in found or inside(request.workspace, real):
             continue
         # What this user cannot read needs no hiding (root can read everything).
         if os.access(real, os.R_OK) or (is_dir and os.access(real, os.X_OK)):
-            out = [o for o in out if not inside(o, real)] + [real]
-    return [o for o in out if o != "/run"]
+            found[real] = is_dir
+    # /run is already an empty tmpfs; a store inside a hidden directory is hidden.
+    dirs = ["/run/", *(p + "/" for p, d in found.items() if d)]
+    return [(p, d) for p, d in found.items() if not p.startswith(tuple(dirs))]
 
 
 def _protect(root: str, ws: int, protected: list[Protected], fds: list[int]) -> list[str]:

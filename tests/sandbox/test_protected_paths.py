@@ -311,6 +311,8 @@ def test_submodule_hooks_config_and_gitlink(project: Project) -> None:
 
 def test_linked_worktree_inside_and_as_the_workspace(project: Project) -> None:
     git(project.root, "worktree", "add", "-q", "wt")
+    # With it, git reads each worktree's config.worktree (created empty, read-only).
+    git(project.root, "config", "extensions.worktreeConfig", "true")
     gitlink = (project.root / "wt" / ".git").read_text()
     own = project.root / ".git" / "worktrees" / "wt"
     attacks = [
