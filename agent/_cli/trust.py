@@ -83,7 +83,7 @@ def describe(v: TrustVerdict, shadows: Iterable[ExtensionSpec] = ()) -> list[str
         size = f"{v.tree.files} files, {_size(v.tree.bytes)}"
         rows.append(("content", f"{v.tree.digest[:23]}… ({size})"))
         for link in v.tree.outside_links:
-            rows.append(("link out", f"{link} (what it points to is not pinned)"))
+            rows.append(("link out", f"{link} (pinned: what it points to now)"))
     for other in shadows:
         rows.append(
             ("shadows", f"{other.name} ({other.source}, {other.dir}); each keeps its own state")
