@@ -51,6 +51,7 @@ from ._permissions import Limits
 from ._pin import Pin, walk
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
+from ._protected import ProtectedPaths, protect_args
 from ._runtime import LINUX_SYSTEM_DIRS, RuntimeNeeds, find_runtime_paths, program_note
 from ._seccomp import build_filter, filter_fd
 
@@ -172,6 +173,8 @@ class _Binds:
         self.entries: dict[str, tuple[str, bool]] = {}
         self.fds: list[int] = []
         self.bound: list[Pin] = []
+        #: Descriptors of the writable binds, by destination (when bound by descriptor).
+        self.writable: dict[str, int] = {}
 
     def want(self, dest: str, real: str, writable: bool) -> None:
         """Bind ``real`` (a real path) at ``dest``; a later call for ``dest`` wins."""
@@ -199,6 +202,8 @@ class _Binds:
             self.bound.append(pin or walked.pin(dest, source))
             if by_fd:
                 args += ["--bind-fd" if writable else "--ro-bind-fd", str(walked.fd), dest]
+                if writable:
+                    self.writable[dest] = walked.fd
             else:
                 # This bwrap cannot take a descriptor: bind the path just checked.
                 args += ["--bind" if writable else "--ro-bind", source, dest]
@@ -259,6 +264,7 @@ class BwrapSandbox:
                 *self.namespace_args(perms.network),
                 *_filesystem_args(shm, tmp, self._etc.args(perms.network, fds)),
                 *binds.open(self.config.bind_fd),
+                *self._protected(request, binds, fds, notes),
                 "--remount-ro",
                 "/",
                 "--chdir",
@@ -343,6 +349,28 @@ class BwrapSandbox:
             note = program_note(request.argv[0], [*LINUX_SYSTEM_DIRS, *granted])
             if note:
                 notes.append(note)
+
+    def _protected(
+        self, request: LaunchRequest, binds: _Binds, fds: list[int], notes: list[str]
+    ) -> list[str]:
+        """Read-only binds over the protected paths inside each ``read_write`` grant.
+
+        A grant of a project must not let the extension plant what later runs as the
+        user outside any sandbox (git's hooks and configuration, corral's own
+        installation): the rule the agent's shell follows (:class:`ProtectedPaths`).
+        """
+        args: list[str] = []
+        for grant in request.permissions.read_write:
+            fd = binds.writable.get(grant)
+            if fd is None:
+                notes.append(
+                    f"{grant}: protected paths inside it (git hooks and configuration) are "
+                    "not bound read-only by this bwrap"
+                )
+                continue
+            found = ProtectedPaths(grant, own_corral=False).paths()
+            args += protect_args(grant, fd, found, fds, who=request.name)
+        return args
 
     def _runtime(self, request: LaunchRequest, system: tuple[str, ...]) -> RuntimeNeeds:
         """:func:`find_runtime_paths`, cached while the interpreter's files are unchanged.

@@ -34,6 +34,7 @@ command on.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import site
@@ -44,6 +45,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from ._exceptions import PlanError
 from ._gitdirs import ProtectKind, git_paths
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "ProtectedPaths",
     "ProtectedSnapshot",
     "installation_paths",
+    "protect_args",
 ]
 
 #: The packages of corral, whose directories are protected wherever they live.
@@ -212,6 +215,10 @@ class ProtectedPaths:
             missing, like a missing file is).
         installation: corral's installation (default :func:`installation_paths`);
             a seam for tests.
+        own_corral: ``workspace/.corral`` is protected even while missing (the
+            agent's workspace); False: only when it exists (a directory granted to an
+            extension, where trust already covers a change and a placeholder would
+            be litter).
     """
 
     def __init__(
@@ -220,9 +227,11 @@ class ProtectedPaths:
         *,
         extra: Sequence[str] = (),
         installation: Sequence[Protected] | None = None,
+        own_corral: bool = True,
     ) -> None:
         self.workspace = os.path.realpath(workspace)
         self._installation = None if installation is None else tuple(installation)
+        self._corral_kind = ProtectKind.DIR if own_corral else ProtectKind.EXISTING
         self.extra: list[Protected] = []
         for raw in extra:
             if not raw.strip():
@@ -238,7 +247,7 @@ class ProtectedPaths:
         """Every protected path now (read from the disk again at each call)."""
         out = list(installation_paths() if self._installation is None else self._installation)
         corral = os.path.join(self.workspace, ".corral")
-        out.append(Protected(corral, ProtectKind.DIR, "corral's project-local extensions"))
+        out.append(Protected(corral, self._corral_kind, "corral's project-local extensions"))
         out += [Protected(g.path, g.kind, g.why) for g in git_paths(self.workspace)]
         out += self.extra
         return list({p.path: p for p in reversed(out)}.values())[::-1]
@@ -251,3 +260,100 @@ class ProtectedPaths:
         """A protected path that is the workspace or contains it (then nothing in it
         may be written), or None."""
         return next((p for p in self.paths() if _inside(self.workspace, p.path)), None)
+
+
+def protect_args(
+    root: str, root_fd: int, protected: Sequence[Protected], fds: list[int], *, who: str
+) -> list[str]:
+    """bwrap arguments binding the protected paths inside ``root`` read-only.
+
+    ``root`` is a writable directory of the sandbox (the agent's workspace, an
+    extension's ``read_write`` grant) and ``root_fd`` a descriptor of it; the
+    descriptors opened are appended to ``fds`` (the caller passes and closes them);
+    ``who`` names the launch in a :class:`~sandbox.PlanError`.
+
+    Each directory on the way to one is bound (read-write) onto itself too: a mount
+    point cannot be renamed or removed, so ``mv .git x && mkdir .git`` fails with
+    ``EBUSY`` instead of moving the read-only hooks out of git's way. A missing
+    protected path is created first (empty), so nothing can be planted there.
+    Everything is opened from ``root_fd`` without following a symlink; a symlink on
+    the way, or as the protected path itself (it could be retargeted), refuses the
+    plan.
+    """
+    wanted = sorted(
+        (p for p in protected if p.path != root and _inside(p.path, root)), key=lambda p: p.path
+    )
+    kept: list[Protected] = []
+    for p in wanted:
+        if not any(_inside(p.path, k.path) for k in kept):
+            kept.append(p)
+    binds: dict[str, tuple[str, int]] = {}
+    for p in kept:
+        parts = os.path.relpath(p.path, root).split("/")
+        at, where = root_fd, root
+        for name in parts[:-1]:
+            where = os.path.join(where, name)
+            if where not in binds:
+                fd = _open_protected(at, name, where, ProtectKind.DIR, p, who)
+                if fd is None:
+                    break
+                fds.append(fd)
+                binds[where] = ("--bind-fd", fd)
+            at = binds[where][1]
+        else:
+            fd = _open_protected(at, parts[-1], p.path, p.kind, p, who)
+            if fd is not None:
+                fds.append(fd)
+                binds[p.path] = ("--ro-bind-fd", fd)
+    args: list[str] = []
+    # Parents before children: a later mount on a parent would hide the child's.
+    for where in sorted(binds, key=lambda w: (w.count("/"), w)):
+        option, fd = binds[where]
+        args += [option, str(fd), where]
+    return args
+
+
+def _open_protected(
+    dir_fd: int, name: str, where: str, kind: ProtectKind, p: Protected, who: str
+) -> int | None:
+    """An ``O_PATH`` descriptor of ``name`` in ``dir_fd``, created empty when missing.
+
+    None when it is missing and may stay so (nothing to protect yet, or nobody can
+    create it here: the shell runs as the same user with fewer privileges).
+    """
+    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(2):
+        try:
+            fd = os.open(name, flags, dir_fd=dir_fd)
+        except FileNotFoundError:
+            if kind is ProtectKind.EXISTING:
+                return None
+            try:
+                if kind is ProtectKind.DIR:
+                    os.mkdir(name, 0o755, dir_fd=dir_fd)
+                else:
+                    made = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                                   | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)  # fmt: skip
+                    os.close(made)
+            except FileExistsError:
+                continue  # raced with someone else: open what is there now
+            except OSError as exc:
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    return None
+                raise PlanError(who, f"cannot create {where}: {exc.strerror}") from exc
+            continue
+        except OSError as exc:
+            raise PlanError(who, f"cannot open {where}: {exc.strerror}") from exc
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise PlanError(
+                who,
+                f"{where} is a symbolic link, and it is protected ({p.why}): a command "
+                "could point it elsewhere. Replace it by what it points to"
+                + (" (or a `gitdir:` file)" if name == ".git" else ""),
+            )
+        if kind is ProtectKind.DIR and not stat.S_ISDIR(os.fstat(fd).st_mode) and where != p.path:
+            os.close(fd)
+            raise PlanError(who, f"{where} must be a plain directory")
+        return fd
+    raise PlanError(who, f"{where} keeps changing; try again")

@@ -32,9 +32,7 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from typing import final
 
 import msgspec
@@ -45,7 +43,7 @@ from ._forbidden import inside
 from ._permissions import Limits
 from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
-from ._protected import Protected, ProtectKind
+from ._protected import Protected, ProtectKind, protect_args
 from ._seccomp import build_filter, filter_fd
 from ._secrets import credential_paths, existing
 
@@ -169,7 +167,7 @@ def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
     # Bound even when read-only: the workspace may sit in /tmp, which is private.
     args += ["--bind-fd" if writable else "--ro-bind-fd", str(ws), request.workspace]
     if writable:
-        args += _protect(request.workspace, ws, protected, fds)
+        args += protect_args(request.workspace, ws, protected, fds, who="bash")
     for real, is_dir in _hidden(request):
         # An empty tmpfs of one page, writable: what is written there goes nowhere.
         # Read-only would cost a second mount per store, and bwrap reads the mount
@@ -192,96 +190,6 @@ def _hidden(request: ShellRequest) -> list[tuple[str, bool]]:
     # /run is already an empty tmpfs; a store inside a hidden directory is hidden.
     dirs = ["/run/", *(p + "/" for p, d in found.items() if d)]
     return [(p, d) for p, d in found.items() if not p.startswith(tuple(dirs))]
-
-
-def _protect(root: str, ws: int, protected: list[Protected], fds: list[int]) -> list[str]:
-    """Read-only binds over the protected paths inside the workspace ``root``.
-
-    Each directory on the way to one is bound (read-write) onto itself too: a mount
-    point cannot be renamed or removed, so ``mv .git x && mkdir .git`` fails with
-    ``EBUSY`` instead of moving the read-only hooks out of git's way. A missing
-    protected path is created first (empty), so nothing can be planted there.
-    Everything is opened from the workspace's descriptor without following a
-    symlink; a symlink on the way, or as the protected path itself (it could be
-    retargeted), refuses the plan.
-    """
-    wanted = sorted(
-        (p for p in protected if p.path != root and inside(p.path, root)), key=lambda p: p.path
-    )
-    kept: list[Protected] = []
-    for p in wanted:
-        if not any(inside(p.path, k.path) for k in kept):
-            kept.append(p)
-    binds: dict[str, tuple[str, int]] = {}
-    for p in kept:
-        parts = os.path.relpath(p.path, root).split("/")
-        at, where = ws, root
-        for name in parts[:-1]:
-            where = os.path.join(where, name)
-            if where not in binds:
-                fd = _open_protected(at, name, where, ProtectKind.DIR, p)
-                if fd is None:
-                    break
-                fds.append(fd)
-                binds[where] = ("--bind-fd", fd)
-            at = binds[where][1]
-        else:
-            fd = _open_protected(at, parts[-1], p.path, p.kind, p)
-            if fd is not None:
-                fds.append(fd)
-                binds[p.path] = ("--ro-bind-fd", fd)
-    args: list[str] = []
-    # Parents before children: a later mount on a parent would hide the child's.
-    for where in sorted(binds, key=lambda w: (w.count("/"), w)):
-        option, fd = binds[where]
-        args += [option, str(fd), where]
-    return args
-
-
-def _open_protected(
-    dir_fd: int, name: str, where: str, kind: ProtectKind, p: Protected
-) -> int | None:
-    """An ``O_PATH`` descriptor of ``name`` in ``dir_fd``, created empty when missing.
-
-    None when it is missing and may stay so (nothing to protect yet, or nobody can
-    create it here: the shell runs as the same user with fewer privileges).
-    """
-    flags = getattr(os, "O_PATH", os.O_RDONLY) | os.O_NOFOLLOW | os.O_CLOEXEC
-    for _ in range(2):
-        try:
-            fd = os.open(name, flags, dir_fd=dir_fd)
-        except FileNotFoundError:
-            if kind is ProtectKind.EXISTING:
-                return None
-            try:
-                if kind is ProtectKind.DIR:
-                    os.mkdir(name, 0o755, dir_fd=dir_fd)
-                else:
-                    made = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                                   | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)  # fmt: skip
-                    os.close(made)
-            except FileExistsError:
-                continue  # raced with someone else: open what is there now
-            except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                    return None
-                raise PlanError("bash", f"cannot create {where}: {exc.strerror}") from exc
-            continue
-        except OSError as exc:
-            raise PlanError("bash", f"cannot open {where}: {exc.strerror}") from exc
-        if stat.S_ISLNK(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise PlanError(
-                "bash",
-                f"{where} is a symbolic link, and it is protected ({p.why}): a command "
-                "could point it elsewhere. Replace it by what it points to"
-                + (" (or a `gitdir:` file)" if name == ".git" else ""),
-            )
-        if kind is ProtectKind.DIR and not stat.S_ISDIR(os.fstat(fd).st_mode) and where != p.path:
-            os.close(fd)
-            raise PlanError("bash", f"{where} must be a plain directory")
-        return fd
-    raise PlanError("bash", f"{where} keeps changing; try again")
 
 
 def _cgroups(sandbox: BwrapSandbox, limits: Limits, notes: list[str]) -> list[str]:

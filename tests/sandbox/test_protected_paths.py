@@ -18,6 +18,7 @@ installation, as the real CLI computes it.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from helpers.protectkit import Project, git, make_project, payload
+from helpers.sandbox_harness import World
 
 import sandbox
 
@@ -365,3 +367,27 @@ def test_user_protected_paths(project: Project) -> None:
         ok, out = project.call("write", protect=protect, path=path, content="evil")
         assert not ok
         assert "you protected it" in out
+
+
+# -- the same class through an extension's read_write grant of the project ------------
+
+
+def test_an_extension_with_a_writable_project_cannot_plant_git_hooks(world: World) -> None:
+    project = world.make_dir("work", "project", writable=True)
+    git(project, "init", "-q")
+    (project / ".corral").mkdir()
+    for root, dirs, files in os.walk(project):
+        for name in [root, *(os.path.join(root, n) for n in [*dirs, *files])]:
+            os.lchown(name, world.who.uid, world.who.gid)
+    config = (project / ".git" / "config").read_text()
+    verdict = world.attack(
+        "plant_hooks.py", str(project), permissions={"read_write": [str(project)]}
+    )
+    assert sorted(verdict["done"]) == ["git_data", "project_file"], verdict
+    assert set(verdict["refused"]) == {
+        "hook", "config", "move_hooks", "move_git", "plant_extension",
+    }  # fmt: skip
+    assert (project / ".git" / "config").read_text() == config
+    assert not (project / ".git" / "hooks" / "pre-commit").exists()
+    assert (project / "notes.txt").read_text() == "fine\n"
+    assert list((project / ".corral").iterdir()) == []
