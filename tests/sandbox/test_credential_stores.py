@@ -35,14 +35,15 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
 class Home:
     """A fake home with every credential store planted, a project, corral's home."""
 
-    def __init__(self, base: Path, as_dirs: bool) -> None:
+    def __init__(self, base: Path, as_dirs: bool | None) -> None:
+        """``as_dirs``: plant each store as a directory, or as a file; None: none."""
         self.home = base / "alice"
         self.project = self.home / "project"
         self.corral_home = self.home / ".local" / "state" / "corral"
         self.project.mkdir(parents=True)
         self.corral_home.mkdir(parents=True)
         self.secrets: dict[str, str] = {}
-        for i, entry in enumerate(HOME_STORES):
+        for i, entry in enumerate(HOME_STORES if as_dirs is not None else ()):
             secret = f"SECRET-{i}-{uuid.uuid4().hex[:8]}"
             self.secrets[entry] = secret
             where = self.home / entry
@@ -71,6 +72,16 @@ def planted(request: pytest.FixtureRequest) -> Iterator[Home]:
     base = _base()
     try:
         yield Home(base, as_dirs=request.param == "as-dirs")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def bare() -> Iterator[Home]:
+    """A home with no store of its own (what the machine holds is still there)."""
+    base = _base()
+    try:
+        yield Home(base, as_dirs=None)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -123,28 +134,19 @@ async def test_every_home_store_is_hidden_from_bash(planted: Home) -> None:
     assert secret in (where / "token" if where.is_dir() else where).read_text()
 
 
-async def test_readable_system_stores_are_hidden_from_bash() -> None:
-    base = _base()
-    try:
-        h = Home.__new__(Home)
-        h.home, h.project = base / "alice", base / "alice" / "project"
-        h.corral_home = h.home / ".corral-home"
-        h.project.mkdir(parents=True)
-        h.corral_home.mkdir()
-        readable = [p for p in SYSTEM_STORES if os.path.exists(p) and os.access(p, os.R_OK)]
-        if os.geteuid() == 0:
-            assert "/etc/shadow" in readable  # the case the review found
-        checks = [
-            f'if [ -d {p} ]; then echo "{p} $(ls -A {p} | wc -l)"; '
-            f'else echo "{p} $(cat {p} 2>/dev/null | wc -c)"; fi'
-            for p in readable
-        ]
-        out = await _sh(h.bash(), "\n".join([*checks, "echo checked"]))
-        assert out.rstrip().endswith("checked"), out
-        for p in readable:
-            assert f"{p} 0" in out.splitlines(), (p, out)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+async def test_readable_system_stores_are_hidden_from_bash(bare: Home) -> None:
+    readable = [p for p in SYSTEM_STORES if os.path.exists(p) and os.access(p, os.R_OK)]
+    if os.geteuid() == 0:
+        assert "/etc/shadow" in readable  # the case the review found
+    checks = [
+        f'if [ -d {p} ]; then echo "{p} $(ls -A {p} | wc -l)"; '
+        f'else echo "{p} $(cat {p} 2>/dev/null | wc -c)"; fi'
+        for p in readable
+    ]
+    out = await _sh(bare.bash(), "\n".join([*checks, "echo checked"]))
+    assert out.rstrip().endswith("checked"), out
+    for p in readable:
+        assert f"{p} 0" in out.splitlines(), (p, out)
 
 
 @pytest.fixture
@@ -162,19 +164,10 @@ def other_home() -> Iterator[Path]:
         shutil.rmtree(where, ignore_errors=True)
 
 
-async def test_other_users_homes_are_hidden_from_bash(other_home: Path) -> None:
-    base = _base()
-    try:
-        h = Home.__new__(Home)
-        h.home, h.project = base / "alice", base / "alice" / "project"
-        h.corral_home = h.home / ".corral-home"
-        h.project.mkdir(parents=True)
-        h.corral_home.mkdir()
-        out = await _sh(h.bash(), f"cat {other_home}/notes.txt {other_home}/.ssh/*; ls -A /root")
-        assert "OTHER-USER" not in out
-        assert str(other_home) in sandbox.other_homes(str(h.home))
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+async def test_other_users_homes_are_hidden_from_bash(other_home: Path, bare: Home) -> None:
+    out = await _sh(bare.bash(), f"cat {other_home}/notes.txt {other_home}/.ssh/*; ls -A /root")
+    assert "OTHER-USER" not in out
+    assert str(other_home) in sandbox.other_homes(str(bare.home))
 
 
 def test_unprivileged_root_home_is_a_store() -> None:
@@ -209,14 +202,8 @@ def test_every_store_is_refused_as_a_grant(planted: Home) -> None:
     assert "contains" in _grant(planted.home, "~/.config")
 
 
-def test_another_users_home_is_refused_as_a_grant(other_home: Path) -> None:
-    base = _base()
-    try:
-        (base / "alice").mkdir()
-        why = _grant(base / "alice", str(other_home))
-        assert "holds credentials" in why
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+def test_another_users_home_is_refused_as_a_grant(other_home: Path, bare: Home) -> None:
+    assert "holds credentials" in _grant(bare.home, str(other_home))
 
 
 async def test_file_tools_refuse_stores(planted: Home) -> None:

@@ -70,6 +70,11 @@ def _site(p: Project) -> str:
     return str(p.site.relative_to(p.root))
 
 
+def _cases(table: list[tuple[str, ...]]) -> list[object]:
+    """``table``'s rows as parameters named by their first column."""
+    return [pytest.param(*row, id=row[0]) for row in table]
+
+
 def _nothing_ran(p: Project) -> None:
     p.corral_starts()
     assert p.ran() == []
@@ -94,7 +99,7 @@ BASH_INSTALL = [
 ]
 
 
-@pytest.mark.parametrize(("tag", "command"), BASH_INSTALL, ids=[b[0] for b in BASH_INSTALL])
+@pytest.mark.parametrize(("tag", "command"), _cases(BASH_INSTALL))
 def test_bash_cannot_plant_code_in_corral_installation(
     shared: Project, tag: str, command: str
 ) -> None:
@@ -135,7 +140,7 @@ WRITES = [
 ]
 
 
-@pytest.mark.parametrize(("tag", "path"), WRITES, ids=[w[0] for w in WRITES])
+@pytest.mark.parametrize(("tag", "path"), _cases(WRITES))
 def test_write_cannot_plant_code_in_corral_installation(
     shared: Project, tag: str, path: str
 ) -> None:
@@ -161,7 +166,7 @@ EDITS = [
 ]
 
 
-@pytest.mark.parametrize(("tag", "path", "old"), EDITS, ids=[e[0] for e in EDITS])
+@pytest.mark.parametrize(("tag", "path", "old"), _cases(EDITS))
 def test_edit_cannot_change_corral_installation(
     shared: Project, tag: str, path: str, old: str | None
 ) -> None:
@@ -228,7 +233,7 @@ BASH_GIT = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("tag", "command"), BASH_GIT, ids=[b[0] for b in BASH_GIT])
+@pytest.mark.parametrize(("tag", "command"), _cases(BASH_GIT))
 def test_bash_cannot_plant_git_hooks_or_config(project: Project, tag: str, command: str) -> None:
     config = (project.root / ".git" / "config").read_text()
     ok, out = project.call("bash", command=command.format(hook=_hook(project, tag)))
