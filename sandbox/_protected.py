@@ -137,8 +137,8 @@ def installation_paths() -> tuple[Protected, ...]:
 
     Read again when ``sys.path`` or ``sys.prefix`` change (cached otherwise).
     """
-    key = (os.getcwd(), sys.prefix, sys.executable, *sys.path)
-    return _installation(key + tuple(n for n in sys.modules if n.startswith("__editable__")))
+    # Editable installs' finders are imported at start-up, before any call.
+    return _installation((os.getcwd(), sys.prefix, sys.executable, *sys.path))
 
 
 def _git_name_problem(parts: Sequence[str], final: bool) -> str | None:

@@ -51,6 +51,8 @@ __all__ = ["ShellRequest", "plan_shell"]
 
 _MIB = 1024 * 1024
 _CORRAL_WHY = "corral's project-local extensions"
+#: Hidden already: an empty tmpfs replaces /run (and /var/run leads there).
+_RUN = ("/run", "/var/run")
 
 _DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -181,7 +183,10 @@ def _hidden(request: ShellRequest) -> list[tuple[str, bool]]:
     credential store that exists and that this user can read, never one holding the
     workspace, nothing twice, nothing inside another."""
     found: dict[str, bool] = {}
-    for real, is_dir in existing([*request.hidden, *credential_paths(request.home)]):
+    # /run is an empty tmpfs already: what lies in it needs no look.
+    wanted = [*request.hidden, *credential_paths(request.home)]
+    wanted = [p for p in wanted if not p.startswith(("/run/", "/var/run/")) and p not in _RUN]
+    for real, is_dir in existing(wanted):
         if real in found or inside(request.workspace, real):
             continue
         # What this user cannot read needs no hiding (root can read everything).
