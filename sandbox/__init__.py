@@ -38,7 +38,14 @@ from ._protected import (
     installation_paths,
 )
 from ._report import BackendStatus, Feature, SandboxReport, format_report
-from ._secrets import HOME_STORES, SYSTEM_STORES, credential_paths, other_homes
+from ._secrets import (
+    HOME_STORES,
+    SYSTEM_STORES,
+    credential_paths,
+    existing,
+    other_homes,
+    stores_around,
+)
 from ._select import check_sandbox, select_sandbox
 from ._shell import ShellRequest, plan_shell
 from ._spawn import Spawned, spawn
@@ -76,6 +83,7 @@ __all__ = [
     "check_permissions",
     "check_sandbox",
     "credential_paths",
+    "existing",
     "format_report",
     "guardian_pids",
     "host_environment",
@@ -85,6 +93,7 @@ __all__ = [
     "select_sandbox",
     "spawn",
     "start_guardian",
+    "stores_around",
     "sweep_orphans",
     "validate_permissions",
 ]

@@ -32,7 +32,14 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
-__all__ = ["HOME_STORES", "SYSTEM_STORES", "credential_paths", "existing", "other_homes"]
+__all__ = [
+    "HOME_STORES",
+    "SYSTEM_STORES",
+    "credential_paths",
+    "existing",
+    "other_homes",
+    "stores_around",
+]
 
 #: Credential stores and service sockets outside the home. ``/run`` holds the
 #: sockets of system services (docker, dbus, the user's agents): a unix socket can
@@ -199,6 +206,27 @@ def _identity(directory: str) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def stores_around(home: str, workspace: str) -> list[str]:
+    """:func:`credential_paths` for a sandbox working in ``workspace`` (a real path).
+
+    A store that holds the workspace is left out (the user chose to work there),
+    except another user's home, whose own stores are listed instead: root working
+    in ``/home/alice/project`` still does not see ``/home/alice/.ssh``.
+    """
+    out: list[str] = []
+    others = set(other_homes(home))
+    for path in credential_paths(home):
+        if not _inside(workspace, path):
+            out.append(path)
+        elif path in others:
+            out += [os.path.join(path, p) for p in HOME_STORES]
+    return out
 
 
 @functools.lru_cache(maxsize=16)

@@ -45,7 +45,7 @@ from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
 from ._protected import Protected, ProtectKind, protect_args
 from ._seccomp import build_filter, filter_fd
-from ._secrets import credential_paths, existing
+from ._secrets import existing, stores_around
 
 __all__ = ["ShellRequest", "plan_shell"]
 
@@ -184,7 +184,7 @@ def _hidden(request: ShellRequest) -> list[tuple[str, bool]]:
     workspace, nothing twice, nothing inside another."""
     found: dict[str, bool] = {}
     # /run is an empty tmpfs already: what lies in it needs no look.
-    wanted = [*request.hidden, *credential_paths(request.home)]
+    wanted = [*request.hidden, *stores_around(request.home, request.workspace)]
     wanted = [p for p in wanted if not p.startswith(("/run/", "/var/run/")) and p not in _RUN]
     for real, is_dir in existing(wanted):
         if real in found or inside(request.workspace, real):

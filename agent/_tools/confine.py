@@ -44,7 +44,7 @@ import typing
 import unicodedata
 from collections.abc import Sequence
 
-from sandbox import ProtectedPaths, ProtectedSnapshot, credential_paths
+from sandbox import ProtectedPaths, ProtectedSnapshot, existing, stores_around
 
 from .._exceptions import ToolError
 
@@ -198,16 +198,11 @@ class Workspace:
         return self._walk(path, start, collections.deque(todo), flags, rules, mode, any_kind)
 
     def _secrets(self) -> list[list[str]]:
-        """The credential stores (the sandbox's list), except one holding the root:
-        the user chose to work there."""
-        out: list[list[str]] = []
-        for store in credential_paths(self.home):
-            names = [store, os.path.realpath(store)] if os.path.lexists(store) else [store]
-            for name in dict.fromkeys(names):
-                parts = _parts(name)
-                if not _inside(self._root_parts, parts):
-                    out.append(parts)
-        return out
+        """The credential stores around the root (the list the ``bash`` sandbox
+        hides), by name and, for those that exist, as resolved."""
+        stores = stores_around(self.home, self.root)
+        names = [*stores, *(real for real, _ in existing(stores))]
+        return [_parts(n) for n in dict.fromkeys(names) if not _inside(self._root_parts, _parts(n))]
 
     def _start(self, path: str, expanded: str) -> tuple[list[str], list[str]]:
         """Where the walk starts (components) and what it still has to walk."""

@@ -226,3 +226,33 @@ async def test_file_tools_refuse_stores(planted: Home) -> None:
         assert result.is_error, (entry, text)
         assert "holds credentials" in text
         assert planted.secrets[entry] not in text
+
+
+async def test_working_in_another_users_home_hides_that_users_stores(
+    other_home: Path, bare: Home
+) -> None:
+    # Root in alice's project: the project is visible (it is the workspace), her keys
+    # are not, to bash nor to the file tools.
+    project = other_home / "project"
+    project.mkdir()
+    (project / "code.py").write_text("print('hi')\n")
+    backend = sandbox.select_sandbox("auto")
+    if backend.backend != "bwrap":
+        pytest.skip("no bwrap backend here")
+    ws = Workspace(str(project), corral_home=str(bare.corral_home), home=str(bare.home))
+    tool = BashTool(ws, sandbox=backend, default_timeout=60)
+    out = await _sh(tool, "cat code.py ../.ssh/id_ed25519; echo new > made.txt && cat made.txt")
+    assert "print('hi')" in out
+    assert "OTHER-USER-KEY" not in out
+    assert (project / "made.txt").read_text() == "new\n"
+
+    async def progress(_: str) -> None:
+        pass
+
+    ws = Workspace(
+        str(project), confine=False, corral_home=str(bare.corral_home), home=str(bare.home)
+    )
+    result = await ReadTool(ws).run("c1", {"path": "../.ssh/id_ed25519"}, progress)
+    assert result.is_error
+    text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
+    assert "holds credentials" in text

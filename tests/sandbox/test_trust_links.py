@@ -223,3 +223,24 @@ def test_mcp_pins_name_the_code(tmp_path: Path) -> None:
     (plain,) = load_config(project_config_path(project), Origin.PROJECT)[0]
     assert code_paths(plain) == []
     assert pin_digest(plain) == entry_digest(plain)
+
+
+def test_a_tool_hosts_modules_outside_its_directory_are_pinned(tmp_path: Path) -> None:
+    scripts = tmp_path / "project" / "scripts"
+    scripts.mkdir(parents=True)
+    (scripts / "tools.py").write_text("VALUE = 1\n")
+    host = tmp_path / "project" / ".corral" / "extensions" / "th"
+    host.mkdir(parents=True)
+    (host / "local.py").write_text("VALUE = 2\n")
+    manifest = {
+        "name": "th",
+        "kind": "tool-host",
+        "runtime": "python",
+        "config": {"modules": ["local.py", "../../../scripts/tools.py"]},
+    }
+    (host / "extension.json").write_text(json.dumps(manifest))
+    spec = load_manifest(host / "extension.json", "project")
+    store = TrustStore(tmp_path / "home")
+    before = store.digest(spec).digest
+    (scripts / "tools.py").write_text("VALUE = 666\n")  # as the agent's bash would
+    assert store.digest(spec).digest != before
