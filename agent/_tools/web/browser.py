@@ -134,13 +134,8 @@ _CLOSE_GRACE = 1.0
 #: The browser's stderr, inside its profile directory.
 _LOG = "chromium.log"
 #: Written as the fresh profile's ``Default/Preferences`` before the browser starts.
-_PREFERENCES = {
-    "webrtc": {
-        "ip_handling_policy": "disable_non_proxied_udp",
-        "multiple_routes_enabled": False,
-        "nonproxied_udp_enabled": False,
-    }
-}
+_WEBRTC = {"ip_handling_policy": "disable_non_proxied_udp", "multiple_routes_enabled": False}
+_PREFERENCES = {"webrtc": {**_WEBRTC, "nonproxied_udp_enabled": False}}
 _REAP_GRACE = 5.0
 
 
