@@ -11,10 +11,26 @@ process has exited. :func:`check_sandbox` and :func:`format_report` are
 ``corral sandbox check``. :func:`plan_shell` plans the agent's own confined shell
 (the ``bash`` tool) with the same machinery. :func:`host_environment` is the
 allowlisted environment everything corral starts begins with.
+
+Network grants: :func:`check_network` validates a ``permissions.network`` list of
+destinations, :class:`Destinations` matches a request against it (the egress
+proxy's question), and :func:`blocked_reason` / :class:`AddressPolicy` say which
+addresses a guarded connection may reach (the classification every network
+guard of corral uses).
 """
 
 from __future__ import annotations
 
+from ._address import (
+    AddressPolicy,
+    Allowance,
+    IPAddress,
+    blocked_reason,
+    is_localhost_name,
+    local_reason,
+    parse_allowance,
+    parse_host,
+)
 from ._environ import ALLOWED_ENV, host_environment
 from ._exceptions import (
     GrantChanged,
@@ -24,6 +40,14 @@ from ._exceptions import (
     SandboxUnavailable,
 )
 from ._guardian import guardian_pids, start_guardian, sweep_orphans
+from ._network import (
+    EGRESS_PORT,
+    Destination,
+    Destinations,
+    check_network,
+    parse_destination,
+    proxy_env,
+)
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
@@ -35,10 +59,16 @@ from ._validate import Checked, check_permissions, validate_permissions
 
 __all__ = [
     "ALLOWED_ENV",
+    "EGRESS_PORT",
+    "AddressPolicy",
+    "Allowance",
     "BackendStatus",
     "Checked",
+    "Destination",
+    "Destinations",
     "Feature",
     "GrantChanged",
+    "IPAddress",
     "LaunchPlan",
     "LaunchRequest",
     "Limits",
@@ -54,14 +84,22 @@ __all__ = [
     "SandboxUnavailable",
     "ShellRequest",
     "Spawned",
+    "blocked_reason",
     "carry_pins",
     "changed_pins",
+    "check_network",
     "check_permissions",
     "check_sandbox",
     "format_report",
     "guardian_pids",
     "host_environment",
+    "is_localhost_name",
+    "local_reason",
+    "parse_allowance",
+    "parse_destination",
+    "parse_host",
     "plan_shell",
+    "proxy_env",
     "select_sandbox",
     "spawn",
     "start_guardian",

@@ -52,6 +52,8 @@ from ._exceptions import (
     ExtensionStopping,
     IllegalTransition,
     ManifestError,
+    NetRefused,
+    NetUnresolved,
     ProtocolViolation,
     SupervisorClosed,
     SupervisorError,
@@ -77,6 +79,7 @@ from ._manifest import (
     load_manifest,
     mcp_server_spec,
 )
+from ._netguard import NetGuard, Resolver, system_resolver
 from ._process import ChildProcess, open_child
 from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
@@ -134,6 +137,9 @@ __all__ = [
     "ManifestError",
     "NativeFormat",
     "NativeResult",
+    "NetGuard",
+    "NetRefused",
+    "NetUnresolved",
     "Notified",
     "Oversize",
     "ProtocolViolation",
@@ -141,6 +147,7 @@ __all__ = [
     "Relay",
     "RelayedProcess",
     "ReloadStats",
+    "Resolver",
     "RestartPolicy",
     "Runtime",
     "Source",
@@ -178,6 +185,7 @@ __all__ = [
     "open_supervisor",
     "quarantine_file",
     "signal_group",
+    "system_resolver",
     "toolkit",
     "trust_command",
     "ui_file",
