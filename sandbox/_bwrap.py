@@ -296,7 +296,7 @@ class BwrapSandbox:
                 request.env, home=request.data_dir or "/tmp", tmp="/tmp", visible=visible
             )
             if listed:
-                env.update(proxy_env(EGRESS_PORT))
+                env.update(proxy_env(EGRESS_PORT, listed))
                 notes.append(egress_note(listed))
             cgroups = self._cgroups(request, notes)
             memory_done = (

@@ -250,20 +250,24 @@ def check_network(
     return list(dict.fromkeys(out)), needed
 
 
-def proxy_env(port: int = EGRESS_PORT) -> dict[str, str]:
+def proxy_env(port: int = EGRESS_PORT, destinations: Iterable[str] = ()) -> dict[str, str]:
     """The variables that send a child's HTTP, HTTPS and other TCP clients to the proxy.
 
     Upper and lower case (curl reads only ``http_proxy`` in lower case; most others
-    take either); ``NO_PROXY`` keeps the child's own loopback direct (it is the
-    child's: nothing of the host's is there). ``NODE_USE_ENV_PROXY`` makes Node's
-    ``fetch`` and ``http`` (22.21, 24.5 and later) honour them.
+    take either). ``NO_PROXY`` keeps the child's own loopback direct (it is the
+    child's: nothing of the host's is there), except a loopback address granted in
+    ``destinations``: that one means the host's, reached through the proxy.
+    ``NODE_USE_ENV_PROXY`` makes Node's ``fetch`` and ``http`` (22.21, 24.5 and
+    later) honour them.
     """
+    granted = {d.address for d in map(parse_destination, destinations) if d.address is not None}
+    own = [h for h in ("localhost", "127.0.0.1", "::1") if parse_host(h) not in granted]
     http = f"http://127.0.0.1:{port}"
     values = {
         "HTTP_PROXY": http,
         "HTTPS_PROXY": http,
         "ALL_PROXY": f"socks5h://127.0.0.1:{port}",
-        "NO_PROXY": "localhost,127.0.0.1,::1",
+        "NO_PROXY": ",".join(own),
     }
     env = {**values, **{k.lower(): v for k, v in values.items()}}
     env["NODE_USE_ENV_PROXY"] = "1"

@@ -127,7 +127,7 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         raise PlanError("bash", NO_CHILD_NAMESPACE)
     env = {**request.env, "TMPDIR": "/tmp"}
     if listed:
-        env.update(proxy_env(EGRESS_PORT))
+        env.update(proxy_env(EGRESS_PORT, listed))
         notes.append(egress_note(listed))
     try:
         mounts = _mounts(request, fds)

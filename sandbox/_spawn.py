@@ -84,6 +84,11 @@ class Spawned:
                 os.close(fd)
         self.fds = (-1, -1, -1)
         self.status.close()
+        self.drop_egress()
+
+    def drop_egress(self) -> None:
+        """Close our end of the socket the egress listener comes on, if still open
+        (a child that never started; :meth:`close` does it too)."""
         if self._egress is not None:
             self._egress.close()
             self._egress = None
@@ -109,8 +114,7 @@ class Spawned:
         except BlockingIOError:
             pass
         finally:
-            self._egress.close()
-            self._egress = None
+            self.drop_egress()
         if len(got) != 1:
             for fd in got:
                 os.close(fd)

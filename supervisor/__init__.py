@@ -10,6 +10,7 @@ from ._api import (
     CommandInfo,
     CommandOutcome,
     Displayed,
+    EgressRefused,
     ExtensionCrashed,
     ExtensionInfo,
     ExtensionKept,
@@ -44,6 +45,7 @@ from ._config import (
     ui_file,
 )
 from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
+from ._egress import Egress
 from ._exceptions import (
     CallFailed,
     CallTimeout,
@@ -112,6 +114,8 @@ __all__ = [
     "DirectoryUnhashable",
     "Discovery",
     "Displayed",
+    "Egress",
+    "EgressRefused",
     "EmitEvent",
     "ExtensionCrashed",
     "ExtensionGone",

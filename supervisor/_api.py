@@ -22,6 +22,7 @@ __all__ = [
     "CommandInfo",
     "CommandOutcome",
     "Displayed",
+    "EgressRefused",
     "ExtensionCrashed",
     "ExtensionInfo",
     "ExtensionKept",
@@ -200,6 +201,9 @@ class ExtensionStats(msgspec.Struct, frozen=True, kw_only=True):
     cpu_percent: float | None = None
     open_fds: int | None = None
     uptime_s: float | None = None
+    #: Connections its egress proxy made for it (a network list), and refused.
+    egress_allowed: int = 0
+    egress_refused: int = 0
 
 
 class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -292,6 +296,23 @@ class ExtensionKept(_Ev, frozen=True, tag="kept"):
     reason: str
 
 
+class EgressRefused(_Ev, frozen=True, tag="egress_refused"):
+    """A child's egress proxy refused a connection (a destination outside its network
+    list, or a name resolving to a local address, or a kind of traffic it never
+    carries). ``extension`` is the child's name (``bash``, ``dyn-<tool>`` for the
+    agent's own children)."""
+
+    #: What the child asked for: ``host:port``.
+    destination: str
+    #: Why it was refused.
+    reason: str
+    #: How it asked: ``connect`` (HTTP CONNECT), ``http`` (plain HTTP) or ``socks``.
+    via: str
+    #: Refusals of this child not reported one by one just before this one (a flood
+    #: is reported at a bounded rate; every refusal is counted in its stats).
+    unreported: int = 0
+
+
 class ToolsChanged(_Ev, frozen=True, tag="tools_changed"):
     """The set of extension tools or commands changed. ``extension`` is ``"*"``."""
 
@@ -308,5 +329,6 @@ SupervisorEvent = (
     | Quarantined
     | ExtensionStopped
     | ExtensionKept
+    | EgressRefused
     | ToolsChanged
 )

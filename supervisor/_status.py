@@ -98,7 +98,10 @@ def extension_infos(
 def _stats(e: Extension, proc_figures: dict[str, Any] | None) -> ExtensionStats:
     """Counters, latency percentiles and (given) psutil figures of one child."""
     figures = proc_figures or {}
+    egress = e.egress
     return e.calls.stats(
+        egress_allowed=egress.allowed if egress is not None else 0,
+        egress_refused=egress.refused if egress is not None else 0,
         restarts=e.restarts,
         rss_bytes=figures.get("rss"),
         cpu_percent=figures.get("cpu"),

@@ -54,6 +54,7 @@ from ._gate import ReloadGate
 from ._intercept import run_chain
 from ._lifecycle import ExtensionState
 from ._manifest import Discovery, ExtensionSpec, discover
+from ._netguard import NetGuard
 from ._reap import kill_and_wait, leftovers
 from ._registry import Registry
 from ._requests import (
@@ -108,8 +109,10 @@ class _Supervisor:
         project_dir: str | None,
         discover: bool,
         host: HostInfo,
+        guard: NetGuard,
     ) -> None:
         self.config = config
+        self._guard = guard
         self._sandbox = sandbox
         self._ext_paths = list(ext_paths)
         self._project_dir = project_dir
@@ -150,6 +153,10 @@ class _Supervisor:
     def trust_problem(self, spec: ExtensionSpec) -> str | None:
         """Why ``spec`` may not start now (None: it may); blocking."""
         return self._trust.problem(spec)
+
+    def net_guard(self) -> NetGuard:
+        """The guard of every egress proxy."""
+        return self._guard
 
     # --- events -------------------------------------------------------------------
 
@@ -577,6 +584,7 @@ async def open_supervisor(
     discover: bool = True,
     host: HostInfo | None = None,
     sandbox: Sandbox | None = None,
+    guard: NetGuard | None = None,
 ) -> AsyncIterator[SupervisorClient]:
     """Start every extension and yield a client; stop them all on exit.
 
@@ -589,6 +597,8 @@ async def open_supervisor(
         sandbox: a backend to use instead of ``select_sandbox(config.sandbox)``, which
             is called when the first extension is planned (a host without
             extensions never probes the machine).
+        guard: the network guard of the egress proxies of children with a network
+            list (default: public addresses only, the system's resolver).
 
     Entering returns once every extension is ready, failed, or crashed once (each
     wait is bounded by the handshake deadline and the ready cap), or, with
@@ -608,6 +618,7 @@ async def open_supervisor(
         project_dir=project_dir,
         discover=discover,
         host=host or HostInfo(),
+        guard=guard or NetGuard(),
     )
     async with trio.open_nursery() as nursery:
         sup._nursery = nursery

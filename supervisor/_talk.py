@@ -30,6 +30,7 @@ from ._calls import PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig, ui_file
 from ._lines import LineReader
 from ._manifest import ChildKind, ExtensionSpec
+from ._netguard import NetGuard
 from ._protocol import ExtensionProtocol
 from ._protocol import Owner as ExtensionOwner
 from ._relay import Relay, RelayProtocol
@@ -105,6 +106,10 @@ class Host(Protocol):
 
     def trust_problem(self, spec: ExtensionSpec) -> str | None:
         """Why ``spec`` may not start now (None: it may). Blocking: reads the disk."""
+        ...
+
+    def net_guard(self) -> NetGuard:
+        """The network guard of the egress proxies of children with a network list."""
         ...
 
 

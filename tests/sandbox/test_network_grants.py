@@ -180,4 +180,6 @@ def test_proxy_variables_upper_and_lower_case() -> None:
         assert env[name] == env[name.lower()]
     assert env["HTTP_PROXY"] == "http://127.0.0.1:3128"
     assert env["ALL_PROXY"] == "socks5h://127.0.0.1:3128"
-    assert "127.0.0.1" in env["NO_PROXY"].split(",")
+    assert env["NO_PROXY"] == "localhost,127.0.0.1,::1"
+    # A granted loopback address is the host's: through the proxy, not the child's own.
+    assert proxy_env(3128, ["127.0.0.1:8080", "api.example.com"])["no_proxy"] == "localhost,::1"
