@@ -45,7 +45,7 @@ from ._config import (
     ui_file,
 )
 from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
-from ._egress import Egress
+from ._egress import Egress, EgressReport
 from ._exceptions import (
     CallFailed,
     CallTimeout,
@@ -116,6 +116,7 @@ __all__ = [
     "Displayed",
     "Egress",
     "EgressRefused",
+    "EgressReport",
     "EmitEvent",
     "ExtensionCrashed",
     "ExtensionGone",

@@ -51,12 +51,12 @@ from ._exceptions import NetRefused, NetUnresolved
 from ._manifest import ChildKind, ExtensionSpec
 from ._netguard import NetGuard
 
-__all__ = ["Egress", "Report", "egress_of"]
+__all__ = ["Egress", "EgressReport", "egress_of"]
 
 log = get_logger(__name__)
 
 #: Reports a refusal (the audit log's way in); awaited in the refused connection's task.
-Report = Callable[[EgressRefused], Awaitable[None]]
+EgressReport = Callable[[EgressRefused], Awaitable[None]]
 
 #: Bytes read at once while relaying (large reads: fewer trips through trio).
 RELAY_CHUNK = 256 * 1024
@@ -192,7 +192,7 @@ class Egress:
         guard: NetGuard,
         *,
         grant: str,
-        report: Report | None = None,
+        report: EgressReport | None = None,
         connect_timeout: float = 10.0,
         head_timeout: float = 30.0,
     ) -> None:
@@ -453,7 +453,7 @@ class Egress:
                 await self._report(event)
 
 
-def egress_of(spec: ExtensionSpec, guard: NetGuard, report: Report) -> Egress | None:
+def egress_of(spec: ExtensionSpec, guard: NetGuard, report: EgressReport) -> Egress | None:
     """The egress proxy of a supervised child with a network list (None without one)."""
     destinations = spec.manifest.permissions.destinations
     if not destinations:

@@ -426,8 +426,7 @@ class Extension:
         """Its egress proxy refused a connection: its log, and the event (the audit log)."""
         more = f" (and {event.unreported} more before it)" if event.unreported else ""
         self._stderr.note(f"network: refused {event.destination}: {event.reason}{more}")
-        self._host.publish(event)
-        await trio.lowlevel.checkpoint()
+        await self._host.egress_refused(event)
 
     def _refuse_start(self, reason: str) -> None:
         self._problem = reason

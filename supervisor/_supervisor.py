@@ -28,6 +28,7 @@ from sandbox._log import get_logger
 from . import _frames as f
 from ._api import (
     CommandInfo,
+    EgressRefused,
     ExtensionInfo,
     ExtensionKept,
     ExtensionRestarted,
@@ -42,6 +43,7 @@ from ._api import (
 from ._calls import Reply
 from ._client import SupervisorClient
 from ._config import HostInfo, SupervisorConfig, quarantine_file
+from ._egress import EgressReport
 from ._exceptions import (
     SupervisorClosed,
     SupervisorError,
@@ -110,9 +112,11 @@ class _Supervisor:
         discover: bool,
         host: HostInfo,
         guard: NetGuard,
+        egress_report: EgressReport | None,
     ) -> None:
         self.config = config
         self._guard = guard
+        self._egress_report = egress_report
         self._sandbox = sandbox
         self._ext_paths = list(ext_paths)
         self._project_dir = project_dir
@@ -157,6 +161,12 @@ class _Supervisor:
     def net_guard(self) -> NetGuard:
         """The guard of every egress proxy."""
         return self._guard
+
+    async def egress_refused(self, event: EgressRefused) -> None:
+        """Publish a refused connection and hand it to the host's report."""
+        self.publish(event)
+        if self._egress_report is not None:
+            await self._egress_report(event)
 
     # --- events -------------------------------------------------------------------
 
@@ -585,6 +595,7 @@ async def open_supervisor(
     host: HostInfo | None = None,
     sandbox: Sandbox | None = None,
     guard: NetGuard | None = None,
+    egress_report: EgressReport | None = None,
 ) -> AsyncIterator[SupervisorClient]:
     """Start every extension and yield a client; stop them all on exit.
 
@@ -599,6 +610,8 @@ async def open_supervisor(
             extensions never probes the machine).
         guard: the network guard of the egress proxies of children with a network
             list (default: public addresses only, the system's resolver).
+        egress_report: awaited with every refusal those proxies report (also
+            published as :class:`~supervisor.EgressRefused` events): the audit log.
 
     Entering returns once every extension is ready, failed, or crashed once (each
     wait is bounded by the handshake deadline and the ready cap), or, with
@@ -619,6 +632,7 @@ async def open_supervisor(
         discover=discover,
         host=host or HostInfo(),
         guard=guard or NetGuard(),
+        egress_report=egress_report,
     )
     async with trio.open_nursery() as nursery:
         sup._nursery = nursery

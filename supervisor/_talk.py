@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ._api import SupervisorEvent
+from ._api import EgressRefused, SupervisorEvent
 from ._calls import PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig, ui_file
 from ._lines import LineReader
@@ -110,6 +110,11 @@ class Host(Protocol):
 
     def net_guard(self) -> NetGuard:
         """The network guard of the egress proxies of children with a network list."""
+        ...
+
+    async def egress_refused(self, event: EgressRefused) -> None:
+        """A child's egress proxy refused a connection: publish it, and report it to the
+        host's egress report (the audit log)."""
         ...
 
 

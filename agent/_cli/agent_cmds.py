@@ -229,6 +229,14 @@ _OPTIONS = [
         "guard, e.g. 127.0.0.1:8931 (repeatable; also $CORRAL_MCP_ALLOW).",
     ),
     click.option(
+        "--bash-network",
+        metavar="DEST",
+        multiple=True,
+        help="Let bash commands reach this destination through corral's proxy, e.g. "
+        "pypi.org, *.pythonhosted.org or 127.0.0.1:8080 (repeatable; also "
+        "$CORRAL_BASH_NETWORK; sandboxed bash has no network otherwise).",
+    ),
+    click.option(
         "--no-mcp-servers",
         is_flag=True,
         help="Do not start the MCP servers of $CORRAL_HOME/mcp.json and .corral/mcp.json.",
@@ -264,6 +272,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         searxng: str | None,
         web_allow: tuple[str, ...],
         mcp_allow: tuple[str, ...],
+        bash_network: tuple[str, ...],
         no_mcp_servers: bool,
         max_tokens: int,
         connect_timeout: float,
@@ -312,6 +321,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             dynamic_catalog=os.environ.get("CORRAL_DYNAMIC_CATALOG") or None,
             mcp_servers=not no_mcp_servers,
             mcp_allow=list(mcp_allow),
+            bash_network=list(bash_network),
         )
         return f(*args, options=options, **kwargs)
 

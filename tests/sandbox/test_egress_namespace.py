@@ -32,6 +32,7 @@ from sandbox import (
     check_permissions,
     select_sandbox,
     spawn,
+    start_guardian,
 )
 from sandbox._bwrap import BwrapSandbox
 
@@ -189,6 +190,7 @@ def test_a_list_needs_namespaces_of_the_child(bwrap: BwrapSandbox, ext_dir: Path
 
 
 def test_the_listener_and_its_socket_are_not_left_open(bwrap: BwrapSandbox, ext_dir: Path) -> None:
+    start_guardian()  # its socket lives as long as this process
     before = set(os.listdir("/proc/self/fd"))
     for _ in range(3):
         _run(bwrap, _request(ext_dir, ["api.example.com"], f"tcp=127.0.0.1:{EGRESS_PORT}"))

@@ -25,7 +25,7 @@ import trio
 from helpers.egresskit import Origin, open_origin, table_resolver
 from helpers.supkit import Kit, wait_for
 
-from sandbox import Permissions, select_sandbox
+from sandbox import Permissions, select_sandbox, start_guardian
 from supervisor import (
     EgressRefused,
     ExtensionState,
@@ -259,6 +259,7 @@ async def test_a_stdio_mcp_server_gets_the_proxy_of_its_entry(kit: Kit) -> None:
 
 
 async def test_a_stop_ends_the_childs_connections_and_leaves_no_descriptor(kit: Kit) -> None:
+    start_guardian()  # its socket lives as long as this process
     before = set(os.listdir("/proc/self/fd"))
     with trio.fail_after(CYCLE):
         async with open_origin() as origin:
