@@ -8,6 +8,8 @@ resolver seam. The sandbox around a real child is in ``test_egress_children.py``
 from __future__ import annotations
 
 import ipaddress
+import os
+import socket
 import struct
 import urllib.error
 import urllib.request
@@ -17,7 +19,7 @@ import trio
 from helpers.egresskit import TIMEOUT, exchange, open_origin, open_proxy, table_resolver
 
 from sandbox import AddressPolicy, Allowance
-from supervisor import NetGuard
+from supervisor import NetGuard, _splice
 
 
 def _connect(host: str, port: int) -> bytes:
@@ -229,3 +231,54 @@ async def test_a_closed_client_closes_the_connection_it_had() -> None:
                     proxy.port, _connect("127.0.0.1", origin.port) + b"x", until=b"echo:x"
                 )
                 await origin.ended.wait()
+
+
+async def _tcp_pair() -> tuple[trio.SocketStream, trio.SocketStream]:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    near = await trio.open_tcp_stream("127.0.0.1", listener.getsockname()[1])
+    far, _ = await listener.accept()
+    listener.close()
+    return near, trio.SocketStream(far)
+
+
+@pytest.mark.parametrize("spliced", [True, False], ids=["splice", "copy"])
+async def test_the_relay_copies_both_ways_and_passes_each_end_on(
+    spliced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not spliced:
+        monkeypatch.setattr(_splice, "_SPLICE", None)
+    payload = os.urandom(3 * 1024 * 1024 + 17)
+    with trio.fail_after(TIMEOUT):
+        client, proxy_in = await _tcp_pair()
+        proxy_out, server = await _tcp_pair()
+        async with client, proxy_in, proxy_out, server, trio.open_nursery() as nursery:
+            nursery.start_soon(_splice.relay, proxy_in.socket, proxy_out.socket)
+
+            async def drain(stream: trio.SocketStream) -> bytes:
+                got = bytearray()
+                while chunk := await stream.receive_some(1 << 20):
+                    got += chunk
+                return bytes(got)
+
+            async def send() -> None:
+                await client.send_all(payload)
+                await client.send_eof()  # the end of the request reaches the server...
+
+            nursery.start_soon(send)
+            assert await drain(server) == payload
+            await server.send_all(b"answer after the client's end")  # ...which still answers
+            await server.send_eof()
+            assert await drain(client) == b"answer after the client's end"
+
+
+async def test_a_broken_side_ends_the_relay() -> None:
+    with trio.fail_after(TIMEOUT):
+        client, proxy_in = await _tcp_pair()
+        proxy_out, server = await _tcp_pair()
+        async with client, proxy_in, proxy_out, server:
+            # The client resets its connection (SO_LINGER 0): nothing waits on the server.
+            client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            await client.aclose()
+            await _splice.relay(proxy_in.socket, proxy_out.socket)
