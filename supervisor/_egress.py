@@ -62,7 +62,7 @@ EgressReport = Callable[[EgressRefused], Awaitable[None]]
 #: A request head (HTTP) or greeting (SOCKS) larger than this is refused.
 HEAD_LIMIT = 16 * 1024
 #: Connections of one child at once; more wait in the listener's backlog.
-MAX_CONNECTIONS = 256
+MAX_CONNECTIONS = 128
 #: Refusals reported one by one: a burst of this many, then one per second.
 _REPORT_BURST = 20
 _REPORT_RATE = 1.0

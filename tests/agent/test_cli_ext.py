@@ -191,6 +191,7 @@ def test_sandbox_check_reports_bwrap() -> None:
     assert report["chosen"] == "bwrap"
     human = corral("sandbox", "check")
     assert "bwrap" in human.output
+    assert "ok  network lists (egress proxy)" in human.output
 
 
 def test_console_script_runs() -> None:
