@@ -20,6 +20,8 @@ import errno
 import fcntl
 import os
 import socket
+import typing
+from collections.abc import Callable
 
 import trio
 
@@ -31,7 +33,7 @@ __all__ = ["relay"]
 CHUNK = 1024 * 1024
 #: Yield to the scheduler after this many calls that did not wait.
 _YIELD_EVERY = 8
-_SPLICE = getattr(os, "splice", None)
+_SPLICE: Callable[..., int] | None = getattr(os, "splice", None)
 _SPLICE_FLAGS = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
@@ -54,51 +56,67 @@ def _pipe() -> tuple[int, int] | None:
     return r, w
 
 
-async def _spliced(src: Socket, dst: Socket, pipe: tuple[int, int]) -> None:
-    splice = _SPLICE
-    assert splice is not None
-    r, w = pipe
+class _Via(typing.Protocol):
+    """How bytes go from one socket to the other: taken in, then given out."""
+
+    def take(self, src: int) -> int:
+        """Take what ``src`` has (at most :data:`CHUNK`); 0 at its end.
+        ``BlockingIOError`` when it has nothing yet."""
+        ...
+
+    def give(self, dst: int, start: int, end: int) -> int:
+        """Give bytes ``start:end`` of what was taken to ``dst``; how many it took."""
+        ...
+
+
+@typing.final
+class _Spliced:
+    """Through a pipe, in the kernel."""
+
+    def __init__(self, pipe: tuple[int, int]) -> None:
+        assert _SPLICE is not None
+        self._splice = _SPLICE
+        self._r, self._w = pipe
+
+    def take(self, src: int) -> int:
+        return self._splice(src, self._w, CHUNK, flags=_SPLICE_FLAGS)
+
+    def give(self, dst: int, start: int, end: int) -> int:
+        return self._splice(self._r, dst, end - start, flags=_SPLICE_FLAGS)
+
+
+@typing.final
+class _Copied:
+    """Through one reused buffer."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray(CHUNK)
+        self._view = memoryview(self._buffer)
+
+    def take(self, src: int) -> int:
+        return os.readv(src, [self._buffer])
+
+    def give(self, dst: int, start: int, end: int) -> int:
+        return os.write(dst, self._view[start:end])
+
+
+async def _move(src: Socket, dst: Socket, via: _Via) -> None:
+    """Move everything ``src`` sends to ``dst``, until its end."""
     calls = 0
     while True:
         try:
-            moved = splice(src.fileno(), w, CHUNK, flags=_SPLICE_FLAGS)
-        except BlockingIOError:
-            await trio.lowlevel.wait_readable(src)
-            continue
-        except OSError as exc:
-            raise _Broken from exc
-        if moved == 0:
-            return  # end of input
-        while moved:
-            try:
-                moved -= splice(r, dst.fileno(), moved, flags=_SPLICE_FLAGS)
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(dst)
-            except OSError as exc:
-                raise _Broken from exc
-        calls += 1
-        if calls % _YIELD_EVERY == 0:
-            await trio.lowlevel.checkpoint()
-
-
-async def _copied(src: Socket, dst: Socket) -> None:
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    calls = 0
-    while True:
-        try:
-            got = os.readv(src.fileno(), [buffer])
+            got = via.take(src.fileno())
         except BlockingIOError:
             await trio.lowlevel.wait_readable(src)
             continue
         except OSError as exc:
             raise _Broken from exc
         if got == 0:
-            return
+            return  # end of input
         sent = 0
         while sent < got:
             try:
-                sent += os.write(dst.fileno(), view[sent:got])
+                sent += via.give(dst.fileno(), sent, got)
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(dst)
             except OSError as exc:
@@ -111,10 +129,7 @@ async def _copied(src: Socket, dst: Socket) -> None:
 async def _one_way(src: Socket, dst: Socket, scope: trio.CancelScope) -> None:
     pipe = _pipe()
     try:
-        if pipe is not None:
-            await _spliced(src, dst, pipe)
-        else:
-            await _copied(src, dst)
+        await _move(src, dst, _Spliced(pipe) if pipe is not None else _Copied())
         try:
             dst.shutdown(socket.SHUT_WR)  # pass the end of input on
         except OSError as exc:

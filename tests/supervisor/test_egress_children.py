@@ -150,6 +150,16 @@ async def _probe_ext(client: SupervisorClient, *words: object) -> str:
     return (await client.invoke_command("probe", " ".join(map(str, words)))).display
 
 
+def _asks(granted: Origin, other: Origin) -> list[list[str]]:
+    """What each kind is asked, in the order :func:`_check_answers` takes the answers."""
+    return [
+        ["get", f"{granted.url}/x"],
+        ["get", f"{other.url}/x"],
+        ["raw", "127.0.0.1", str(granted.port)],
+        ["env"],
+    ]
+
+
 def _check_answers(
     granted: Origin, other: Origin, get: str, refused: str, direct: str, env: str
 ) -> None:
@@ -211,12 +221,7 @@ async def test_a_tool_host_gets_the_same_proxy(kit: Kit) -> None:
             (host / "extension.json").write_text(json.dumps(manifest))
             async with _supervised(kit, host) as client:
                 answers = []
-                for words in (
-                    ["get", f"{granted.url}/x"],
-                    ["get", f"{other.url}/x"],
-                    ["raw", "127.0.0.1", str(granted.port)],
-                    ["env"],
-                ):
+                for words in _asks(granted, other):
                     outcome = await client.call_tool("probe", {"words": words})
                     (block,) = outcome.content
                     assert isinstance(block, TextBlock)
@@ -245,12 +250,7 @@ async def test_a_stdio_mcp_server_gets_the_proxy_of_its_entry(kit: Kit) -> None:
                 assert proc is not None, relay.problem
                 assert proc.sandboxed
                 answers = []
-                for words in (
-                    ["get", f"{granted.url}/x"],
-                    ["get", f"{other.url}/x"],
-                    ["raw", "127.0.0.1", str(granted.port)],
-                    ["env"],
-                ):
+                for words in _asks(granted, other):
                     await proc.stdin.send_all(json.dumps(words).encode() + b"\n")
                     answers.append(json.loads(await proc.stdout.receive_some()))
                 await client.stop_child("relayed")
