@@ -557,7 +557,7 @@ class Extension:
             error = ExtensionGone(self.name, reply.what, "the extension is not running")
         else:
             rid = f"t{next(REQUEST_IDS)}"  # (PendingCalls.new_id, inlined)
-            problem = talk.call(rid, talk.tool_call(rid, req), reply)
+            problem = talk.send_tool(rid, req, reply)
             if problem is None:
                 return
             error = ExtensionGone(self.name, reply.what, problem)

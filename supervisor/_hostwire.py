@@ -294,12 +294,15 @@ class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):
     """One entry of ``get_tool_schemas``: ``parameters`` is a JSON object schema.
 
     Hosts name the schema ``parameters``, ``input_schema`` or ``schema``; this holds
-    it as ``parameters`` whichever it was.
+    it as ``parameters`` whichever it was. ``stateless`` (corral's extension, the
+    runners say it) promises that the tool neither reads nor changes the state: its
+    calls go without one, beside the others.
     """
 
     name: str
     description: str = ""
     parameters: dict[str, Any]
+    stateless: bool = False
 
 
 class SchemaProblem(msgspec.Struct, frozen=True, kw_only=True):
@@ -316,6 +319,7 @@ class _RawSchema(msgspec.Struct, frozen=True, kw_only=True):
     parameters: Any = None
     input_schema: Any = None
     schema: Any = None
+    stateless: Any = None  # only ``true`` counts: anything else is "may use the state"
 
 
 class ExecuteValue(msgspec.Struct, frozen=True, kw_only=True):
@@ -367,7 +371,14 @@ def decode_tool_schemas(value: Any) -> tuple[list[ToolSchema], list[SchemaProble
             detail = f"schema is not a JSON object schema (type: object): {json_excerpt(schema)}"
             problems.append(SchemaProblem(index=index, name=raw.name, detail=detail))
             continue
-        tools.append(ToolSchema(name=raw.name, description=raw.description, parameters=schema))
+        tools.append(
+            ToolSchema(
+                name=raw.name,
+                description=raw.description,
+                parameters=schema,
+                stateless=raw.stateless is True,
+            )
+        )
     return tools, problems
 
 

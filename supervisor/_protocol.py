@@ -253,9 +253,11 @@ class ExtensionProtocol(ChildProtocol):
 
     # --- what the owner sends ----------------------------------------------------------
 
-    def tool_call(self, rid: str, req: CallTool) -> bytes:
-        """The ``tool_call`` frame for call ``rid``."""
-        return f.encode_bare(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n"
+    def send_tool(self, rid: str, req: CallTool, reply: Reply[Any]) -> str | None:
+        """Send the ``tool_call`` frame of call ``rid`` (see :meth:`call`)."""
+        return self.call(
+            rid, f.encode_bare(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n", reply
+        )
 
     def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
         """Extensions have no call previews."""

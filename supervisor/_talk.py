@@ -28,6 +28,7 @@ import trio
 from ._api import EgressRefused, SupervisorEvent
 from ._calls import PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig, ui_file
+from ._hoststate import HostSession
 from ._lines import LineReader
 from ._manifest import ChildKind, ExtensionSpec
 from ._netguard import NetGuard
@@ -35,8 +36,8 @@ from ._protocol import ExtensionProtocol
 from ._protocol import Owner as ExtensionOwner
 from ._relay import Relay, RelayProtocol
 from ._requests import CallTool, PreviewToolCall
-from ._toolhost import HostSession, ToolHostProtocol
 from ._toolhost import Owner as HostOwner
+from ._toolhost import ToolHostProtocol
 
 if TYPE_CHECKING:
     from ._extension import Extension
@@ -65,8 +66,9 @@ class Talk(Protocol):
         """Start-up, then route every line until EOF."""
         ...
 
-    def tool_call(self, rid: str, req: CallTool) -> bytes:
-        """The line asking for tool call ``rid``."""
+    def send_tool(self, rid: str, req: CallTool, reply: Reply[Any]) -> str | None:
+        """Send tool call ``rid`` (or queue it, for a tool host's state) and track it;
+        an error text when it cannot be sent."""
         ...
 
     def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:

@@ -13,7 +13,9 @@
 //     `parameters` is the JSON object schema of the arguments (`schema` and
 //     `input_schema` are accepted too). `ctx` is the emit function itself (so the
 //     seed's `execute(args, emit)` works) and also carries ctx.emit, ctx.state (the
-//     state object; mutate it) and ctx.config. execute returns text, content blocks,
+//     state object; mutate it) and ctx.config. `stateless: true` declares a tool that
+//     never uses ctx.state: its calls run beside the others and answer no state
+//     (calls that may change the state go one at a time). execute returns text, content blocks,
 //     any JSON value, or an object with a boolean `success` (the result shape itself,
 //     e.g. {success: false, error: "..."} for a failure the model should see). A throw
 //     answers the request with an error {type, detail, stack}.
@@ -283,7 +285,11 @@ function checkTool(mod, tool, index) {
   if (!isObject(schema) || schema.type !== "object") {
     throw new Failure("InvalidConfig", `${where} (${tool.name}): parameters must be a JSON object schema`);
   }
-  return { name: tool.name, description: String(tool.description ?? ""), parameters: schema };
+  const spec = { name: tool.name, description: String(tool.description ?? ""), parameters: schema };
+  // A tool that never touches ctx.state says so: its calls go without the state, beside
+  // the others, and answer none (an echo of the state it was sent would undo theirs).
+  if (tool.stateless === true) spec.stateless = true;
+  return spec;
 }
 
 function needInit() {
@@ -460,6 +466,8 @@ function startExecute(id, params) {
     sendFailure(id, failureFrom(err));
     return;
   }
+  const stateless = entry.spec.stateless === true;
+  if (stateless) echo = false;
   let finished = false;
   const emit = (event) => {
     const isEvent = isObject(event) && event.type === "part" && "payload" in event;
@@ -472,7 +480,16 @@ function startExecute(id, params) {
     }
     write(line);
   };
-  const ctx = Object.assign((event) => emit(event), { emit, state, config: hostConfig });
+  const ctx = Object.assign((event) => emit(event), { emit, config: hostConfig });
+  if (stateless) {
+    Object.defineProperty(ctx, "state", {
+      get() {
+        throw new Failure("StatelessTool", `${entry.spec.name} is declared stateless: it has no ctx.state`);
+      },
+    });
+  } else {
+    ctx.state = state;
+  }
   const run = async () => {
     let args = params.arguments ?? {};
     if (typeof args === "string") {

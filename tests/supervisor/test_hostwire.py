@@ -148,7 +148,8 @@ def test_tool_schemas_keep_the_good_and_name_the_bad() -> None:
         [
             {"name": "a", "description": "A", "parameters": obj, "extra": 1},
             {"name": "b", "input_schema": obj},
-            {"name": "c", "schema": obj},
+            {"name": "c", "schema": obj, "stateless": "yes"},  # only true counts
+            {"name": "s", "parameters": obj, "stateless": True},
             {"name": "d", "parameters": {"type": "array"}},
             {"name": "e"},
             {"description": "no name"},
@@ -160,13 +161,14 @@ def test_tool_schemas_keep_the_good_and_name_the_bad() -> None:
         ToolSchema(name="a", description="A", parameters=obj),
         ToolSchema(name="b", parameters=obj),
         ToolSchema(name="c", parameters=obj),
+        ToolSchema(name="s", parameters=obj, stateless=True),
     ]
     assert [(p.index, p.name) for p in problems] == [
-        (3, "d"),
-        (4, "e"),
-        (5, None),
+        (4, "d"),
+        (5, "e"),
         (6, None),
         (7, None),
+        (8, None),
     ]
     assert "not a JSON object schema" in problems[0].detail
 
