@@ -6,6 +6,7 @@ Open one with :func:`open_supervisor`; talk to it through the
 
 from __future__ import annotations
 
+from . import toolkit
 from ._api import (
     CommandInfo,
     CommandOutcome,
@@ -86,7 +87,6 @@ from ._process import ChildProcess, open_child
 from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
 from ._requests import EmitEvent
-from ._sdk import corral_tools as toolkit
 from ._spawn import SDK_DIR
 from ._supervisor import open_supervisor
 from ._trust import (
