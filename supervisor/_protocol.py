@@ -379,7 +379,8 @@ class ExtensionProtocol(ChildProtocol):
             case f.CommandResponse():
                 self._command_response(frame)
             case f.Notify():
-                event = Notified(extension=self._name, level=frame.level, message=frame.message)
+                level = frame.seed_level
+                event = Notified(extension=self._name, level=level, message=frame.message)
                 self._host.publish(event)
             case f.RegisterTool() | f.RegisterCommand() | f.Subscribe():
                 self._register(frame)
@@ -435,11 +436,12 @@ class ExtensionProtocol(ChildProtocol):
         reply = self._take(frame.id, CallKind.COMMAND)
         if reply is None:
             return
-        if frame.action == "display" and frame.display:
+        action = frame.taken_action
+        if action == "display" and frame.display:
             self._host.publish(Displayed(extension=self._name, text=frame.display))
         reply.set(
             CommandOutcome(
-                action=frame.action,
+                action=action,
                 prompt=frame.prompt,
                 insert=frame.insert,
                 display=frame.display,
