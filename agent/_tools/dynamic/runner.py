@@ -74,10 +74,14 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         return exit_text(self.returncode)
 
 
-def _environment(scratch: str) -> dict[str, str]:
+def _environment(where: str, scratch: str) -> dict[str, str]:
+    """Every variable a program sees, with or without a sandbox (docs/tools.md lists
+    them; a test compares): a sandbox points ``TMPDIR`` at its private ``/tmp``."""
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": scratch,
+        "PWD": where,  # the working directory (bubblewrap's --chdir sets it too)
+        "TMPDIR": scratch,
         "LANG": "C.UTF-8",
         "PYTHONPATH": f"{SDK_DIR}:{os.path.dirname(_MSGSPEC_DIR)}",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -126,7 +130,7 @@ class DynamicRunner:
         return LaunchRequest(
             name=f"dyn-{name}",
             argv=[self._python, "-s", "-B", os.path.join(where, "tool.py"), mode],
-            env=_environment(scratch),
+            env=_environment(where, scratch),
             ext_dir=where,
             data_dir=scratch,
             permissions=Permissions(network=network or False, limits=LIMITS),
