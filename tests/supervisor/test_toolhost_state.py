@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import trio
-from helpers.paths import TOOLHOST_EXAMPLES
+from helpers.paths import REPO, TOOLHOST_EXAMPLES
 from helpers.supkit import CYCLE, Kit
 
 from supervisor import CallTimeout, ExtensionGone, ExtensionState, SupervisorClient, TextBlock
@@ -203,3 +203,14 @@ async def test_turns_keep_a_hook_s_state_only_when_nothing_changed_it() -> None:
     assert not turns.hook_answered(s1, {"n": 0, "f": 3})
     assert turns.hook_answered(s1, dict(s1))
     assert session.state == {"n": 1, "f": 1}
+
+
+async def test_format_tool_result_gets_the_whole_value_as_documented(kit: Kit) -> None:
+    with trio.fail_after(CYCLE):
+        async with kit.open(seed_host(kit)) as client:
+            shown = text(await client.call_tool("show", {}))
+    assert shown == '{"result": "shown", "success": true}'
+    # docs/toolkit.md says so where the hook is described (the client's table).
+    docs = (REPO / "docs" / "toolkit.md").read_text()
+    row = next(line for line in docs.splitlines() if line.startswith("| `format_tool_result({"))
+    assert "the whole value `execute_tool` answered, `{success: true, result, ...}`" in row

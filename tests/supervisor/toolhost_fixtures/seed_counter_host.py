@@ -5,8 +5,9 @@ sent, updated, so the client must order the calls that carry it. Each call runs 
 its own thread, as a host serving calls concurrently would.
 
 Tools: ``incr`` adds 1 to ``state.n`` after a short pause; ``hang`` never answers;
-``die`` exits the host; ``peek`` answers ``n``. ``format_tool_result`` counts the
-results it formatted in ``state.formatted`` (a hook that changes the state).
+``die`` exits the host; ``peek`` answers ``n``; ``show`` answers ``"shown"``.
+``format_tool_result`` counts the results it formatted in ``state.formatted`` (a
+hook that changes the state), and renders ``show``'s as the JSON of what it got.
 """
 
 import json
@@ -17,7 +18,8 @@ import time
 
 OBJECT = {"type": "object", "properties": {}}
 TOOLS = [
-    {"name": n, "description": n, "parameters": OBJECT} for n in ("incr", "hang", "die", "peek")
+    {"name": n, "description": n, "parameters": OBJECT}
+    for n in ("incr", "hang", "die", "peek", "show")
 ]
 lock = threading.Lock()
 
@@ -46,6 +48,8 @@ def execute(rid: object, params: dict) -> None:
             {"success": True, "result": f"n={state.get('n', 0)} f={state.get('formatted', 0)}"},
             state,
         )
+    elif name == "show":
+        ok(rid, {"success": True, "result": "shown"}, state)
     elif name == "die":
         os._exit(3)
     # hang: never answers
@@ -61,6 +65,8 @@ def main() -> None:
             ok(rid, TOOLS, params.get("state"))
         elif method == "execute_tool":
             threading.Thread(target=execute, args=(rid, params), daemon=True).start()
+        elif method == "format_tool_result" and params["result"].get("result") == "shown":
+            ok(rid, json.dumps(params["result"], sort_keys=True))
         elif method == "format_tool_result":
             state = params.get("state") or {}
             state["formatted"] = state.get("formatted", 0) + 1
