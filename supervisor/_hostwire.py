@@ -120,6 +120,10 @@ class Result(msgspec.Struct, frozen=True, kw_only=True):
     state: dict[str, Any] | None = None
 
 
+#: The start and the end of a host's stack that its log keeps (characters).
+_STACK_END = 2000
+
+
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
     """The ``error`` of a failed response."""
 
@@ -153,6 +157,15 @@ class ErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         """``type: detail`` (or the type alone), for logs and results."""
         return f"{self.error.type}: {self.error.detail}" if self.error.detail else self.error.type
+
+    def logged(self) -> str:
+        """:meth:`describe` and the host's ``stack``, for the host's log (never for the
+        model): a long stack keeps its first and last :data:`_STACK_END` characters."""
+        stack = self.error.stack.strip()
+        if len(stack) > 2 * _STACK_END:
+            cut = len(stack) - 2 * _STACK_END
+            stack = f"{stack[:_STACK_END]}\n[{cut} characters]\n{stack[-_STACK_END:]}"
+        return f"{self.describe()}\n{stack}" if stack else self.describe()
 
 
 class HostEvent(msgspec.Struct, frozen=True, kw_only=True):

@@ -209,6 +209,7 @@ class ToolHostProtocol(ChildProtocol):
             return False
         initialized = answers[1 if ahead else 0]
         if isinstance(initialized, ErrorResponse):
+            self._owner.note(f"init: {initialized.logged()}")
             self._refuse(f"init failed: {initialized.describe()}")
             return False
         self._session.initial(initialized.result.state, initialized.result.value)
@@ -483,6 +484,7 @@ class ToolHostProtocol(ChildProtocol):
     def _tool_answer(self, reply: Reply[Any], msg: OkResponse | ErrorResponse) -> None:
         if isinstance(msg, ErrorResponse):
             self._calls.counts["errors"] += 1
+            self._owner.note(f"{reply.name}: {msg.logged()}")  # the model gets no stack
             reply.set(
                 self._outcome(reply, [f.TextBlock(text=f"tool host error: {msg.describe()}")], True)
             )
@@ -555,7 +557,7 @@ class ToolHostProtocol(ChildProtocol):
             return
         self._lacks.add(method)
         if msg.error.type != HostErrorType.UNKNOWN_METHOD:
-            self._note(f"{method} answered an error; not asked again: {msg.describe()}")
+            self._note(f"{method} answered an error; not asked again: {msg.logged()}")
 
     def _note(self, text: str) -> None:
         """A fact for the host's log (not a problem)."""

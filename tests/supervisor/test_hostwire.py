@@ -228,3 +228,18 @@ def test_runner_errors_match_the_codec() -> None:
     for error_type in HostErrorType:
         assert f'"{error_type}"' in python, error_type
         assert f'"{error_type}"' in node, error_type
+
+
+def test_an_error_s_stack_is_for_the_log_and_a_long_one_is_cut() -> None:
+    short = decode_host_message(
+        b'{"v":1,"id":"a","ok":false,"error":{"type":"E","detail":"d","stack":"at f\\n"}}'
+    )
+    assert isinstance(short, ErrorResponse)
+    assert (short.describe(), short.logged()) == ("E: d", "E: d\nat f")
+    stack = "".join(f"frame {i:05d}\n" for i in range(2000))  # 24,000 characters
+    long = ErrorResponse(id="b", error=ErrorInfo(type="E", detail="d", stack=stack))
+    logged = long.logged()
+    assert logged.startswith("E: d\nframe 00000\n")
+    assert logged.endswith("frame 01999")
+    assert "[19999 characters]" in logged  # (the stripped stack is 23,999)
+    assert len(logged) < 4100
