@@ -209,8 +209,10 @@ class ExtensionStats(msgspec.Struct, frozen=True, kw_only=True):
 class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Status of one extension (or tool host) as the supervisor sees it.
 
-    ``ui_elements`` are what a tool host's ``get_ui_elements`` answered (as sent;
-    display them as untrusted data).
+    ``tools`` and ``commands`` are the ones it runs; names it registered that a
+    built-in or an earlier extension holds are ``shadowed_tools`` and
+    ``shadowed_commands`` (while it runs). ``ui_elements`` are what a tool host's
+    ``get_ui_elements`` answered (as sent; display them as untrusted data).
     """
 
     name: str
@@ -228,6 +230,8 @@ class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
     stats: ExtensionStats = ExtensionStats()
     kind: ChildKind = ChildKind.EXTENSION
     ui_elements: list[Any] = []
+    shadowed_tools: list[str] = []
+    shadowed_commands: list[str] = []
 
 
 # --- events ---------------------------------------------------------------------

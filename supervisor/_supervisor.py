@@ -582,7 +582,7 @@ class _Supervisor:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
         figures = await trio.to_thread.run_sync(self._figures.measure, pids) if pids else {}
         backend = self._sandbox.backend if exts else ""  # no extension: no probe
-        return extension_infos(exts, figures, backend)
+        return extension_infos(exts, figures, backend, self._registry)
 
 
 @asynccontextmanager
