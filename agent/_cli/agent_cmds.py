@@ -31,6 +31,7 @@ from .._host import AgentHost, AgentOptions, open_agent
 from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
+from .ext_files import ext_dirs
 from .helptext import AGENT_ENV, COMMON_ENV, epilog
 from .lifecycle import SignalCancel, check_started, requested_extensions
 from .logs import configure_logging, human_stderr
@@ -105,8 +106,10 @@ _OPTIONS = [
         "--ext",
         "ext_paths",
         multiple=True,
-        type=click.Path(file_okay=False),
-        help="Load the extension in this directory (repeatable); wins over installed ones.",
+        type=click.Path(),
+        callback=ext_dirs,
+        help="Load the extension in this directory, or of this extension.json (repeatable); "
+        "wins over installed ones.",
     ),
     click.option(
         "--provider",
