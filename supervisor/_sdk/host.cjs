@@ -3,7 +3,8 @@
 // Start it as `node host.cjs` (`node host.mjs` runs it too); the client then sends
 // init({"config": {"modules": [...]}}) and the runner imports each named tool module
 // (a path relative to the working directory, or a package name), ES module or
-// CommonJS, with no npm dependencies of its own. It behaves like the Python runner
+// CommonJS, or TypeScript (.ts, .mts, .cts) where Node strips types (see TYPESCRIPT),
+// with no npm dependencies of its own. It behaves like the Python runner
 // (corral_toolhost.py); docs/toolkit.md describes both.
 //
 // A tool module exports (named exports, or a default export object, which is
@@ -239,9 +240,32 @@ let hostState = {};
 // them (Node >= 22.12), costs no ES module loader; import() for the rest.
 const REQUIRE_REFUSED = new Set(["ERR_REQUIRE_ESM", "ERR_REQUIRE_ASYNC_MODULE"]);
 
+// TypeScript modules run where Node strips types: 22.18+ and 23.6+ by default, 22.6+
+// with --experimental-strip-types (corral passes it to such a Node when config.modules
+// lists one). Elsewhere init refuses them, saying what to do.
+const TYPESCRIPT = /\.[cm]?ts$/;
+
+function stripsTypes() {
+  const ts = process.features.typescript; // "strip" | "transform" | false, from 22.10
+  if (ts !== undefined) return Boolean(ts);
+  return process.execArgv.some((a) => /^--experimental-(strip|transform)-types$/.test(a));
+}
+
+function typescriptRefused(entry) {
+  const js = entry.replace(/\.([cm]?)ts$/, ".$1js");
+  return new Failure(
+    "InvalidConfig",
+    `${entry} is TypeScript, and Node ${process.version} cannot strip its types: that takes ` +
+      "Node 22.18+ or 23.6+, or 22.6+ started with --experimental-strip-types (corral passes it). " +
+      `Or compile it to JavaScript and list ${js} in config.modules: ` +
+      `npx tsc --module nodenext --target es2022 ${entry}, or ` +
+      `npx esbuild ${entry} --format=esm --outfile=${js}`,
+  );
+}
+
 async function loadModule(entry) {
   let file = null;
-  if (entry.startsWith(".") || entry.includes("/") || /\.[cm]?js$/.test(entry)) {
+  if (entry.startsWith(".") || entry.includes("/") || /\.[cm]?[jt]s$/.test(entry)) {
     file = path.resolve(entry);
   } else {
     // A package name: resolve it from the working directory, not from this file.
@@ -314,6 +338,8 @@ async function init(params) {
   if (!Array.isArray(entries) || !entries.length || !entries.every((e) => typeof e === "string" && e)) {
     throw new Failure("InvalidConfig", "config.modules must be a non-empty list of module paths or names");
   }
+  const typescript = entries.find((e) => TYPESCRIPT.test(e));
+  if (typescript !== undefined && !stripsTypes()) throw typescriptRefused(typescript);
   const loaded = [];
   for (const entry of entries) {
     try {
