@@ -474,6 +474,21 @@ const handlers = new Map([
 
 const inflight = new Set();
 
+// What a stateless tool finds as ctx.state: one object per tool that throws when
+// used (made once: an accessor defined on every call's ctx costs V8 microseconds).
+function noState(entry) {
+  entry.noState ??= new Proxy(Object.freeze({}), {
+    get(_, key) {
+      if (typeof key === "symbol") return undefined; // (inspection, not use)
+      throw new Failure("StatelessTool", `${entry.spec.name} is declared stateless: it has no ctx.state`);
+    },
+    set() {
+      throw new Failure("StatelessTool", `${entry.spec.name} is declared stateless: it has no ctx.state`);
+    },
+  });
+  return entry.noState;
+}
+
 function toWire(value) {
   if (isObject(value) && typeof value.success === "boolean") return value; // the result shape itself
   return { success: true, result: value ?? "" };
@@ -506,16 +521,8 @@ function startExecute(id, params) {
     }
     write(line);
   };
-  const ctx = Object.assign((event) => emit(event), { emit, config: hostConfig });
-  if (stateless) {
-    Object.defineProperty(ctx, "state", {
-      get() {
-        throw new Failure("StatelessTool", `${entry.spec.name} is declared stateless: it has no ctx.state`);
-      },
-    });
-  } else {
-    ctx.state = state;
-  }
+  const own = stateless ? noState(entry) : state;
+  const ctx = Object.assign((event) => emit(event), { emit, state: own, config: hostConfig });
   const run = async () => {
     let args = params.arguments ?? {};
     if (typeof args === "string") {
