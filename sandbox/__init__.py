@@ -14,10 +14,26 @@ both it and the file tools follow inside the workspace (what must stay read-only
 because it runs later as the user), and :func:`credential_paths` the one list of
 credential stores no sandboxed child may read. :func:`host_environment` is the
 allowlisted environment everything corral starts begins with.
+
+Network grants: :func:`check_network` validates a ``permissions.network`` list of
+destinations, :class:`Destinations` matches a request against it (the egress
+proxy's question), and :func:`blocked_reason` / :class:`AddressPolicy` say which
+addresses a guarded connection may reach (the classification every network
+guard of corral uses).
 """
 
 from __future__ import annotations
 
+from ._address import (
+    AddressPolicy,
+    Allowance,
+    IPAddress,
+    blocked_reason,
+    is_localhost_name,
+    local_reason,
+    parse_allowance,
+    parse_host,
+)
 from ._environ import ALLOWED_ENV, host_environment
 from ._exceptions import (
     GrantChanged,
@@ -27,6 +43,14 @@ from ._exceptions import (
     SandboxUnavailable,
 )
 from ._guardian import guardian_pids, start_guardian, sweep_orphans
+from ._network import (
+    EGRESS_PORT,
+    Destination,
+    Destinations,
+    check_network,
+    parse_destination,
+    proxy_env,
+)
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
@@ -53,12 +77,18 @@ from ._validate import Checked, check_permissions, validate_permissions
 
 __all__ = [
     "ALLOWED_ENV",
+    "EGRESS_PORT",
     "HOME_STORES",
     "SYSTEM_STORES",
+    "AddressPolicy",
+    "Allowance",
     "BackendStatus",
     "Checked",
+    "Destination",
+    "Destinations",
     "Feature",
     "GrantChanged",
+    "IPAddress",
     "LaunchPlan",
     "LaunchRequest",
     "Limits",
@@ -78,8 +108,10 @@ __all__ = [
     "SandboxUnavailable",
     "ShellRequest",
     "Spawned",
+    "blocked_reason",
     "carry_pins",
     "changed_pins",
+    "check_network",
     "check_permissions",
     "check_sandbox",
     "credential_paths",
@@ -88,8 +120,14 @@ __all__ = [
     "guardian_pids",
     "host_environment",
     "installation_paths",
+    "is_localhost_name",
+    "local_reason",
     "other_homes",
+    "parse_allowance",
+    "parse_destination",
+    "parse_host",
     "plan_shell",
+    "proxy_env",
     "select_sandbox",
     "spawn",
     "start_guardian",

@@ -47,6 +47,7 @@ from ._cgroup import CgroupManager
 from ._environ import sandbox_env
 from ._etc import EtcCopies, stat_identity
 from ._exceptions import GrantChanged, PlanError
+from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._pin import Pin, walk
 from ._plan import LaunchPlan, LaunchRequest
@@ -55,7 +56,7 @@ from ._protected import ProtectedPaths, protect_args
 from ._runtime import LINUX_SYSTEM_DIRS, RuntimeNeeds, find_runtime_paths, program_note
 from ._seccomp import build_filter, filter_fd
 
-__all__ = ["BwrapConfig", "BwrapSandbox"]
+__all__ = ["NO_CHILD_NAMESPACE", "BwrapConfig", "BwrapSandbox", "egress_note"]
 
 _MIB = 1024 * 1024
 
@@ -66,6 +67,19 @@ _RUNTIMES = 64
 #: kernel about a KiB whatever its size, so the inodes' memory stays within about
 #: the size of the tmpfs itself.
 _INODES_PER_MIB = 1024
+
+#: Why a network list cannot be planned where the child cannot make namespaces.
+NO_CHILD_NAMESPACE = (
+    "a network list needs a network namespace made by corral's child, and user "
+    "namespaces are not available to it here (see corral sandbox check); grant "
+    "network: true or false instead"
+)
+
+
+def egress_note(destinations: list[str]) -> str:
+    """The plan's note for a network list."""
+    shown = ", ".join(destinations[:5]) + (", ..." if len(destinations) > 5 else "")
+    return f"network: TCP through corral's egress proxy to {shown} only"
 
 
 @final
@@ -251,6 +265,12 @@ class BwrapSandbox:
                 (e.g. it turned into a symlink), or the interpreter is a shim.
         """
         perms = request.permissions
+        listed = perms.destinations
+        # With a network list the child makes the network namespace itself (to create
+        # the proxy's listener in it), so bwrap shares the child's: its own loopback.
+        netns_of_child = bool(listed)
+        if netns_of_child and not self.config.private_tmpfs:
+            raise PlanError(request.name, NO_CHILD_NAMESPACE)
         notes: list[str] = []
         binds = _Binds(request.name, request.pins)
         run_dirs: list[str] = []
@@ -261,8 +281,9 @@ class BwrapSandbox:
             shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
             args = [
                 self.config.bwrap,
-                *self.namespace_args(perms.network),
-                *_filesystem_args(shm, tmp, self._etc.args(perms.network, fds)),
+                *self.namespace_args(perms.network is True or netns_of_child),
+                # A list needs the TLS trust stores too (name resolution is the proxy's).
+                *_filesystem_args(shm, tmp, self._etc.args(bool(perms.network), fds)),
                 *binds.open(self.config.bind_fd),
                 *self._protected(request, binds, fds, notes),
                 "--remount-ro",
@@ -280,6 +301,9 @@ class BwrapSandbox:
             env = sandbox_env(
                 request.env, home=request.data_dir or "/tmp", tmp="/tmp", visible=visible
             )
+            if listed:
+                env.update(proxy_env(EGRESS_PORT, listed))
+                notes.append(egress_note(listed))
             cgroups = self._cgroups(request, notes)
             memory_done = (
                 bool(cgroups) and self.cgroups is not None and self.cgroups.limits_memory()
@@ -293,7 +317,7 @@ class BwrapSandbox:
                 )
             command = self.process_limit(list(request.argv), perms.limits, pids_done, notes)
             if self.config.seccomp:
-                fds.append(filter_fd(build_filter(network=perms.network)))
+                fds.append(filter_fd(build_filter(network=perms.network is True)))
                 args += ["--seccomp", str(fds[-1])]
             else:
                 notes.append(f"no seccomp filter: {self.config.seccomp_why or 'unavailable'}")
@@ -321,6 +345,8 @@ class BwrapSandbox:
             run_dirs=run_dirs,
             pins=binds.bound,
             tmpfs=tmpfs,
+            egress=listed,
+            egress_port=EGRESS_PORT if listed else 0,
         )
 
     def _want_binds(self, request: LaunchRequest, binds: _Binds, notes: list[str]) -> None:

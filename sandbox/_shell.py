@@ -24,7 +24,8 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
   empty file), unless one holds the workspace; ``/run`` (D-Bus, Docker and other
   sockets) by an empty tmpfs;
 * a fresh ``/proc`` (``/proc/sys`` read-only), a minimal ``/dev``, private
-  size-limited ``/tmp`` and ``/dev/shm``; no network (its own loopback only); the
+  size-limited ``/tmp`` and ``/dev/shm``; no network (its own loopback only), or
+  with ``network`` TCP to those destinations through corral's egress proxy; the
   same namespaces, dropped capabilities, seccomp filter, cgroup and rlimits as an
   extension, from the same :class:`~sandbox._bwrap.BwrapSandbox` (its probe, its
   config, its cgroup manager), whose ``cleanup`` releases the plan.
@@ -37,9 +38,10 @@ from typing import final
 
 import msgspec
 
-from ._bwrap import BwrapSandbox
+from ._bwrap import NO_CHILD_NAMESPACE, BwrapSandbox, egress_note
 from ._exceptions import PlanError
 from ._forbidden import inside
+from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
@@ -80,6 +82,9 @@ class ShellRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: The user's home; every credential store (:func:`sandbox.credential_paths`)
     #: is hidden too.
     home: str = ""
+    #: Destinations the shell may reach through corral's egress proxy (checked
+    #: entries of a network list, see :func:`sandbox.check_network`); [] for none.
+    network: list[str] = []
     limits: Limits = Limits()
 
 
@@ -103,6 +108,13 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
     fds: list[int] = []
     notes: list[str] = []
     cgroups: list[str] = []
+    listed = list(request.network)
+    if listed and not sandbox.config.private_tmpfs:
+        raise PlanError("bash", NO_CHILD_NAMESPACE)
+    env = {**request.env, "TMPDIR": "/tmp"}
+    if listed:
+        env.update(proxy_env(EGRESS_PORT, listed))
+        notes.append(egress_note(listed))
     try:
         mounts = _mounts(request, fds)
         cgroups = _cgroups(sandbox, request.limits, notes)
@@ -113,7 +125,9 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         command = sandbox.process_limit(list(request.argv), request.limits, pids_done, notes)
         args = [
             sandbox.config.bwrap,
-            *sandbox.namespace_args(False),
+            # A network list: the child made the network namespace (and the proxy's
+            # listener in it); bwrap shares it.
+            *sandbox.namespace_args(bool(listed)),
             *mounts,
             "--chdir",
             request.workspace,
@@ -134,7 +148,7 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
     sandbox.own(fds)
     return LaunchPlan(
         argv=[*args, "--", *command],
-        env={**request.env, "TMPDIR": "/tmp"},
+        env=env,
         cwd=request.workspace,
         backend="bwrap",
         sandboxed=True,
@@ -143,6 +157,8 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         extra_cgroups=cgroups[1:],
         notes=notes,
         pass_fds=fds,
+        egress=listed,
+        egress_port=EGRESS_PORT if listed else 0,
     )
 
 

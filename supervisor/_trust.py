@@ -164,9 +164,11 @@ def _short_path(value: Any) -> str:
 
 
 def describe_permissions(perms: Permissions | dict[str, Any]) -> str:
-    """Permissions in one compact line, e.g. ``net, rw:~/proj, ro:/data, env:API_KEY, mem 512M``.
+    """Permissions in one compact line, e.g. ``net:api.github.com, rw:~/proj, env:API_KEY``.
 
-    Only what differs from the defaults is shown (no network, no extra paths or
+    ``network: true`` shows as ``net:ANYWHERE (risky)``: the host's whole network, its
+    loopback services and LAN included. Only what differs from the defaults is
+    shown (no network, no extra paths or
     environment, a private data directory, the default limits); ``defaults`` when
     nothing does. Fields are formatted by shape, so a field added later shows up
     too: a flag as its name, a list as ``name:item`` per item, a group of limits as
@@ -176,7 +178,9 @@ def describe_permissions(perms: Permissions | dict[str, Any]) -> str:
     parts: list[str] = []
     for name, value in fields.items():
         label = _ALIASES.get(name, name)
-        if isinstance(value, bool):
+        if name == "network" and value is True:
+            parts.append(f"{label}:ANYWHERE (risky)")
+        elif isinstance(value, bool):
             parts.append(label if value else f"no {label}")
         elif isinstance(value, list):
             parts += [f"{label}:{_short_path(item)}" for item in value]

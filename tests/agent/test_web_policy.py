@@ -21,9 +21,9 @@ from agent._tools.web import (
     parse_host,
     redirect_target,
 )
-from agent._tools.web.address import is_localhost_name
 from agent._tools.web.extract import ContentKind, classify, clean_text, decode, truncate
 from agent._tools.web.search import search_endpoint
+from sandbox import is_localhost_name
 
 
 @pytest.mark.parametrize(

@@ -350,9 +350,13 @@ def test_permissions_read_as_one_line() -> None:
         limits=Limits(memory_mb=512),
     )
     assert describe_permissions(perms) == (
-        "net, ro:/data, rw:~/proj, env:API_KEY, no data dir, mem 512M"
+        "net:ANYWHERE (risky), ro:/data, rw:~/proj, env:API_KEY, no data dir, mem 512M"
     )
     assert describe_permissions(Permissions()) == "defaults"
+    listed = Permissions(network=["api.github.com", "127.0.0.1:8080"], unsafe=["127.0.0.1:8080"])
+    assert describe_permissions(listed) == (
+        "net:api.github.com, net:127.0.0.1:8080, unsafe:127.0.0.1:8080"
+    )
     # A field corral adds later shows up by its shape.
     assert describe_permissions({"intercept_builtins": ["bash"], "strict": True, "level": 2}) == (
         "intercept_builtins:bash, strict, level=2"

@@ -65,12 +65,13 @@ import trio
 from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox, Spawned
 from sandbox import spawn as sandbox_spawn
 from sandbox._log import get_logger
+from supervisor import NetGuard
 
 from .cdp import CdpConnection, CdpEvent
 from .client import Fetched, fetch_checked
 from .config import WebConfig
 from .errors import BlockedTarget, BrowserError, WebError
-from .guard import NetGuard
+from .guard import open_client
 
 __all__ = ["PageRenderer", "Rendered", "find_chromium"]
 
@@ -391,7 +392,7 @@ class PageRenderer:
         try:
             timeout = httpx.Timeout(self._config.read_timeout, connect=self._config.connect_timeout)
             async with (
-                self._guard.open_client(timeouts=timeout, max_connections=_PARALLEL) as client,
+                open_client(self._guard, timeouts=timeout, max_connections=_PARALLEL) as client,
                 self._launch(binary, profile) as cdp,
             ):
                 with _lone_web_error():

@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from .address import AddressPolicy, parse_allowance
+from sandbox import AddressPolicy, parse_allowance
+
 from .errors import WebConfigError
 
 __all__ = ["WebConfig"]
