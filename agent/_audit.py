@@ -17,6 +17,15 @@ code of a new tool in full::
     {"action":"new_tool","tool":"word_count","source":"dynamic","digest":"sha256:…",
      "code":"return len(args['text'].split())","time":"…","session":"work","cwd":"/src"}
 
+Connections a child's egress proxy refused (a destination outside its network
+list, a name resolving to a local address) are recorded too, as
+:class:`EgressAuditRecord` lines, at the bounded rate the proxy reports them
+(``unreported`` counts those in between)::
+
+    {"action":"egress_refused","extension":"weather","destination":"evil.example:443",
+     "reason":"not in permissions.network in weather's extension.json","via":"connect",
+     "time":"…","session":"work","cwd":"/src"}
+
 The file is append-only: corral never rewrites or truncates it. It is created with
 mode 0600 (and put back to 0600 if it was widened), opened with ``O_APPEND`` and
 ``O_NOFOLLOW`` for each batch, and each record is one ``write``, so records of
@@ -36,18 +45,21 @@ import stat
 import typing
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import trio
 
 from sandbox._log import get_logger
+from supervisor import EgressRefused
 
 from ._messages import InterventionRecord, now_iso
 
 __all__ = [
+    "AnyRecord",
     "AuditLog",
     "AuditRecord",
+    "EgressAuditRecord",
     "ToolAction",
     "ToolAuditRecord",
     "audit_path",
@@ -116,8 +128,40 @@ class ToolAuditRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
     cwd: str = ""
 
 
+class EgressAuditRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One line of the audit log about a connection a child's egress proxy refused.
+
+    Attributes:
+        action: always ``egress_refused``.
+        extension: the child (an extension, tool host or MCP server's name; ``bash``;
+            ``dyn-<tool>`` for a dynamic tool).
+        destination: ``host:port`` as the child asked for it.
+        reason: why it was refused.
+        via: ``connect``, ``http`` or ``socks``.
+        unreported: refusals of that child just before this one that were counted
+            but not recorded one by one (a flood is recorded at a bounded rate).
+        time: when (UTC, RFC 3339).
+        session: the session name, or ``""``.
+        cwd: the agent's working directory.
+    """
+
+    action: Literal["egress_refused"]
+    extension: str
+    destination: str
+    reason: str
+    via: str
+    unreported: int = 0
+    time: str
+    session: str = ""
+    cwd: str = ""
+
+
+#: Any line of the audit log.
+AnyRecord = AuditRecord | ToolAuditRecord | EgressAuditRecord
+
 _decoder = msgspec.json.Decoder(AuditRecord)
 _tool_decoder = msgspec.json.Decoder(ToolAuditRecord)
+_egress_decoder = msgspec.json.Decoder(EgressAuditRecord)
 
 
 def audit_path(home: Path) -> Path:
@@ -193,6 +237,24 @@ class AuditLog:
         )
         await self._append([_encoder.encode(record) + b"\n"])
 
+    async def record_egress(self, event: EgressRefused) -> None:
+        """Append a refused connection (see :class:`EgressAuditRecord`).
+
+        Cancellation: shielded, as :meth:`record`.
+        """
+        record = EgressAuditRecord(
+            action="egress_refused",
+            extension=event.extension,
+            destination=event.destination,
+            reason=event.reason,
+            via=event.via,
+            unreported=event.unreported,
+            time=now_iso(),
+            session=self.session,
+            cwd=self.cwd,
+        )
+        await self._append([_encoder.encode(record) + b"\n"])
+
     async def _append(self, lines: list[bytes]) -> None:
         with trio.CancelScope(shield=True):
             try:
@@ -215,7 +277,7 @@ class AuditLog:
             os.close(fd)
 
 
-def read_audit(path: Path) -> tuple[list[AuditRecord | ToolAuditRecord], int]:
+def read_audit(path: Path) -> tuple[list[AnyRecord], int]:
     """The records of the audit log at ``path``, oldest first, and how many lines failed.
 
     A missing file is an empty log.
@@ -227,18 +289,20 @@ def read_audit(path: Path) -> tuple[list[AuditRecord | ToolAuditRecord], int]:
         data = path.read_bytes()
     except FileNotFoundError:
         return [], 0
-    records: list[AuditRecord | ToolAuditRecord] = []
+    records: list[AnyRecord] = []
     bad = 0
+    decoders: tuple[msgspec.json.Decoder[Any], ...] = (_decoder, _tool_decoder, _egress_decoder)
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
-        try:
-            records.append(_decoder.decode(raw))
-        except msgspec.DecodeError:
+        for decoder in decoders:
             try:
-                records.append(_tool_decoder.decode(raw))
+                records.append(decoder.decode(raw))
+                break
             except msgspec.DecodeError:
-                bad += 1
+                continue
+        else:
+            bad += 1
     return records, bad
 
 
@@ -250,13 +314,13 @@ def _when(stamp: str) -> datetime | None:
 
 
 def select_records(
-    records: list[AuditRecord | ToolAuditRecord],
+    records: list[AnyRecord],
     *,
     session: str | None = None,
     extension: str | None = None,
     since: datetime | None = None,
     last: int | None = None,
-) -> list[AuditRecord | ToolAuditRecord]:
+) -> list[AnyRecord]:
     """The records matching every filter given, oldest first; ``last`` keeps the newest N.
 
     ``since`` must be timezone-aware; records whose time does not parse are kept out

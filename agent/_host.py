@@ -21,7 +21,14 @@ from pathlib import Path
 import msgspec
 import trio
 
-from sandbox import Sandbox, SandboxMode, SandboxUnavailable, select_sandbox
+from sandbox import (
+    PermissionsError,
+    Sandbox,
+    SandboxMode,
+    SandboxUnavailable,
+    check_network,
+    select_sandbox,
+)
 from sandbox._log import get_logger
 from supervisor import (
     CommandInfo,
@@ -130,6 +137,16 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: Exceptions to the MCP network guard (``127.0.0.1:8080``, ``10.0.0.0/8``), added
     #: to those of ``CORRAL_MCP_ALLOW``.
     mcp_allow: list[str] = []
+    #: Paths the agent's ``bash``, ``write`` and ``edit`` never change, besides the
+    #: defaults (corral's installation, ``.corral``, git's hooks and configuration):
+    #: relative to ``cwd`` (or absolute, or ``~/...``), a trailing ``/`` for a
+    #: directory, e.g. ``[".envrc", ".vscode/"]``. None reads ``CORRAL_PROTECT``
+    #: (separated by ``:``).
+    protect: list[str] | None = None
+    #: Destinations the ``bash`` tool's commands may reach through corral's egress
+    #: proxy (entries as in ``permissions.network``), added to those of
+    #: ``CORRAL_BASH_NETWORK``; none by default.
+    bash_network: list[str] = []
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -278,19 +295,42 @@ class AgentHost:
         return info
 
 
+def _bash_network(options: AgentOptions) -> list[str]:
+    """The ``bash`` tool's destinations, checked (the user's own: local ones too).
+
+    Raises:
+        AgentError: an entry is malformed (the setting named).
+    """
+    env = [e for e in re.split(r"[,\s]+", os.environ.get("CORRAL_BASH_NETWORK", "")) if e]
+    entries = [*env, *options.bash_network]
+    try:
+        network, _ = check_network(entries, entries, "--bash-network / CORRAL_BASH_NETWORK")
+    except PermissionsError as exc:
+        raise AgentError(str(exc)) from None
+    return network if isinstance(network, list) else []
+
+
 def _builtin_tools(
     options: AgentOptions,
     workspace: Workspace,
     sandbox: Sandbox | None,
     extra: dict[str, Tool],
+    audit: AuditLog,
+    bash_network: list[str],
 ) -> tuple[list[Tool], BashTool | None]:
     wanted = _wanted(options)
     required = options.sandbox == SandboxMode.REQUIRED
+    shell = functools.partial(
+        BashTool,
+        workspace,
+        require_sandbox=required,
+        network=bash_network,
+        report=audit.record_egress,
+    )
     if _sandbox_at_start(wanted):
-        bash = BashTool(workspace, sandbox=sandbox, require_sandbox=required)
+        bash = shell(sandbox=sandbox)
     else:  # chosen before the first command: a session that runs none never probes
-        choose = functools.partial(_select_sandbox, options.sandbox)
-        bash = BashTool(workspace, choose_sandbox=choose, require_sandbox=required)
+        bash = shell(choose_sandbox=functools.partial(_select_sandbox, options.sandbox))
     made: dict[str, Tool] = {
         "read": ReadTool(workspace),
         "write": WriteTool(workspace),
@@ -306,6 +346,12 @@ def _builtin_tools(
 
 def _wanted(options: AgentOptions) -> list[str]:
     return select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, _GROUPS)
+
+
+def _protect(options: AgentOptions) -> list[str]:
+    if options.protect is not None:
+        return list(options.protect)
+    return [p for p in os.environ.get("CORRAL_PROTECT", "").split(os.pathsep) if p.strip()]
 
 
 def _mcp_allowances(options: AgentOptions) -> list[str]:
@@ -447,6 +493,7 @@ async def open_agent(
     """
     # Path checks and the script read are blocking file-system work.
     cwd, home, made = await trio.to_thread.run_sync(_prepare, options, provider is None)
+    bash_network = _bash_network(options)  # a mistake is reported before anything starts
     provider = provider or made
     assert provider is not None
     try:
@@ -490,6 +537,7 @@ async def open_agent(
                     project_dir=cwd,
                     discover=options.discover,
                     host=host_info,
+                    egress_report=audit.record_egress,
                 ) as client,
                 _open_mcp(options, home, cwd, client, audit) as (mcp, mcp_problems),
             ):
@@ -497,8 +545,13 @@ async def open_agent(
                     from ._tools.mcp import mcp_tools
 
                     extra.update(mcp_tools(mcp))
-                workspace = Workspace(cwd, corral_home=str(home))
-                builtins, bash = _builtin_tools(options, workspace, sandbox, extra)
+                protect = _protect(options)
+                workspace = await trio.to_thread.run_sync(
+                    functools.partial(Workspace, cwd, corral_home=str(home), protect=protect)
+                )
+                builtins, bash = _builtin_tools(
+                    options, workspace, sandbox, extra, audit, bash_network
+                )
                 sets: list[ToolSet] = [s for s in (dynamic, mcp) if s is not None]
                 registry = ToolRegistry(builtins, client, sets)
                 for tool_set in (dynamic, mcp):

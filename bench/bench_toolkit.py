@@ -155,6 +155,7 @@ JS_MODULE = """\
 export const tools = [{
   name: "echo",
   parameters: { type: "object", properties: { text: { type: "string" } } },
+  stateless: true,
   execute: (args) => args.text,
 }];
 """

@@ -9,12 +9,31 @@ it with :func:`spawn` (through the guardian, :func:`start_guardian`, which also
 makes sure nothing outlives the host), and calls ``backend.cleanup(plan)`` once the
 process has exited. :func:`check_sandbox` and :func:`format_report` are
 ``corral sandbox check``. :func:`plan_shell` plans the agent's own confined shell
-(the ``bash`` tool) with the same machinery. :func:`host_environment` is the
+(the ``bash`` tool) with the same machinery; :class:`ProtectedPaths` is the rule
+both it and the file tools follow inside the workspace (what must stay read-only
+because it runs later as the user), and :func:`credential_paths` the one list of
+credential stores no sandboxed child may read. :func:`host_environment` is the
 allowlisted environment everything corral starts begins with.
+
+Network grants: :func:`check_network` validates a ``permissions.network`` list of
+destinations, :class:`Destinations` matches a request against it (the egress
+proxy's question), and :func:`blocked_reason` / :class:`AddressPolicy` say which
+addresses a guarded connection may reach (the classification every network
+guard of corral uses).
 """
 
 from __future__ import annotations
 
+from ._address import (
+    AddressPolicy,
+    Allowance,
+    IPAddress,
+    blocked_reason,
+    is_localhost_name,
+    local_reason,
+    parse_allowance,
+    parse_host,
+)
 from ._environ import ALLOWED_ENV, host_environment
 from ._exceptions import (
     GrantChanged,
@@ -24,10 +43,33 @@ from ._exceptions import (
     SandboxUnavailable,
 )
 from ._guardian import guardian_pids, start_guardian, sweep_orphans
+from ._network import (
+    EGRESS_PORT,
+    Destination,
+    Destinations,
+    check_network,
+    parse_destination,
+    proxy_env,
+)
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
+from ._protected import (
+    Protected,
+    ProtectedPaths,
+    ProtectedSnapshot,
+    ProtectKind,
+    installation_paths,
+)
 from ._report import BackendStatus, Feature, SandboxReport, format_report
+from ._secrets import (
+    HOME_STORES,
+    SYSTEM_STORES,
+    credential_paths,
+    existing,
+    other_homes,
+    stores_around,
+)
 from ._select import check_sandbox, select_sandbox
 from ._shell import ShellRequest, plan_shell
 from ._spawn import Spawned, spawn
@@ -35,10 +77,18 @@ from ._validate import Checked, check_permissions, validate_permissions
 
 __all__ = [
     "ALLOWED_ENV",
+    "EGRESS_PORT",
+    "HOME_STORES",
+    "SYSTEM_STORES",
+    "AddressPolicy",
+    "Allowance",
     "BackendStatus",
     "Checked",
+    "Destination",
+    "Destinations",
     "Feature",
     "GrantChanged",
+    "IPAddress",
     "LaunchPlan",
     "LaunchRequest",
     "Limits",
@@ -47,6 +97,10 @@ __all__ = [
     "PermissionsError",
     "Pin",
     "PlanError",
+    "ProtectKind",
+    "Protected",
+    "ProtectedPaths",
+    "ProtectedSnapshot",
     "Sandbox",
     "SandboxError",
     "SandboxMode",
@@ -54,17 +108,30 @@ __all__ = [
     "SandboxUnavailable",
     "ShellRequest",
     "Spawned",
+    "blocked_reason",
     "carry_pins",
     "changed_pins",
+    "check_network",
     "check_permissions",
     "check_sandbox",
+    "credential_paths",
+    "existing",
     "format_report",
     "guardian_pids",
     "host_environment",
+    "installation_paths",
+    "is_localhost_name",
+    "local_reason",
+    "other_homes",
+    "parse_allowance",
+    "parse_destination",
+    "parse_host",
     "plan_shell",
+    "proxy_env",
     "select_sandbox",
     "spawn",
     "start_guardian",
+    "stores_around",
     "sweep_orphans",
     "validate_permissions",
 ]

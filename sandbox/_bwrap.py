@@ -47,14 +47,16 @@ from ._cgroup import CgroupManager
 from ._environ import sandbox_env
 from ._etc import EtcCopies, stat_identity
 from ._exceptions import GrantChanged, PlanError
+from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._pin import Pin, walk
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
+from ._protected import ProtectedPaths, protect_args
 from ._runtime import LINUX_SYSTEM_DIRS, RuntimeNeeds, find_runtime_paths, program_note
 from ._seccomp import build_filter, filter_fd
 
-__all__ = ["BwrapConfig", "BwrapSandbox"]
+__all__ = ["NO_CHILD_NAMESPACE", "BwrapConfig", "BwrapSandbox", "egress_note"]
 
 _MIB = 1024 * 1024
 
@@ -65,6 +67,19 @@ _RUNTIMES = 64
 #: kernel about a KiB whatever its size, so the inodes' memory stays within about
 #: the size of the tmpfs itself.
 _INODES_PER_MIB = 1024
+
+#: Why a network list cannot be planned where the child cannot make namespaces.
+NO_CHILD_NAMESPACE = (
+    "a network list needs a network namespace made by corral's child, and user "
+    "namespaces are not available to it here (see corral sandbox check); grant "
+    "network: true or false instead"
+)
+
+
+def egress_note(destinations: list[str]) -> str:
+    """The plan's note for a network list."""
+    shown = ", ".join(destinations[:5]) + (", ..." if len(destinations) > 5 else "")
+    return f"network: TCP through corral's egress proxy to {shown} only"
 
 
 @final
@@ -172,6 +187,8 @@ class _Binds:
         self.entries: dict[str, tuple[str, bool]] = {}
         self.fds: list[int] = []
         self.bound: list[Pin] = []
+        #: Descriptors of the writable binds, by destination (when bound by descriptor).
+        self.writable: dict[str, int] = {}
 
     def want(self, dest: str, real: str, writable: bool) -> None:
         """Bind ``real`` (a real path) at ``dest``; a later call for ``dest`` wins."""
@@ -199,6 +216,8 @@ class _Binds:
             self.bound.append(pin or walked.pin(dest, source))
             if by_fd:
                 args += ["--bind-fd" if writable else "--ro-bind-fd", str(walked.fd), dest]
+                if writable:
+                    self.writable[dest] = walked.fd
             else:
                 # This bwrap cannot take a descriptor: bind the path just checked.
                 args += ["--bind" if writable else "--ro-bind", source, dest]
@@ -246,6 +265,12 @@ class BwrapSandbox:
                 (e.g. it turned into a symlink), or the interpreter is a shim.
         """
         perms = request.permissions
+        listed = perms.destinations
+        # With a network list the child makes the network namespace itself (to create
+        # the proxy's listener in it), so bwrap shares the child's: its own loopback.
+        netns_of_child = bool(listed)
+        if netns_of_child and not self.config.private_tmpfs:
+            raise PlanError(request.name, NO_CHILD_NAMESPACE)
         notes: list[str] = []
         binds = _Binds(request.name, request.pins)
         run_dirs: list[str] = []
@@ -256,9 +281,11 @@ class BwrapSandbox:
             shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
             args = [
                 self.config.bwrap,
-                *self.namespace_args(perms.network),
-                *_filesystem_args(shm, tmp, self._etc.args(perms.network, fds)),
+                *self.namespace_args(perms.network is True or netns_of_child),
+                # A list needs the TLS trust stores too (name resolution is the proxy's).
+                *_filesystem_args(shm, tmp, self._etc.args(bool(perms.network), fds)),
                 *binds.open(self.config.bind_fd),
+                *self._protected(request, binds, fds, notes),
                 "--remount-ro",
                 "/",
                 "--chdir",
@@ -274,6 +301,9 @@ class BwrapSandbox:
             env = sandbox_env(
                 request.env, home=request.data_dir or "/tmp", tmp="/tmp", visible=visible
             )
+            if listed:
+                env.update(proxy_env(EGRESS_PORT, listed))
+                notes.append(egress_note(listed))
             cgroups = self._cgroups(request, notes)
             memory_done = (
                 bool(cgroups) and self.cgroups is not None and self.cgroups.limits_memory()
@@ -287,7 +317,7 @@ class BwrapSandbox:
                 )
             command = self.process_limit(list(request.argv), perms.limits, pids_done, notes)
             if self.config.seccomp:
-                fds.append(filter_fd(build_filter(network=perms.network)))
+                fds.append(filter_fd(build_filter(network=perms.network is True)))
                 args += ["--seccomp", str(fds[-1])]
             else:
                 notes.append(f"no seccomp filter: {self.config.seccomp_why or 'unavailable'}")
@@ -315,6 +345,8 @@ class BwrapSandbox:
             run_dirs=run_dirs,
             pins=binds.bound,
             tmpfs=tmpfs,
+            egress=listed,
+            egress_port=EGRESS_PORT if listed else 0,
         )
 
     def _want_binds(self, request: LaunchRequest, binds: _Binds, notes: list[str]) -> None:
@@ -343,6 +375,28 @@ class BwrapSandbox:
             note = program_note(request.argv[0], [*LINUX_SYSTEM_DIRS, *granted])
             if note:
                 notes.append(note)
+
+    def _protected(
+        self, request: LaunchRequest, binds: _Binds, fds: list[int], notes: list[str]
+    ) -> list[str]:
+        """Read-only binds over the protected paths inside each ``read_write`` grant.
+
+        A grant of a project must not let the extension plant what later runs as the
+        user outside any sandbox (git's hooks and configuration, corral's own
+        installation): the rule the agent's shell follows (:class:`ProtectedPaths`).
+        """
+        args: list[str] = []
+        for grant in request.permissions.read_write:
+            fd = binds.writable.get(grant)
+            if fd is None:
+                notes.append(
+                    f"{grant}: protected paths inside it (git hooks and configuration) are "
+                    "not bound read-only by this bwrap"
+                )
+                continue
+            found = ProtectedPaths(grant, own_corral=False).paths()
+            args += protect_args(grant, fd, found, fds, who=request.name)
+        return args
 
     def _runtime(self, request: LaunchRequest, system: tuple[str, ...]) -> RuntimeNeeds:
         """:func:`find_runtime_paths`, cached while the interpreter's files are unchanged.

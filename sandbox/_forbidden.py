@@ -6,25 +6,25 @@ Two levels:
   corral's home (other extensions' data and logs), and for runtime binds the
   project tree. Nothing overrides these.
 * **risky**: writable system trees, writable dotfiles of the home, credential
-  stores (even read-only, and any grant containing one), the extension's own
-  directory as writable, corral's own installation as writable, and environment
-  variables that make an interpreter or the dynamic loader run other code. An
-  extension may still ask for one of these by also naming it, exactly as written,
-  in ``permissions.unsafe``; the user sees that list at install and trust time.
+  stores (the one list of :mod:`sandbox._secrets`, even read-only, and any grant
+  containing one), the extension's own directory as writable, corral's own
+  installation as writable, and environment variables that make an interpreter
+  or the dynamic loader run other code. An extension may still ask for one of
+  these by also naming it, exactly as written, in ``permissions.unsafe``; the
+  user sees that list at install and trust time.
 
 The functions here are pure: they compare absolute, real (symlink-free) paths.
 """
 
 from __future__ import annotations
 
-import functools
 import os
-import pwd
-import sys
+
+from ._protected import installation_paths
+from ._secrets import credential_paths
 
 __all__ = [
     "KERNEL_TREES",
-    "credential_paths",
     "env_risk",
     "inside",
     "never_problem",
@@ -42,35 +42,6 @@ _SYSTEM_TREES = (
     "/Applications", "/private", "/cores",
 )  # fmt: skip
 _SCRATCH = ("/var/tmp", "/private/tmp", "/private/var/tmp", "/private/var/folders")
-
-#: Credential stores and service sockets outside the home: refused even read-only,
-#: and so is any grant that contains one (e.g. all of ``/etc``). ``/run`` holds the
-#: sockets of system services (docker, dbus, the user's agents); a unix socket can
-#: be connected to through a read-only mount.
-_SYSTEM_SECRETS = (
-    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
-    "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/etc/pki/tls/private",
-    "/etc/krb5.keytab", "/etc/security/opasswd", "/etc/NetworkManager/system-connections",
-    "/etc/wireguard", "/etc/letsencrypt", "/var/backups", "/var/lib/sss", "/run",
-    "/var/run", "/private/etc/master.passwd", "/private/var/db",
-)  # fmt: skip
-
-#: Credential stores in the home (relative to it): refused even read-only.
-_HOME_SECRETS = (
-    ".ssh", ".gnupg", ".aws", ".azure", ".oci", ".config/gcloud", ".kube", ".docker",
-    ".netrc", ".git-credentials", ".config/git/credentials", ".password-store", ".pki",
-    ".mozilla", ".thunderbird", ".config/google-chrome", ".config/chromium",
-    ".config/BraveSoftware", ".config/microsoft-edge", ".config/vivaldi", ".config/opera",
-    ".local/share/keyrings", ".config/gh", ".config/hub", ".config/op", ".config/Bitwarden",
-    ".config/keepassxc", ".config/rclone", ".config/containers/auth.json", ".pypirc",
-    ".npmrc", ".yarnrc.yml", ".cargo/credentials", ".cargo/credentials.toml",
-    ".gem/credentials", ".m2/settings.xml", ".terraform.d", ".vault-token", ".pgpass",
-    ".my.cnf", ".authinfo", ".authinfo.gpg", ".kaggle", ".cache/huggingface/token",
-    ".config/doctl", ".config/hcloud", ".fly", "snap/firefox", "snap/chromium",
-    "Library/Keychains", "Library/Cookies", "Library/Application Support/Google/Chrome",
-    "Library/Application Support/Firefox", "Library/Application Support/Chromium",
-    "Library/Application Support/BraveSoftware",
-)  # fmt: skip
 
 #: Environment variables that make the dynamic loader, an interpreter or a shell
 #: load or run other code, by exact name...
@@ -96,32 +67,6 @@ def inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-@functools.cache
-def _account_home() -> str:
-    """The home directory of the user we run as, from the password database."""
-    try:
-        return os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
-    except (KeyError, AttributeError):
-        return ""
-
-
-def credential_paths(home: str) -> list[str]:
-    """Every credential store this policy knows, for a user whose home is ``home``.
-
-    Both ``home`` (``$HOME``) and the account's home from the password database
-    count; ``/root`` as a whole is one when we do not run as root.
-    """
-    paths = list(_SYSTEM_SECRETS)
-    for base in dict.fromkeys(h for h in (home, _account_home()) if h and h != "/"):
-        paths += [os.path.join(base, p) for p in _HOME_SECRETS]
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isabs(runtime):
-        paths.append(os.path.normpath(runtime))
-    if hasattr(os, "geteuid") and os.geteuid() != 0:
-        paths.append("/root")
-    return paths
-
-
 def never_problem(path: str, *, home: str, hidden: tuple[str, ...] = ()) -> str | None:
     """Why ``path`` can never be exposed, or None.
 
@@ -145,12 +90,6 @@ def never_problem(path: str, *, home: str, hidden: tuple[str, ...] = ()) -> str 
         if keep and inside(keep, path):
             return f"contains {keep}, which must stay hidden"
     return None
-
-
-def _corral_installation() -> tuple[str, ...]:
-    """The interpreter's prefix and the directory holding corral's packages."""
-    code = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
-    return tuple(dict.fromkeys([os.path.realpath(sys.prefix), code]))
 
 
 def path_risk(path: str, *, writable: bool, home: str, ext_dir: str) -> str | None:
@@ -183,11 +122,12 @@ def path_risk(path: str, *, writable: bool, home: str, ext_dir: str) -> str | No
         first = os.path.relpath(path, home).split("/", 1)[0]
         if first.startswith("."):
             return f"is a dotfile or dot-directory of your home (~/{first}); it configures programs"
-    for corral in _corral_installation():
-        if inside(corral, path):
+    for corral in installation_paths():
+        if inside(corral.path, path) or inside(path, corral.path):
+            where = "contains" if inside(corral.path, path) else "is inside"
             return (
-                f"contains corral's own installation ({corral}): the host would run "
-                "what the extension writes there"
+                f"{where} {corral.why} ({corral.path}): the host would run what the "
+                "extension writes there"
             )
     return None
 

@@ -12,7 +12,9 @@ once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD`
   program: new session, descriptors in place, ``PR_SET_PDEATHSIG`` (it dies if the
   guardian does), child subreaper (daemons of the extension stay its
   descendants), cgroup membership, rlimits, and inode-capped tmpfs mounts in a
-  user and mount namespace of its own (see :mod:`sandbox._bwrap`). The reply is
+  user and mount namespace of its own (see :mod:`sandbox._bwrap`), and for a
+  network list a network namespace of its own, with the egress proxy's listener
+  in it, handed to the host before ``exec``. The reply is
   the pid and the read end of a *status pipe*: the guardian writes there whether
   the program started (or why not) and, once it has reaped the child, its wait
   status.
@@ -55,6 +57,10 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
 _MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_REC = 0x4000
@@ -124,12 +130,15 @@ def _place_fds(fds: list[int], targets: list[int], keep: list[int]) -> None:
                 os.close(int(name))
 
 
-def _tmpfs(mounts: list[tuple[str, int, int]]) -> None:
-    """Mount inode-capped tmpfs in a user and mount namespace of our own."""
+def _namespaces(mounts: list[tuple[str, int, int]], egress: list[int] | None) -> None:
+    """A user namespace of our own, mapping only our ids, with (``mounts``) a mount
+    namespace holding inode-capped tmpfs and (``egress``) a network namespace with
+    the egress proxy's listener; bwrap, run inside, uses both."""
     uid, gid = os.getuid(), os.getgid()
     if _unshare is None or _mount is None:
         raise _SetupFailed("unshare", errno.ENOSYS)
-    if _unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+    flags = _CLONE_NEWUSER | (_CLONE_NEWNS if mounts else 0) | (_CLONE_NEWNET if egress else 0)
+    if _unshare(flags) != 0:
         raise _SetupFailed("unshare", ctypes.get_errno())
     for path, data in (
         ("/proc/self/setgroups", b"deny"),
@@ -142,12 +151,47 @@ def _tmpfs(mounts: list[tuple[str, int, int]]) -> None:
         finally:
             os.close(fd)
     # Keep our mounts to ourselves whatever the host's propagation is.
-    if _mount(None, b"/", None, _MS_REC | _MS_SLAVE, None) != 0:
+    if mounts and _mount(None, b"/", None, _MS_REC | _MS_SLAVE, None) != 0:
         raise _SetupFailed("make-rslave", ctypes.get_errno())
     for target, size, inodes in mounts:
         options = f"size={size},nr_inodes={inodes},mode=1777".encode()
         if _mount(b"tmpfs", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
             raise _SetupFailed("mount", ctypes.get_errno())
+    if egress:
+        _listen(*egress)
+
+
+def _listen(reply: int, port: int) -> None:
+    """Bring up the new namespace's loopback, listen on ``127.0.0.1:port`` there, and
+    send the listening socket to the host over ``reply`` (then close both).
+
+    The host accepts the child's connections on it directly: no process of ours
+    stays in the namespace. No ``SO_REUSEPORT``: nothing else can bind the port.
+    """
+    try:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            # struct ifreq: the name, then the flags (a short) of the interface.
+            got = fcntl.ioctl(probe.fileno(), _SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0))
+            (flags,) = struct.unpack_from("16xH", got)
+            up = struct.pack("16sH14x", b"lo", flags | _IFF_UP)
+            fcntl.ioctl(probe.fileno(), _SIOCSIFFLAGS, up)
+        finally:
+            probe.close()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", port))
+            listener.listen(128)
+            rights = struct.pack("i", listener.fileno())
+            sent = socket.socket(fileno=reply)
+            try:
+                sent.sendmsg([b"L"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+            finally:
+                sent.close()
+        finally:
+            listener.close()
+    except OSError as exc:
+        raise _SetupFailed("egress", exc.errno or errno.EIO) from None
 
 
 def _execute(argv: list[str], env: dict[str, str]) -> None:
@@ -236,11 +280,11 @@ def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) ->
     _join(order.get("cgroups", ()))
     for which, soft, hard in order.get("rlimits", ()):
         resource.setrlimit(which, (soft, hard))
-    if order.get("tmpfs"):
+    if order.get("tmpfs") or order.get("egress"):
         try:
-            _tmpfs(order["tmpfs"])
+            _namespaces(order.get("tmpfs", ()), order.get("egress"))
         except _SetupFailed as exc:
-            message = "corral sandbox: cannot mount the private /tmp (%s: errno %d)\n"
+            message = "corral sandbox: cannot prepare the sandbox's namespaces (%s: errno %d)\n"
             os.write(2, (message % (exc.step, exc.errno)).encode())
             os._exit(SETUP_FAILED_EXIT)
     try:
@@ -250,6 +294,12 @@ def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) ->
 
 
 def _run_child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
+    if exec_w in order["targets"]:
+        # A descriptor placed at exec_w's number would close the exec pipe: the guardian
+        # would report the program started before it even ran (a spare's exec_w is small).
+        moved = fcntl.fcntl(exec_w, fcntl.F_DUPFD_CLOEXEC, max(order["targets"]) + 1)
+        os.close(exec_w)
+        exec_w = moved
     try:
         _child(order, fds, exec_w, guardian)
     except _SetupFailed as exc:

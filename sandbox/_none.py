@@ -56,7 +56,15 @@ class NoneSandbox:
             rlimits=rlimits_for(request.permissions.limits, memory=True, processes=False),
             # Without a user namespace RLIMIT_NPROC would count all of the user's
             # processes, so it is not set at all.
-            notes=[f"not sandboxed: {self.reason}", "process limit not enforced"],
+            notes=[
+                f"not sandboxed: {self.reason}",
+                "process limit not enforced",
+                *(
+                    ["network list not enforced: the host's whole network"]
+                    if request.permissions.destinations
+                    else []
+                ),
+            ],
         )
 
     def cleanup(self, plan: LaunchPlan) -> None:

@@ -107,6 +107,13 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: in a user and mount namespace of its own, before it runs bwrap (which binds
     #: them as ``/tmp`` and ``/dev/shm``): bwrap cannot cap a tmpfs's inodes.
     tmpfs: list[tuple[str, int, int]] = []
+    #: The destinations of a network list (canonical entries of ``permissions.network``),
+    #: which corral's egress proxy lets the child reach; [] without one.
+    egress: list[str] = []
+    #: With ``egress``: the port of the proxy's listener, which the child creates on
+    #: ``127.0.0.1`` in a network namespace of its own (loopback only) and hands to
+    #: the host before ``exec`` (see :func:`sandbox.spawn`); 0 for none.
+    egress_port: int = 0
 
 
 class Sandbox(Protocol):

@@ -286,6 +286,13 @@ def _bwrap_hardening(config: BwrapConfig, cgroups: CgroupManager | None) -> list
             name="network namespace", ok=True, detail="unless the extension is granted network"
         ),
         Feature(
+            name="network lists (egress proxy)",
+            ok=config.private_tmpfs,
+            detail="the child makes its network namespace and the proxy's listener in it"
+            if config.private_tmpfs
+            else "corral's child cannot make user namespaces: a network list is refused",
+        ),
+        Feature(
             name="seccomp filter",
             ok=config.seccomp,
             detail="TIOCSTI, ptrace, keyctl, bpf, mount, unshare... refused"

@@ -203,10 +203,18 @@ class SeatbeltSandbox:
         if request.data_dir:
             read_write.append(os.path.realpath(request.data_dir))
         profile = seatbelt_profile(
-            name=request.name, read_only=read_only, read_write=read_write, network=perms.network
+            name=request.name,
+            read_only=read_only,
+            read_write=read_write,
+            network=perms.network is True,
         )
         notes = [
             *runtime.notes,
+            *(
+                ["sandbox-exec: a network list is not supported yet: no network"]
+                if perms.destinations
+                else []
+            ),
             "sandbox-exec: the private tmp has no size limit",
             "sandbox-exec: process limit not enforced (RLIMIT_NPROC is per user on macOS)",
             "sandbox-exec: memory is limited per process (RLIMIT_DATA)",

@@ -7,18 +7,25 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
 
 * the host's whole file system is visible **read-only**;
 * the workspace is bound **read-write** (by descriptor, so the directory bound is
-  the one that was checked), except the paths in ``read_only`` (its ``.corral``),
-  bound read-only on top, again by descriptor; a missing one is created empty first,
-  because a read-only bind needs a mount point and a later ``mkdir .corral`` in
-  the writable workspace would otherwise succeed (in a directory the user may not
-  write, nobody can create it, and none is needed);
-* when the workspace is the home directory (or contains it) nothing is writable
-  but the private ``/tmp``;
-* ``hidden`` directories (corral's home) and the user's credential stores
-  (:data:`CREDENTIALS`) are replaced by empty read-only directories (files: by an
-  empty file); ``/run`` (D-Bus, Docker and other sockets) by an empty tmpfs;
+  the one that was checked), except the protected paths inside it
+  (:mod:`sandbox._protected`: corral's installation, ``.corral``, git's hooks and
+  configuration, the user's own), bound read-only on top, again by descriptor,
+  with every directory on the way bound onto itself so that it cannot be renamed
+  away; a missing one is created empty first, because a read-only bind needs a
+  mount point and a later ``mkdir .git/hooks`` in the writable workspace would
+  otherwise succeed (in a directory the user may not write, nobody can create it,
+  and none is needed);
+* when the workspace is the home directory (or contains it), or is itself
+  protected (it holds corral's installation), nothing is writable but the
+  private ``/tmp``;
+* ``hidden`` directories (corral's home) and every credential store that exists
+  and that the user can read (:func:`sandbox.credential_paths`, the list the
+  grant rules use) are replaced by empty read-only directories (files: by an
+  empty file), unless one holds the workspace; ``/run`` (D-Bus, Docker and other
+  sockets) by an empty tmpfs;
 * a fresh ``/proc`` (``/proc/sys`` read-only), a minimal ``/dev``, private
-  size-limited ``/tmp`` and ``/dev/shm``; no network (its own loopback only); the
+  size-limited ``/tmp`` and ``/dev/shm``; no network (its own loopback only), or
+  with ``network`` TCP to those destinations through corral's egress proxy; the
   same namespaces, dropped capabilities, seccomp filter, cgroup and rlimits as an
   extension, from the same :class:`~sandbox._bwrap.BwrapSandbox` (its probe, its
   config, its cgroup manager), whose ``cleanup`` releases the plan.
@@ -26,29 +33,28 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
 
 from __future__ import annotations
 
-import errno
 import os
 from typing import final
 
 import msgspec
 
-from ._bwrap import BwrapSandbox
+from ._bwrap import NO_CHILD_NAMESPACE, BwrapSandbox, egress_note
 from ._exceptions import PlanError
+from ._forbidden import inside
+from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
+from ._protected import Protected, ProtectKind, protect_args
 from ._seccomp import build_filter, filter_fd
+from ._secrets import existing, stores_around
 
-__all__ = ["CREDENTIALS", "ShellRequest", "plan_shell"]
+__all__ = ["ShellRequest", "plan_shell"]
 
 _MIB = 1024 * 1024
-
-#: Credential stores under the home directory that the shell never sees.
-CREDENTIALS = (
-    ".ssh", ".gnupg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker",
-    ".password-store", ".local/share/keyrings", ".netrc", ".git-credentials", ".pgpass",
-    ".pypirc", ".npmrc",
-)  # fmt: skip
+_CORRAL_WHY = "corral's project-local extensions"
+#: Hidden already: an empty tmpfs replaces /run (and /var/run leads there).
+_RUN = ("/run", "/var/run")
 
 _DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -65,42 +71,27 @@ class ShellRequest(msgspec.Struct, frozen=True, kw_only=True):
     workspace: str
     #: Bind the workspace read-write (False: everything is read-only but ``/tmp``).
     writable: bool = True
-    #: Names of entries directly in the workspace to bind read-only, e.g. ``.corral``.
+    #: Names of directories directly in the workspace to bind read-only, e.g.
+    #: ``.corral`` (as :attr:`protected` entries).
     read_only: list[str] = []
+    #: Protected paths (:class:`~sandbox.ProtectedPaths`): those inside the workspace
+    #: are bound read-only; one that is the workspace or holds it makes it read-only.
+    protected: list[Protected] = []
     #: Absolute paths to hide (replaced by an empty directory or file).
     hidden: list[str] = []
-    #: The user's home; its :data:`CREDENTIALS` are hidden too ("" for none).
+    #: The user's home; every credential store (:func:`sandbox.credential_paths`)
+    #: is hidden too.
     home: str = ""
+    #: Destinations the shell may reach through corral's egress proxy (checked
+    #: entries of a network list, see :func:`sandbox.check_network`); [] for none.
+    network: list[str] = []
     limits: Limits = Limits()
-
-
-def _open_dir(name: str, dir_fd: int) -> int | None:
-    """A descriptor of directory ``name`` in ``dir_fd``, never through a symlink.
-
-    A missing one is created empty (someone else creating it first is fine: what is
-    there is opened, still without following a symlink). None when it is missing and
-    cannot be created for want of permission: then the shell, which runs as the
-    same user with fewer privileges, cannot create it either.
-    """
-    flags = _DIR | os.O_NOFOLLOW
-    try:
-        return os.open(name, flags, dir_fd=dir_fd)
-    except FileNotFoundError:
-        try:
-            os.mkdir(name, 0o755, dir_fd=dir_fd)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-                return None
-            raise
-    return os.open(name, flags, dir_fd=dir_fd)
 
 
 def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
     """The bwrap command line, environment and limits for ``request``.
 
-    Opens the workspace and its read-only entries (creating missing ones), creates
+    Opens the workspace and its protected paths (creating missing ones), creates
     a cgroup when available and a seccomp descriptor; ``sandbox.cleanup(plan)``
     releases them, as for an extension's plan.
 
@@ -109,14 +100,21 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         falls back to its own plan).
 
     Raises:
-        PlanError: the workspace, or a read-only entry, is missing or not a plain
-            directory.
+        PlanError: the workspace is missing, or a protected path (or a directory on
+            the way to one) is a symlink or cannot be opened.
     """
     if not isinstance(sandbox, BwrapSandbox):
         return None
     fds: list[int] = []
     notes: list[str] = []
     cgroups: list[str] = []
+    listed = list(request.network)
+    if listed and not sandbox.config.private_tmpfs:
+        raise PlanError("bash", NO_CHILD_NAMESPACE)
+    env = {**request.env, "TMPDIR": "/tmp"}
+    if listed:
+        env.update(proxy_env(EGRESS_PORT, listed))
+        notes.append(egress_note(listed))
     try:
         mounts = _mounts(request, fds)
         cgroups = _cgroups(sandbox, request.limits, notes)
@@ -127,7 +125,9 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         command = sandbox.process_limit(list(request.argv), request.limits, pids_done, notes)
         args = [
             sandbox.config.bwrap,
-            *sandbox.namespace_args(False),
+            # A network list: the child made the network namespace (and the proxy's
+            # listener in it); bwrap shares it.
+            *sandbox.namespace_args(bool(listed)),
             *mounts,
             "--chdir",
             request.workspace,
@@ -148,7 +148,7 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
     sandbox.own(fds)
     return LaunchPlan(
         argv=[*args, "--", *command],
-        env={**request.env, "TMPDIR": "/tmp"},
+        env=env,
         cwd=request.workspace,
         backend="bwrap",
         sandboxed=True,
@@ -157,6 +157,8 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         extra_cgroups=cgroups[1:],
         notes=notes,
         pass_fds=fds,
+        egress=listed,
+        egress_port=EGRESS_PORT if listed else 0,
     )
 
 
@@ -172,29 +174,43 @@ def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
     except OSError as exc:
         raise PlanError("bash", f"{request.workspace}: {exc.strerror}") from exc
     fds.append(ws)
+    protected = [
+        *request.protected,
+        *(
+            Protected(os.path.join(request.workspace, name), ProtectKind.DIR, _CORRAL_WHY)
+            for name in request.read_only
+        ),
+    ]
+    writable = request.writable and not any(inside(request.workspace, p.path) for p in protected)
     # Bound even when read-only: the workspace may sit in /tmp, which is private.
-    args += ["--bind-fd" if request.writable else "--ro-bind-fd", str(ws), request.workspace]
-    for name in request.read_only if request.writable else []:
-        try:
-            fd = _open_dir(name, ws)
-        except OSError as exc:
-            where = os.path.join(request.workspace, name)
-            raise PlanError("bash", f"{where} must be a plain directory ({exc.strerror})") from exc
-        if fd is None:
-            continue
-        fds.append(fd)
-        args += ["--ro-bind-fd", str(fd), os.path.join(request.workspace, name)]
-    hidden = list(request.hidden)
-    if request.home:
-        hidden += [os.path.join(request.home, c) for c in CREDENTIALS]
-    for path in hidden:
-        real = os.path.realpath(path)
-        if os.path.isdir(real):
-            args += ["--tmpfs", real]
-            remount += ["--remount-ro", real]
-        elif os.path.exists(real):
-            args += ["--ro-bind", "/dev/null", real]
+    args += ["--bind-fd" if writable else "--ro-bind-fd", str(ws), request.workspace]
+    if writable:
+        args += protect_args(request.workspace, ws, protected, fds, who="bash")
+    for real, is_dir in _hidden(request):
+        # An empty tmpfs of one page, writable: what is written there goes nowhere.
+        # Read-only would cost a second mount per store, and bwrap reads the mount
+        # table again for each remount (about 0.2 ms each, measured).
+        args += ["--size", "4096", "--tmpfs", real] if is_dir else ["--ro-bind", "/dev/null", real]
     return args + remount
+
+
+def _hidden(request: ShellRequest) -> list[tuple[str, bool]]:
+    """Real paths to hide (and whether each is a directory): corral's home, every
+    credential store that exists and that this user can read, never one holding the
+    workspace, nothing twice, nothing inside another."""
+    found: dict[str, bool] = {}
+    # /run is an empty tmpfs already: what lies in it needs no look.
+    wanted = [*request.hidden, *stores_around(request.home, request.workspace)]
+    wanted = [p for p in wanted if not p.startswith(("/run/", "/var/run/")) and p not in _RUN]
+    for real, is_dir in existing(wanted):
+        if real in found or inside(request.workspace, real):
+            continue
+        # What this user cannot read needs no hiding (root can read everything).
+        if os.access(real, os.R_OK) or (is_dir and os.access(real, os.X_OK)):
+            found[real] = is_dir
+    # /run is already an empty tmpfs; a store inside a hidden directory is hidden.
+    dirs = ["/run/", *(p + "/" for p, d in found.items() if d)]
+    return [(p, d) for p, d in found.items() if not p.startswith(tuple(dirs))]
 
 
 def _cgroups(sandbox: BwrapSandbox, limits: Limits, notes: list[str]) -> list[str]:

@@ -6,14 +6,21 @@ guardian; :func:`sandbox._preexec.child_order`) and executes the plan. It return
 :class:`Spawned`, a small ``Popen``-like handle. The child is the guardian's, not
 ours: its exit status arrives on the status pipe, so it is never waited for with
 ``waitpid`` here.
+
+A plan with an egress listener (a network list, ``plan.egress_port``) gets one more
+descriptor: a socket on which the child, in its new network namespace, sends the
+listening socket back before ``exec``; :meth:`Spawned.take_listener` receives it.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
+import errno
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import time
 import typing
@@ -38,7 +45,13 @@ class Spawned:
     """
 
     def __init__(
-        self, pid: int, args: list[str], status: ChildStatus, fds: tuple[int, int, int], files: bool
+        self,
+        pid: int,
+        args: list[str],
+        status: ChildStatus,
+        fds: tuple[int, int, int],
+        files: bool,
+        egress: socket.socket | None = None,
     ) -> None:
         self.pid = pid
         self.args = args
@@ -53,6 +66,8 @@ class Spawned:
         self.stdin: IO[bytes] | None = None
         self.stdout: IO[bytes] | None = None
         self.stderr: IO[bytes] | None = None
+        #: Our end of the socket the child sends the egress listener on (None: no list).
+        self._egress = egress
         if files:
             r_in, r_out, r_err = fds
             self.stdin = os.fdopen(r_in, "wb") if r_in >= 0 else None
@@ -69,6 +84,42 @@ class Spawned:
                 os.close(fd)
         self.fds = (-1, -1, -1)
         self.status.close()
+        self.drop_egress()
+
+    def drop_egress(self) -> None:
+        """Close our end of the socket the egress listener comes on, if still open
+        (a child that never started; :meth:`close` does it too)."""
+        if self._egress is not None:
+            self._egress.close()
+            self._egress = None
+
+    def take_listener(self) -> socket.socket | None:
+        """The egress proxy's listener, which the child made in its own network namespace
+        (None without a network list). Call it once the program runs (the child sent
+        the listener before ``exec``); never blocks.
+
+        Raises:
+            OSError: the child did not send it (``EPROTO``).
+        """
+        if self._egress is None:
+            return None
+        got: list[int] = []
+        try:
+            _, ancdata, _, _ = self._egress.recvmsg(
+                16, socket.CMSG_SPACE(4), socket.MSG_DONTWAIT | socket.MSG_CMSG_CLOEXEC
+            )
+            for level, kind, data in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got += array.array("i", data[: len(data) - len(data) % 4]).tolist()
+        except BlockingIOError:
+            pass
+        finally:
+            self.drop_egress()
+        if len(got) != 1:
+            for fd in got:
+                os.close(fd)
+            raise OSError(errno.EPROTO, "the child did not hand over its egress listener")
+        return socket.socket(fileno=got[0])
 
     def __repr__(self) -> str:
         return f"<Spawned pid={self.pid} returncode={self.returncode}>"
@@ -228,6 +279,7 @@ def spawn(
             guardian could not fork.
     """
     opened: list[int] = []
+    egress: socket.socket | None = None
     try:
         child_in, our_in = _child_end(stdin, 0, opened)
         child_out, our_out = _child_end(stdout, 1, opened)
@@ -237,17 +289,26 @@ def spawn(
             child_err, our_err = _child_end(stderr, 2, opened)
         fds = [child_in, child_out, child_err, *plan.pass_fds]
         order = child_order(plan, [0, 1, 2, *plan.pass_fds], prepare=prepare)
+        if plan.egress_port and prepare:
+            egress, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            opened.append(theirs.detach())
+            target = max([2, *plan.pass_fds]) + 1
+            fds.append(opened[-1])
+            order["targets"].append(target)
+            order["egress"] = [target, plan.egress_port]
         pid, status = guardian().spawn(order, fds, plan.argv[0])
     except BaseException:
         for fd in opened:
             os.close(fd)
+        if egress is not None:
+            egress.close()
         raise
     # The child has its copies; ours must go so that EOF reaches the other side.
     ours = {our_in, our_out, our_err}
     for fd in opened:
         if fd not in ours:
             os.close(fd)
-    child = Spawned(pid, list(plan.argv), status, (our_in, our_out, our_err), files)
+    child = Spawned(pid, list(plan.argv), status, (our_in, our_out, our_err), files, egress)
     if wait_started:
         try:
             child.wait_started()

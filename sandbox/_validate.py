@@ -26,6 +26,7 @@ import msgspec
 
 from ._exceptions import PermissionsError
 from ._forbidden import env_risk, inside, never_problem, path_risk
+from ._network import check_network
 from ._permissions import Limits, Permissions
 from ._pin import Pin, walk
 
@@ -217,7 +218,8 @@ def check_permissions(perms: Permissions, ext_dir: str, *, home: str, corral_hom
     corral's home or anything in it but the extension's own directory, a path
     inside a directory the extension can write, or one reached through a symlink
     it could have planted. Granted only when also listed in ``unsafe``: the risky
-    paths and variables of :mod:`sandbox._forbidden`.
+    paths and variables of :mod:`sandbox._forbidden`, and network destinations
+    naming a local address (:mod:`sandbox._network`).
 
     Args:
         perms: the permissions as decoded from the manifest.
@@ -226,8 +228,9 @@ def check_permissions(perms: Permissions, ext_dir: str, *, home: str, corral_hom
         corral_home: corral's home ("" if unknown: that check is skipped).
 
     Returns:
-        The permissions with ``read_only`` and ``read_write`` absolute and real and
-        ``unsafe`` reduced to the resolved entries that needed it, and the pins of
+        The permissions with ``read_only`` and ``read_write`` absolute and real,
+        ``network`` destinations canonical, and ``unsafe`` reduced to the resolved
+        entries that needed it, and the pins of
         the extension's directory and of every grant.
 
     Raises:
@@ -266,16 +269,19 @@ def check_permissions(perms: Permissions, ext_dir: str, *, home: str, corral_hom
             )
     _check_structure(grants, ext, corral_home)
     needed += _check_env(perms.env, unsafe)
-    listed = {*perms.read_only, *perms.read_write, *perms.env}
+    network, local = check_network(perms.network, unsafe)
+    needed += local
+    listed = {*perms.read_only, *perms.read_write, *perms.env, *perms.destinations}
     for index, entry in enumerate(perms.unsafe):
         if entry not in listed:
             raise PermissionsError(
                 f"permissions.unsafe[{index}]",
-                f"{entry!r} names nothing in read_only, read_write or env",
+                f"{entry!r} names nothing in read_only, read_write, env or network",
             )
     _check_limits(perms.limits)
     validated = msgspec.structs.replace(
         perms,
+        network=network,
         read_only=read_only,
         read_write=[g.real for g in grants if g.writable],
         unsafe=list(dict.fromkeys(needed)),

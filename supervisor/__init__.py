@@ -6,10 +6,12 @@ Open one with :func:`open_supervisor`; talk to it through the
 
 from __future__ import annotations
 
+from . import toolkit
 from ._api import (
     CommandInfo,
     CommandOutcome,
     Displayed,
+    EgressRefused,
     ExtensionCrashed,
     ExtensionInfo,
     ExtensionKept,
@@ -44,6 +46,7 @@ from ._config import (
     ui_file,
 )
 from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
+from ._egress import Egress, EgressReport
 from ._exceptions import (
     CallFailed,
     CallTimeout,
@@ -52,6 +55,8 @@ from ._exceptions import (
     ExtensionStopping,
     IllegalTransition,
     ManifestError,
+    NetRefused,
+    NetUnresolved,
     ProtocolViolation,
     SupervisorClosed,
     SupervisorError,
@@ -77,11 +82,11 @@ from ._manifest import (
     load_manifest,
     mcp_server_spec,
 )
+from ._netguard import NetGuard, Resolver, system_resolver
 from ._process import ChildProcess, open_child
 from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
 from ._requests import EmitEvent
-from ._sdk import corral_tools as toolkit
 from ._spawn import SDK_DIR
 from ._supervisor import open_supervisor
 from ._trust import (
@@ -109,6 +114,9 @@ __all__ = [
     "DirectoryUnhashable",
     "Discovery",
     "Displayed",
+    "Egress",
+    "EgressRefused",
+    "EgressReport",
     "EmitEvent",
     "ExtensionCrashed",
     "ExtensionGone",
@@ -134,6 +142,9 @@ __all__ = [
     "ManifestError",
     "NativeFormat",
     "NativeResult",
+    "NetGuard",
+    "NetRefused",
+    "NetUnresolved",
     "Notified",
     "Oversize",
     "ProtocolViolation",
@@ -141,6 +152,7 @@ __all__ = [
     "Relay",
     "RelayedProcess",
     "ReloadStats",
+    "Resolver",
     "RestartPolicy",
     "Runtime",
     "Source",
@@ -178,6 +190,7 @@ __all__ = [
     "open_supervisor",
     "quarantine_file",
     "signal_group",
+    "system_resolver",
     "toolkit",
     "trust_command",
     "ui_file",

@@ -22,6 +22,7 @@ __all__ = [
     "CommandInfo",
     "CommandOutcome",
     "Displayed",
+    "EgressRefused",
     "ExtensionCrashed",
     "ExtensionInfo",
     "ExtensionKept",
@@ -200,13 +201,18 @@ class ExtensionStats(msgspec.Struct, frozen=True, kw_only=True):
     cpu_percent: float | None = None
     open_fds: int | None = None
     uptime_s: float | None = None
+    #: Connections its egress proxy made for it (a network list), and refused.
+    egress_allowed: int = 0
+    egress_refused: int = 0
 
 
 class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Status of one extension (or tool host) as the supervisor sees it.
 
-    ``ui_elements`` are what a tool host's ``get_ui_elements`` answered (as sent;
-    display them as untrusted data).
+    ``tools`` and ``commands`` are the ones it runs; names it registered that a
+    built-in or an earlier extension holds are ``shadowed_tools`` and
+    ``shadowed_commands`` (while it runs). ``ui_elements`` are what a tool host's
+    ``get_ui_elements`` answered (as sent; display them as untrusted data).
     """
 
     name: str
@@ -224,6 +230,8 @@ class ExtensionInfo(msgspec.Struct, frozen=True, kw_only=True):
     stats: ExtensionStats = ExtensionStats()
     kind: ChildKind = ChildKind.EXTENSION
     ui_elements: list[Any] = []
+    shadowed_tools: list[str] = []
+    shadowed_commands: list[str] = []
 
 
 # --- events ---------------------------------------------------------------------
@@ -292,6 +300,23 @@ class ExtensionKept(_Ev, frozen=True, tag="kept"):
     reason: str
 
 
+class EgressRefused(_Ev, frozen=True, tag="egress_refused"):
+    """A child's egress proxy refused a connection (a destination outside its network
+    list, or a name resolving to a local address, or a kind of traffic it never
+    carries). ``extension`` is the child's name (``bash``, ``dyn-<tool>`` for the
+    agent's own children)."""
+
+    #: What the child asked for: ``host:port``.
+    destination: str
+    #: Why it was refused.
+    reason: str
+    #: How it asked: ``connect`` (HTTP CONNECT), ``http`` (plain HTTP) or ``socks``.
+    via: str
+    #: Refusals of this child not reported one by one just before this one (a flood
+    #: is reported at a bounded rate; every refusal is counted in its stats).
+    unreported: int = 0
+
+
 class ToolsChanged(_Ev, frozen=True, tag="tools_changed"):
     """The set of extension tools or commands changed. ``extension`` is ``"*"``."""
 
@@ -308,5 +333,6 @@ SupervisorEvent = (
     | Quarantined
     | ExtensionStopped
     | ExtensionKept
+    | EgressRefused
     | ToolsChanged
 )

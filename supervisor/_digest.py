@@ -3,9 +3,17 @@
 The digest covers every entry below the directory in one canonical order (each
 directory's entries sorted by name, depth first): the entry's path relative to the
 directory, its kind, its permission bits, and for a regular file its size and
-SHA-256, for a symbolic link its target as text. Links are never followed; FIFOs,
-sockets and devices are recorded and never opened. Owners and timestamps are not
-covered, so a copy made by another user digests the same.
+SHA-256, for a symbolic link its target as text. FIFOs, sockets and devices are
+recorded and never opened. Owners and timestamps are not covered, so a copy made
+by another user digests the same.
+
+A link whose target lies **outside** every directory being digested is code the
+walk would otherwise not cover (``helper.py -> ../../scripts/helper.py``, which a
+later command may edit): right after the link, the digest records what it
+resolves to now, as a :attr:`EntryKind.TARGET` entry (a file's size and SHA-256, a
+directory, a missing target, or anything else), and a directory's whole tree below
+it, under the link's path. Links in that tree are treated the same way. Links
+inside the directory are covered by the walk itself and are not followed.
 
 The walk is bounded (:class:`DigestLimits`); a directory past a bound is refused
 with :class:`~supervisor._exceptions.DirectoryUnhashable`, never hashed in part.
@@ -57,6 +65,9 @@ class EntryKind(enum.Enum):
     LINK = "l"
     #: A FIFO, socket or device (recorded, never opened).
     OTHER = "o"
+    #: What a link leading outside resolves to: ``payload`` is ``file:<sha256>``,
+    #: ``dir`` (its tree follows under the link's path), ``missing`` or ``other``.
+    TARGET = "t"
 
 
 class DigestLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,7 +106,8 @@ class TreeDigest(msgspec.Struct, frozen=True, kw_only=True):
     bytes: int
     #: Every entry, in walk order.
     entries: tuple[Entry, ...]
-    #: Links whose target lies outside the directory (``path -> target``).
+    #: Links whose target lies outside the directory (``path -> target``); what
+    #: each resolves to is digested too.
     outside_links: tuple[str, ...] = ()
 
     def entry(self, path: str) -> Entry | None:
@@ -124,6 +136,10 @@ def _kind(mode: int) -> EntryKind:
     return EntryKind.OTHER
 
 
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
 def _ident(st: os.stat_result) -> tuple[int, int, int]:
     """Device, inode and kind: what must not change between listing and opening."""
     return st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode)
@@ -143,6 +159,10 @@ class _Walk:
         self.outside: list[str] = []
         self.bytes = 0
         self.files = 0
+        #: Real paths of the directories being digested (the root, followed ones).
+        self.covered: list[str] = [root]
+        #: The real directory each entry prefix stands for (for resolving links).
+        self.base: dict[str, str] = {"": root}
 
     def refuse(self, reason: str) -> typing.NoReturn:
         raise DirectoryUnhashable(self.root, reason)
@@ -169,6 +189,7 @@ class _Walk:
                     self.refuse(f"nested deeper than {self.limits.max_depth} directories")
                 self.add(Entry(path, kind, mode, ""))
                 child = self._open(name, fd, _DIR_FLAGS, st, path)
+                self.base[f"{path}/"] = os.path.join(self.base[prefix], name)
                 try:
                     self.walk(child, f"{path}/", depth + 1)
                 finally:
@@ -178,20 +199,64 @@ class _Walk:
                 self.files += 1
             elif kind is EntryKind.LINK:
                 target = os.readlink(name, dir_fd=fd)
-                joined = os.path.normpath(os.path.join(os.path.dirname(path), target))
-                if os.path.isabs(target) or joined == ".." or joined.startswith("../"):
-                    self.outside.append(f"{path} -> {target}")
                 self.add(Entry(path, kind, mode, target))
+                self.follow(path, os.path.join(self.base[prefix], name), target, depth)
             else:
                 self.add(Entry(path, kind, mode, ""))
 
+    def follow(self, path: str, where: str, target: str, depth: int) -> None:
+        """After the link ``path`` (at real ``where``), what it resolves to when that
+        lies outside every directory being digested."""
+        real = os.path.realpath(where)
+        if any(_inside(real, root) for root in self.covered):
+            return
+        self.outside.append(f"{path} -> {target}")
+        self.target(path, real, depth)
+
+    def target(self, path: str, real: str, depth: int) -> None:
+        """A :attr:`EntryKind.TARGET` entry for ``real`` at ``path``, and its tree."""
+        try:
+            st = os.stat(real, follow_symlinks=False)
+        except FileNotFoundError:
+            self.add(Entry(path, EntryKind.TARGET, 0, "missing"))
+            return
+        kind = _kind(st.st_mode)
+        mode = stat.S_IMODE(st.st_mode)
+        if kind is EntryKind.FILE:
+            digest = self._hash(real, None, st, path)
+            self.add(Entry(path, EntryKind.TARGET, mode, f"file:{digest}", st.st_size))
+            self.files += 1
+        elif kind is EntryKind.DIR:
+            if depth + 1 > self.limits.max_depth:
+                self.refuse(f"nested deeper than {self.limits.max_depth} directories")
+            self.add(Entry(path, EntryKind.TARGET, mode, "dir"))
+            child = self._open(real, None, _DIR_FLAGS, st, path)
+            self.covered.append(real)
+            self.base[f"{path}/"] = real
+            try:
+                self.walk(child, f"{path}/", depth + 1)
+            finally:
+                os.close(child)
+        else:
+            self.add(Entry(path, EntryKind.TARGET, mode, "other"))
+
     def add_outside(self, path: str) -> None:
-        st = os.stat(path, follow_symlinks=False)
-        if not stat.S_ISREG(st.st_mode):
-            self.refuse(f"{path} is not a regular file")
-        digest = self._hash(path, None, st, path)
-        self.add(Entry(path, EntryKind.FILE, stat.S_IMODE(st.st_mode), digest, st.st_size))
-        self.files += 1
+        """A file or directory outside the directory that will run too (an ``exec``).
+
+        A regular file is recorded as a file entry under its real path (as pins
+        made before directories were covered recorded it); anything else as a
+        :attr:`EntryKind.TARGET` entry.
+        """
+        real = os.path.realpath(path)
+        if any(_inside(real, root) for root in self.covered):
+            return
+        st = os.stat(real, follow_symlinks=False)
+        if stat.S_ISREG(st.st_mode):
+            digest = self._hash(real, None, st, real)
+            self.add(Entry(real, EntryKind.FILE, stat.S_IMODE(st.st_mode), digest, st.st_size))
+            self.files += 1
+        else:
+            self.target(real, real, 0)
 
     def _open(
         self, name: str, dir_fd: int | None, flags: int, listed: os.stat_result, path: str
@@ -243,8 +308,9 @@ def digest_tree(
 ) -> TreeDigest:
     """Walk ``directory`` (its real path) and digest everything below it.
 
-    ``also`` names files outside the directory to cover too (an executable that
-    lives elsewhere); each is recorded under its real path, after the walk.
+    ``also`` names files or directories outside the directory to cover too (an
+    executable that lives elsewhere, a script its arguments name); each is recorded
+    under its real path, after the walk, unless it lies in what was digested already.
     Blocking file-system work: run it in a worker thread from async code.
 
     Raises:
@@ -261,7 +327,7 @@ def digest_tree(
         walk.add(Entry("", EntryKind.DIR, stat.S_IMODE(os.fstat(fd).st_mode), ""))
         walk.walk(fd, "", 0)
         for path in also:
-            walk.add_outside(os.path.realpath(path))
+            walk.add_outside(path)
     except OSError as exc:
         raise DirectoryUnhashable(root, f"cannot read: {exc.strerror or exc}") from exc
     finally:

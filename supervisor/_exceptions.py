@@ -12,6 +12,8 @@
     ├── TrustError               trust cannot be checked or recorded
     │   ├── DirectoryUnhashable  ...an extension's directory cannot be digested
     │   └── TrustStoreError      ...the trust store is unreadable, corrupt or unsafe
+    ├── NetRefused               the network guard refuses a destination (an address)
+    └── NetUnresolved            the network guard cannot resolve a name (in time)
     └── CallFailed               a call reached an extension and did not succeed
         ├── CallTimeout          ...the deadline passed ("it was too slow")
         ├── ExtensionGone        ...the extension died or was stopped first
@@ -34,6 +36,8 @@ __all__ = [
     "ExtensionStopping",
     "IllegalTransition",
     "ManifestError",
+    "NetRefused",
+    "NetUnresolved",
     "ProtocolViolation",
     "SupervisorClosed",
     "SupervisorError",
@@ -142,6 +146,37 @@ class DirectoryUnhashable(TrustError):
 
 class TrustStoreError(TrustError):
     """The trust store cannot be read or written, is corrupt, or others may write it."""
+
+
+class NetRefused(SupervisorError):
+    """The network guard refused a destination.
+
+    Attributes:
+        target: the host (or URL) as given.
+        reason: why, e.g. ``"loopback"``.
+        address: the offending address, when the refusal is about one.
+    """
+
+    def __init__(self, target: str, reason: str, *, address: str | None = None) -> None:
+        where = f"{target} ({address})" if address and address != target else target
+        super().__init__(f"blocked {where}: {reason}")
+        self.target = target
+        self.reason = reason
+        self.address = address
+
+
+class NetUnresolved(SupervisorError):
+    """The network guard could not resolve a name (no answer, no address, too slow).
+
+    Attributes:
+        host: the name.
+        reason: what went wrong.
+    """
+
+    def __init__(self, host: str, reason: str) -> None:
+        super().__init__(f"{host}: {reason}")
+        self.host = host
+        self.reason = reason
 
 
 class CallFailed(SupervisorError):

@@ -35,9 +35,10 @@ from sandbox._log import get_logger
 from sandbox._log import lazy_structlog as structlog  # structlog.contextvars, on first use
 
 from . import _frames as f
-from ._api import Quarantined
+from ._api import EgressRefused, Quarantined
 from ._calls import REQUEST_IDS, CallKind, PendingCalls, Reply
 from ._config import SupervisorConfig, log_file, quarantine_file
+from ._egress import egress_of
 from ._exceptions import ExtensionGone, ExtensionStopping
 from ._incarnation import Incarnation
 from ._io import StderrLog
@@ -111,6 +112,8 @@ class Extension:
             config.log_max_bytes,
             config.stderr_tail_lines,
         )
+        #: The egress proxy of a network list (its counters span restarts).
+        self.egress = egress_of(spec, host.net_guard(), self._egress_refused)
         # One run of the owner task:
         self._active = False
         self._ended = trio.Event()
@@ -395,6 +398,7 @@ class Extension:
             sandbox=self._sandbox,
             calls=self._calls,
             stderr=self._stderr,
+            egress=self.egress if plan.egress_port else None,
         )
         self._inc = inc
         self._pid = proc.pid
@@ -417,6 +421,12 @@ class Extension:
             self._inc = self._talk = None
         early = talk.first_step if talk.early_exit else None
         return _Exit(returncode, talk.refused, early, inc.guardian_lost)
+
+    async def _egress_refused(self, event: EgressRefused) -> None:
+        """Its egress proxy refused a connection: its log, and the event (the audit log)."""
+        more = f" (and {event.unreported} more before it)" if event.unreported else ""
+        self._stderr.note(f"network: refused {event.destination}: {event.reason}{more}")
+        await self._host.egress_refused(event)
 
     def _refuse_start(self, reason: str) -> None:
         self._problem = reason
@@ -547,7 +557,7 @@ class Extension:
             error = ExtensionGone(self.name, reply.what, "the extension is not running")
         else:
             rid = f"t{next(REQUEST_IDS)}"  # (PendingCalls.new_id, inlined)
-            problem = talk.call(rid, talk.tool_call(rid, req), reply)
+            problem = talk.send_tool(rid, req, reply)
             if problem is None:
                 return
             error = ExtensionGone(self.name, reply.what, problem)

@@ -47,7 +47,13 @@ __all__ = [
 PROTOCOL_VERSION = 1
 
 NotifyLevel = Literal["info", "success", "warn", "error"]
+#: What a ``notify`` frame may say: the seed's levels, and ``warning`` for ``warn``
+#: (docs/rpc.md listed it; extensions written from it keep working).
+NotifyLevelIn = NotifyLevel | Literal["warning"]
 CommandAction = Literal["prompt", "insert", "display", "noop"]
+#: What a ``command_response`` may say: an action, or none at all (``""`` or null, a
+#: Go extension's zero value), which is ``noop``.
+CommandActionIn = CommandAction | Literal[""] | None
 
 
 class _Frame(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -129,21 +135,31 @@ class EventInterceptResponse(_Frame, frozen=True, tag="event_intercept_response"
 
 
 class CommandResponse(_Frame, frozen=True, tag="command_response"):
-    """Reply to a :class:`CommandInvoked`."""
+    """Reply to a :class:`CommandInvoked` (``action``: see :attr:`taken_action`)."""
 
     id: str
-    action: CommandAction = "noop"
+    action: CommandActionIn = "noop"
     prompt: str = ""
     insert: str = ""
     display: str = ""
     error: str = ""
 
+    @property
+    def taken_action(self) -> CommandAction:
+        """The action to take: no action (``""`` or null) is ``noop``."""
+        return self.action or "noop"
+
 
 class Notify(_Frame, frozen=True, tag="notify"):
-    """One-way note for the user."""
+    """One-way note for the user (``level``: see :attr:`seed_level`)."""
 
     message: str = ""
-    level: NotifyLevel = "info"
+    level: NotifyLevelIn = "info"
+
+    @property
+    def seed_level(self) -> NotifyLevel:
+        """The level by the seed's name (``warning`` is ``warn``)."""
+        return "warn" if self.level == "warning" else self.level
 
 
 class ShutdownAck(_Frame, frozen=True, tag="shutdown_ack"):

@@ -120,6 +120,10 @@ class Result(msgspec.Struct, frozen=True, kw_only=True):
     state: dict[str, Any] | None = None
 
 
+#: The start and the end of a host's stack that its log keeps (characters).
+_STACK_END = 2000
+
+
 class ErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
     """The ``error`` of a failed response."""
 
@@ -153,6 +157,15 @@ class ErrorResponse(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         """``type: detail`` (or the type alone), for logs and results."""
         return f"{self.error.type}: {self.error.detail}" if self.error.detail else self.error.type
+
+    def logged(self) -> str:
+        """:meth:`describe` and the host's ``stack``, for the host's log (never for the
+        model): a long stack keeps its first and last :data:`_STACK_END` characters."""
+        stack = self.error.stack.strip()
+        if len(stack) > 2 * _STACK_END:
+            cut = len(stack) - 2 * _STACK_END
+            stack = f"{stack[:_STACK_END]}\n[{cut} characters]\n{stack[-_STACK_END:]}"
+        return f"{self.describe()}\n{stack}" if stack else self.describe()
 
 
 class HostEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -294,12 +307,15 @@ class ToolSchema(msgspec.Struct, frozen=True, kw_only=True):
     """One entry of ``get_tool_schemas``: ``parameters`` is a JSON object schema.
 
     Hosts name the schema ``parameters``, ``input_schema`` or ``schema``; this holds
-    it as ``parameters`` whichever it was.
+    it as ``parameters`` whichever it was. ``stateless`` (corral's extension, the
+    runners say it) promises that the tool neither reads nor changes the state: its
+    calls go without one, beside the others.
     """
 
     name: str
     description: str = ""
     parameters: dict[str, Any]
+    stateless: bool = False
 
 
 class SchemaProblem(msgspec.Struct, frozen=True, kw_only=True):
@@ -316,6 +332,7 @@ class _RawSchema(msgspec.Struct, frozen=True, kw_only=True):
     parameters: Any = None
     input_schema: Any = None
     schema: Any = None
+    stateless: Any = None  # only ``true`` counts: anything else is "may use the state"
 
 
 class ExecuteValue(msgspec.Struct, frozen=True, kw_only=True):
@@ -367,7 +384,14 @@ def decode_tool_schemas(value: Any) -> tuple[list[ToolSchema], list[SchemaProble
             detail = f"schema is not a JSON object schema (type: object): {json_excerpt(schema)}"
             problems.append(SchemaProblem(index=index, name=raw.name, detail=detail))
             continue
-        tools.append(ToolSchema(name=raw.name, description=raw.description, parameters=schema))
+        tools.append(
+            ToolSchema(
+                name=raw.name,
+                description=raw.description,
+                parameters=schema,
+                stateless=raw.stateless is True,
+            )
+        )
     return tools, problems
 
 

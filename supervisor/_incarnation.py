@@ -3,9 +3,9 @@
 An :class:`Incarnation` holds one spawned process of an extension, its pipes and
 its exit, from spawn to reaped. :meth:`Incarnation.serve` runs, in one nursery,
 the stderr drain, the writer, the reader (the :class:`Conversation` spoken over
-stdio) and the deadline timer of the calls in flight, and waits for the process
-to exit. It always ends the same way, shielded and bounded, as trio's
-``run_process`` does:
+stdio), the deadline timer of the calls in flight and, for a network list, the
+egress proxy (:mod:`supervisor._egress`), and waits for the process to exit. It
+always ends the same way, shielded and bounded, as trio's ``run_process`` does:
 
 1. if the process is still running (:meth:`stop`, or the owner was cancelled), the
    shutdown ladder: the conversation's goodbye and end of stdin, SIGTERM to the
@@ -35,6 +35,7 @@ from sandbox._log import get_logger
 
 from ._calls import PendingCalls
 from ._config import SupervisorConfig
+from ._egress import Egress
 from ._exceptions import ExtensionGone, ExtensionStopping
 from ._io import StderrLog
 from ._lines import LineReader, LineWriter, Unsent
@@ -86,6 +87,7 @@ class Incarnation:
         sandbox: Sandbox,
         calls: PendingCalls,
         stderr: StderrLog,
+        egress: Egress | None = None,
     ) -> None:
         assert proc.stdin is not None
         assert proc.stdout is not None
@@ -102,6 +104,8 @@ class Incarnation:
         self._sandbox = sandbox
         self._calls = calls
         self._stderr = stderr
+        #: Its egress proxy (a network list), served while it is.
+        self._egress = egress
         self._reaped = False
         self.started_at = time.monotonic()
         self._writer = LineWriter(self._stdin, config.write_backlog)
@@ -226,6 +230,9 @@ class Incarnation:
                 nursery.start_soon(self._drain_stderr)
                 nursery.start_soon(self._writer.run)
                 nursery.start_soon(self._read_loop, conversation, reader_done)
+                listener = proc.egress_listener
+                if self._egress is not None and listener is not None:
+                    nursery.start_soon(self._egress.serve, listener)
                 try:
                     with self._calls.timer_in(nursery), self._wait_scope:
                         await proc.wait()

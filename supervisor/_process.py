@@ -8,10 +8,15 @@ never forks, and spawning is a message to the guardian and back (a fraction of a
 millisecond), made right here in the trio thread, with no worker thread. The
 child is the guardian's: its start and its exit arrive on a status pipe, which
 :meth:`ChildProcess.wait` waits on like any other descriptor; nothing polls.
+
+A child with a network list comes with the egress proxy's listener, made inside
+its network namespace (:attr:`ChildProcess.egress_listener`); its owner serves it
+with an :class:`~supervisor._egress.Egress` for as long as it owns the child.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import typing
 
@@ -44,6 +49,9 @@ class ChildProcess:
         self.stdin = stdin
         self.stdout = stdout
         self.stderr = stderr
+        #: The egress proxy's listener in the child's network namespace (a network
+        #: list), once the program runs; closed with the pipes.
+        self.egress_listener: socket.socket | None = None
         self._lock = trio.Lock()
 
     def __repr__(self) -> str:
@@ -78,6 +86,8 @@ class ChildProcess:
         await self._until(lambda: self._status.started is not None)
         if self._status.error is not None:
             raise self._status.error
+        if self.egress_listener is None:
+            self.egress_listener = self._child.take_listener()
 
     async def wait(self) -> int:
         """Wait for the child to exit.
@@ -95,6 +105,9 @@ class ChildProcess:
         for stream in (self.stdin, self.stdout, self.stderr):
             if stream is not None:
                 stream.close()
+        if self.egress_listener is not None:
+            self.egress_listener.close()
+        self._child.drop_egress()
         if self._status.returncode is not None:
             self._status.close()
 
@@ -125,7 +138,8 @@ async def open_child(
             session (the unsandboxed ``bash`` tool). See :func:`sandbox.spawn`.
 
     Raises:
-        OSError: the executable could not be started (not found, not executable).
+        OSError: the executable could not be started (not found, not executable), or
+            a child with a network list did not hand over its egress listener.
 
     Cancellation: the spawn itself is not cancellable (a fraction of a
     millisecond); cancelled while waiting for the program to start, the child is

@@ -253,9 +253,11 @@ class ExtensionProtocol(ChildProtocol):
 
     # --- what the owner sends ----------------------------------------------------------
 
-    def tool_call(self, rid: str, req: CallTool) -> bytes:
-        """The ``tool_call`` frame for call ``rid``."""
-        return f.encode_bare(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n"
+    def send_tool(self, rid: str, req: CallTool, reply: Reply[Any]) -> str | None:
+        """Send the ``tool_call`` frame of call ``rid`` (see :meth:`call`)."""
+        return self.call(
+            rid, f.encode_bare(f.ToolCall(id=rid, name=req.name, args=req.args)) + b"\n", reply
+        )
 
     def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
         """Extensions have no call previews."""
@@ -377,7 +379,8 @@ class ExtensionProtocol(ChildProtocol):
             case f.CommandResponse():
                 self._command_response(frame)
             case f.Notify():
-                event = Notified(extension=self._name, level=frame.level, message=frame.message)
+                level = frame.seed_level
+                event = Notified(extension=self._name, level=level, message=frame.message)
                 self._host.publish(event)
             case f.RegisterTool() | f.RegisterCommand() | f.Subscribe():
                 self._register(frame)
@@ -433,11 +436,12 @@ class ExtensionProtocol(ChildProtocol):
         reply = self._take(frame.id, CallKind.COMMAND)
         if reply is None:
             return
-        if frame.action == "display" and frame.display:
+        action = frame.taken_action
+        if action == "display" and frame.display:
             self._host.publish(Displayed(extension=self._name, text=frame.display))
         reply.set(
             CommandOutcome(
-                action=frame.action,
+                action=action,
                 prompt=frame.prompt,
                 insert=frame.insert,
                 display=frame.display,

@@ -233,9 +233,9 @@ class RelayProtocol(ChildProtocol):
         finally:
             process._send.close()
 
-    def tool_call(self, rid: str, req: CallTool) -> bytes:
-        """Never used: a relayed child registers no tools (an empty line fails the call)."""
-        return b""
+    def send_tool(self, rid: str, req: CallTool, reply: Reply[Any]) -> str | None:
+        """Never used: a relayed child registers no tools."""
+        return "a relayed child has no tools"
 
     def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
         """No previews."""

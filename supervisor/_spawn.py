@@ -13,11 +13,15 @@ plan is made (a host that starts nothing never probes the machine).
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import secrets
 import shutil
+import subprocess
 import typing
 from pathlib import Path
+from typing import Any
 
 from sandbox import (
     LaunchPlan,
@@ -43,6 +47,8 @@ __all__ = [
     "Refusing",
     "interpreter_argv",
     "launch_request",
+    "node_version",
+    "strip_types_flags",
 ]
 
 log = get_logger(__name__)
@@ -68,6 +74,10 @@ PYTHON_RUNNER = ("-S", "-c", "import corral_toolhost as h; raise SystemExit(h.ma
 
 #: The Node tool-host runner.
 _HOST_RUNNER = str(Path(SDK_DIR) / "host.cjs")
+#: TypeScript tool modules, which Node runs by stripping their types (22.6 and later).
+_TS_EXTS = (".ts", ".mts", ".cts")
+_STRIP_TYPES = ("--experimental-strip-types", "--disable-warning=ExperimentalWarning")
+_NODE_VERSION = re.compile(r"v(\d+)\.(\d+)\.")
 
 
 def _is_python(spec: ExtensionSpec) -> bool:
@@ -101,7 +111,9 @@ def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]
 
     Python extensions run with ``config.python`` (the host's own interpreter by
     default); JavaScript ones with the real path of ``node``; anything else is
-    executed directly. A tool host with a ``runtime`` runs corral's runner for it.
+    executed directly. A tool host with a ``runtime`` runs corral's runner for it;
+    Node's runner gets the flag that turns type stripping on when its ``config``
+    lists a TypeScript module and that Node needs it (see :func:`strip_types_flags`).
     """
     args = [*_program(spec), *spec.manifest.args]
     if _is_python(spec):
@@ -111,8 +123,58 @@ def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]
         if node is None:
             # Fall back to executing the script (its shebang) and let spawn fail clearly.
             return args if spec.manifest.runtime is None else ["node", *args]
-        return [os.path.realpath(node), *args]
+        node = os.path.realpath(node)
+        if spec.manifest.runtime is Runtime.NODE and _lists_typescript(spec.manifest.config):
+            args = [*strip_types_flags(node_version(node)), *args]
+        return [node, *args]
     return args
+
+
+def _lists_typescript(config: dict[str, Any]) -> bool:
+    modules = config.get("modules")
+    return isinstance(modules, list) and any(
+        isinstance(m, str) and m.endswith(_TS_EXTS) for m in modules
+    )
+
+
+def strip_types_flags(version: tuple[int, int] | None) -> list[str]:
+    """Node's flags for a runner with TypeScript modules, by Node's ``(major, minor)``.
+
+    Node strips types by default from 22.18 and 23.6; from 22.6 it does behind
+    ``--experimental-strip-types`` (its warning silenced: it would fill the log at
+    every start). Before 22.6 it cannot, and the runner refuses the module at
+    ``init``, saying what to do; so does an unknown version (no flag that an old
+    Node would refuse).
+    """
+    if version is None or version < (22, 6) or (22, 18) <= version < (23, 0):
+        return []
+    return list(_STRIP_TYPES) if version < (23, 6) else []
+
+
+def node_version(node: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of the Node at ``node`` (None: it would not say).
+
+    Blocking (it runs ``node --version``, a few milliseconds, with an empty
+    environment): asked only for a runner with TypeScript modules, once per binary
+    (kept while the file is the same).
+    """
+    try:
+        st = os.stat(node)
+    except OSError:
+        return None
+    return _node_version(node, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _node_version(node: str, ino: int, size: int, mtime: int) -> tuple[int, int] | None:
+    try:
+        out = subprocess.run(
+            [node, "--version"], capture_output=True, env={}, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = _NODE_VERSION.match(out.decode("ascii", "replace").strip())
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def _environment(spec: ExtensionSpec, data_dir: str | None, token: str) -> dict[str, str]:

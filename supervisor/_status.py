@@ -4,7 +4,7 @@ that did not load, with process figures from psutil (inspection only)."""
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 if typing.TYPE_CHECKING:
@@ -14,6 +14,7 @@ from ._api import ExtensionInfo, ExtensionStats
 from ._extension import Extension
 from ._lifecycle import ExtensionState
 from ._manifest import Discovery
+from ._registry import Registry
 
 __all__ = ["ProcessFigures", "discovery_infos", "extension_infos"]
 
@@ -67,12 +68,25 @@ class ProcessFigures:
 
 
 def extension_infos(
-    exts: Sequence[Extension], figures: dict[int, dict[str, Any]], backend: str
+    exts: Sequence[Extension],
+    figures: dict[int, dict[str, Any]],
+    backend: str,
+    registry: Registry[Extension] | None = None,
 ) -> list[ExtensionInfo]:
-    """The status of each extension; ``backend`` is shown for one never planned."""
+    """The status of each extension; ``backend`` is shown for one never planned.
+
+    With the ``registry``, an extension's ``tools`` and ``commands`` are the ones it
+    runs; the names it registered that a built-in or an earlier extension holds are
+    its ``shadowed_tools`` / ``shadowed_commands`` (the agent's tool list agrees).
+    """
     out = []
     for e in exts:
         plan = e.plan
+        tool_owner = command_owner = None
+        if registry is not None and e.listed:
+            tool_owner, command_owner = registry.tool_owner, registry.command_owner
+        tools, shadowed_tools = _split(e, e.tools, tool_owner)
+        commands, shadowed_commands = _split(e, e.commands, command_owner)
         out.append(
             ExtensionInfo(
                 name=e.name,
@@ -84,8 +98,10 @@ def extension_infos(
                 pid=e.pid if e.serving else None,
                 sandboxed=bool(plan and plan.sandboxed),
                 backend=plan.backend if plan else backend,
-                tools=sorted(e.tools),
-                commands=sorted(e.commands),
+                tools=tools,
+                commands=commands,
+                shadowed_tools=shadowed_tools,
+                shadowed_commands=shadowed_commands,
                 problem=e.problem,
                 stats=_stats(e, figures.get(e.pid) if e.pid is not None else None),
                 kind=e.kind,
@@ -95,10 +111,23 @@ def extension_infos(
     return out
 
 
+def _split(
+    e: Extension, names: Mapping[str, object], owner: Callable[[str], Extension | None] | None
+) -> tuple[list[str], list[str]]:
+    """``names`` it runs and those another holds (all run, without an ``owner`` to ask)."""
+    if owner is None:
+        return sorted(names), []
+    runs = sorted(n for n in names if owner(n) is e)
+    return runs, sorted(n for n in names if owner(n) is not e)
+
+
 def _stats(e: Extension, proc_figures: dict[str, Any] | None) -> ExtensionStats:
     """Counters, latency percentiles and (given) psutil figures of one child."""
     figures = proc_figures or {}
+    egress = e.egress
     return e.calls.stats(
+        egress_allowed=egress.allowed if egress is not None else 0,
+        egress_refused=egress.refused if egress is not None else 0,
         restarts=e.restarts,
         rss_bytes=figures.get("rss"),
         cpu_percent=figures.get("cpu"),

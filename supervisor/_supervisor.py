@@ -28,6 +28,7 @@ from sandbox._log import get_logger
 from . import _frames as f
 from ._api import (
     CommandInfo,
+    EgressRefused,
     ExtensionInfo,
     ExtensionKept,
     ExtensionRestarted,
@@ -42,6 +43,7 @@ from ._api import (
 from ._calls import Reply
 from ._client import SupervisorClient
 from ._config import HostInfo, SupervisorConfig, quarantine_file
+from ._egress import EgressReport
 from ._exceptions import (
     SupervisorClosed,
     SupervisorError,
@@ -54,6 +56,7 @@ from ._gate import ReloadGate
 from ._intercept import run_chain
 from ._lifecycle import ExtensionState
 from ._manifest import Discovery, ExtensionSpec, discover
+from ._netguard import NetGuard
 from ._reap import kill_and_wait, leftovers
 from ._registry import Registry
 from ._requests import (
@@ -108,8 +111,12 @@ class _Supervisor:
         project_dir: str | None,
         discover: bool,
         host: HostInfo,
+        guard: NetGuard,
+        egress_report: EgressReport | None,
     ) -> None:
         self.config = config
+        self._guard = guard
+        self._egress_report = egress_report
         self._sandbox = sandbox
         self._ext_paths = list(ext_paths)
         self._project_dir = project_dir
@@ -150,6 +157,16 @@ class _Supervisor:
     def trust_problem(self, spec: ExtensionSpec) -> str | None:
         """Why ``spec`` may not start now (None: it may); blocking."""
         return self._trust.problem(spec)
+
+    def net_guard(self) -> NetGuard:
+        """The guard of every egress proxy."""
+        return self._guard
+
+    async def egress_refused(self, event: EgressRefused) -> None:
+        """Publish a refused connection and hand it to the host's report."""
+        self.publish(event)
+        if self._egress_report is not None:
+            await self._egress_report(event)
 
     # --- events -------------------------------------------------------------------
 
@@ -565,7 +582,7 @@ class _Supervisor:
         pids = [e.pid for e in exts if e.pid is not None and e.serving]
         figures = await trio.to_thread.run_sync(self._figures.measure, pids) if pids else {}
         backend = self._sandbox.backend if exts else ""  # no extension: no probe
-        return extension_infos(exts, figures, backend)
+        return extension_infos(exts, figures, backend, self._registry)
 
 
 @asynccontextmanager
@@ -577,6 +594,8 @@ async def open_supervisor(
     discover: bool = True,
     host: HostInfo | None = None,
     sandbox: Sandbox | None = None,
+    guard: NetGuard | None = None,
+    egress_report: EgressReport | None = None,
 ) -> AsyncIterator[SupervisorClient]:
     """Start every extension and yield a client; stop them all on exit.
 
@@ -589,6 +608,10 @@ async def open_supervisor(
         sandbox: a backend to use instead of ``select_sandbox(config.sandbox)``, which
             is called when the first extension is planned (a host without
             extensions never probes the machine).
+        guard: the network guard of the egress proxies of children with a network
+            list (default: public addresses only, the system's resolver).
+        egress_report: awaited with every refusal those proxies report (also
+            published as :class:`~supervisor.EgressRefused` events): the audit log.
 
     Entering returns once every extension is ready, failed, or crashed once (each
     wait is bounded by the handshake deadline and the ready cap), or, with
@@ -608,6 +631,8 @@ async def open_supervisor(
         project_dir=project_dir,
         discover=discover,
         host=host or HostInfo(),
+        guard=guard or NetGuard(),
+        egress_report=egress_report,
     )
     async with trio.open_nursery() as nursery:
         sup._nursery = nursery

@@ -25,17 +25,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from ._api import SupervisorEvent
+from ._api import EgressRefused, SupervisorEvent
 from ._calls import PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig, ui_file
+from ._hoststate import HostSession
 from ._lines import LineReader
 from ._manifest import ChildKind, ExtensionSpec
+from ._netguard import NetGuard
 from ._protocol import ExtensionProtocol
 from ._protocol import Owner as ExtensionOwner
 from ._relay import Relay, RelayProtocol
 from ._requests import CallTool, PreviewToolCall
-from ._toolhost import HostSession, ToolHostProtocol
 from ._toolhost import Owner as HostOwner
+from ._toolhost import ToolHostProtocol
 
 if TYPE_CHECKING:
     from ._extension import Extension
@@ -64,8 +66,9 @@ class Talk(Protocol):
         """Start-up, then route every line until EOF."""
         ...
 
-    def tool_call(self, rid: str, req: CallTool) -> bytes:
-        """The line asking for tool call ``rid``."""
+    def send_tool(self, rid: str, req: CallTool, reply: Reply[Any]) -> str | None:
+        """Send tool call ``rid`` (or queue it, for a tool host's state) and track it;
+        an error text when it cannot be sent."""
         ...
 
     def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:
@@ -105,6 +108,15 @@ class Host(Protocol):
 
     def trust_problem(self, spec: ExtensionSpec) -> str | None:
         """Why ``spec`` may not start now (None: it may). Blocking: reads the disk."""
+        ...
+
+    def net_guard(self) -> NetGuard:
+        """The network guard of the egress proxies of children with a network list."""
+        ...
+
+    async def egress_refused(self, event: EgressRefused) -> None:
+        """A child's egress proxy refused a connection: publish it, and report it to the
+        host's egress report (the audit log)."""
         ...
 
 

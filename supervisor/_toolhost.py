@@ -15,9 +15,11 @@ quarantine, the shutdown ladder, logs, stats) is the extension's machinery.
   Three round trips for a host with its own ``exec``; corral's runners (``runtime``)
   get all seven requests in one write: they answer in order, and ``get_tool_schemas``
   without a state uses the state their ``init`` made. Answers are judged in order.
-* **calls**: ``execute_tool`` carries the state kept so far; every answer that
-  carries a state replaces it (state is kept across a crash: the host gets
-  ``init`` again, then the calls carry the state the client held). ``part`` events
+* **calls**: ``execute_tool`` carries the state kept so far, unless the host says
+  the tool is ``stateless``; calls that carry it go one at a time, and each answer's
+  state replaces the kept one (see :mod:`supervisor._hoststate`; the state is kept
+  across a crash: the host gets ``init`` again, then the calls carry the state the
+  client held). ``part`` events
   reach the caller's :attr:`~supervisor._calls.Reply.on_part` as ``{"part": payload}``.
   A successful result is then offered to ``format_tool_result`` and
   ``to_display_format`` (each an optional method, with ``hook_timeout``) before
@@ -37,7 +39,6 @@ it names; the host keeps serving.
 
 from __future__ import annotations
 
-import contextlib
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +53,8 @@ from . import _frames as f
 from ._api import NativeResult, ToolOutcome
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
-from ._exceptions import ProtocolViolation
+from ._exceptions import ExtensionGone, ProtocolViolation
+from ._hoststate import HostSession, StateTurns
 from ._hostwire import (
     OPTIONAL_METHODS,
     ErrorResponse,
@@ -78,10 +80,9 @@ from ._protocol import ChildProtocol, Registrations, tool_problem
 from ._requests import CallTool, PreviewToolCall
 from ._schema import check_schema
 
-__all__ = ["HostSession", "ToolHostProtocol"]
+__all__ = ["ToolHostProtocol"]
 
 log = get_logger(__name__)
-_encoder = msgspec.json.Encoder()
 
 #: Problems written to the host's log per incarnation before it goes quiet (still counted).
 _COMPLAINT_LIMIT = 20
@@ -97,28 +98,6 @@ _AFTER_INIT = (
 )
 #: Requests of start-up (method, params).
 _Asks = list[tuple[Method, dict[str, Any]]]
-
-
-@typing.final
-class HostSession:
-    """What outlives one incarnation of a tool host: its state and UI elements."""
-
-    __slots__ = ("state", "ui_elements")
-
-    def __init__(self) -> None:
-        #: The state the client round-trips (None until ``init`` gave one).
-        self.state: dict[str, Any] | None = None
-        #: ``get_ui_elements``, as the host last answered it.
-        self.ui_elements: list[Any] = []
-
-    def __repr__(self) -> str:
-        return f"<HostSession state={self.state is not None} ui={len(self.ui_elements)}>"
-
-    def exited(self, returncode: int | None, tail: list[str]) -> None:
-        """An incarnation exited: nothing to do (the state is kept)."""
-
-    def closed(self, problem: str) -> None:
-        """The run ended: nothing to do."""
 
 
 class Owner(Protocol):
@@ -187,6 +166,9 @@ class ToolHostProtocol(ChildProtocol):
         #: Optional methods the host answered with an error: not asked again.
         self._lacks: set[Method] = set()
         self._tools: dict[str, f.RegisterTool] = {}
+        #: Tools the host says neither read nor change the state.
+        self._stateless: set[str] = set()
+        self._turns = StateTurns(session, calls, self._send_turn)
         self._required: frozenset[str] = frozenset()
         self._complaints = 0
         #: Problems found during start-up, told once it is over.
@@ -212,7 +194,8 @@ class ToolHostProtocol(ChildProtocol):
                 self._refuse(f"start-up (init, get_tool_schemas) not done within {timeout:g} s")
             return
         # After ready, not before: the trip to a worker thread is no part of start-up.
-        await trio.to_thread.run_sync(self._keep_ui)
+        if self._ui_cache is not None:
+            await trio.to_thread.run_sync(self._session.keep_ui, self._ui_cache)
         await self._route(reader)
 
     async def _start(self, reader: LineReader) -> bool:
@@ -226,9 +209,10 @@ class ToolHostProtocol(ChildProtocol):
             return False
         initialized = answers[1 if ahead else 0]
         if isinstance(initialized, ErrorResponse):
+            self._owner.note(f"init: {initialized.logged()}")
             self._refuse(f"init failed: {initialized.describe()}")
             return False
-        self._keep_state(initialized, initial=True)
+        self._session.initial(initialized.result.state, initialized.result.value)
         after = ahead or self._after_init()
         rest = answers[2:] if ahead else await self._exchange(reader, after)
         return rest is not None and self._finish(after, rest)
@@ -255,25 +239,6 @@ class ToolHostProtocol(ChildProtocol):
         self._ready = True
         self._owner.ready("init")
         return True
-
-    def _keep_ui(self) -> None:
-        """Keep the UI elements for ``corral ext list --json`` (which starts nothing).
-
-        Run once the host is ready, in a worker thread, and written only when they
-        changed: rewriting the same bytes at every start costs a file system write
-        (milliseconds on a busy disk).
-        """
-        if self._ui_cache is None:
-            return
-        try:
-            data = _encoder.encode(self._session.ui_elements)
-            with contextlib.suppress(OSError):  # missing or unreadable: written below
-                if self._ui_cache.read_bytes() == data:
-                    return
-            self._ui_cache.parent.mkdir(parents=True, exist_ok=True)
-            self._ui_cache.write_bytes(data)
-        except (OSError, TypeError, ValueError) as exc:
-            log.warning("toolhost_ui_not_kept", path=str(self._ui_cache), error=str(exc))
 
     async def _exchange(
         self, reader: LineReader, requests: _Asks
@@ -342,6 +307,8 @@ class ToolHostProtocol(ChildProtocol):
                 self._complain(f"tool {schema.name[:64]!r} skipped: {why}")
                 continue
             self._tools[schema.name] = frame
+            if schema.stateless:
+                self._stateless.add(schema.name)
         return True
 
     # --- tags ------------------------------------------------------------------------
@@ -382,10 +349,32 @@ class ToolHostProtocol(ChildProtocol):
 
     # --- calls -------------------------------------------------------------------------
 
-    def tool_call(self, rid: str, req: CallTool) -> bytes:
-        """The ``execute_tool`` line for call ``rid``, carrying the state kept so far."""
+    def send_tool(self, rid: str, req: CallTool, reply: Reply[Any]) -> str | None:
+        """Send ``execute_tool`` for call ``rid``, or queue it until it is its turn.
+
+        A tool the host says is stateless goes at once, without the state; every
+        other call may change the state and waits for the one before it (see
+        :class:`~supervisor._hoststate.StateTurns`).
+        """
+        if req.name in self._stateless:
+            return self.call(rid, self._execute_line(rid, req, False), reply)
+        if self._turns.queue(rid, req, reply):
+            return None
+        return self.call(rid, self._execute_line(rid, req, True), reply)
+
+    def _send_turn(self, reply: Reply[Any], req: CallTool) -> bool:
+        """Send a call whose turn came; fail it when it cannot be sent."""
+        error = self._pipe.send(self._execute_line(reply.rid, req, True))
+        if error is None:
+            return True
+        self._calls.drop(reply.rid)
+        self._calls.counts["errors"] += 1
+        reply.fail(ExtensionGone(self._name, reply.what, error))
+        return False
+
+    def _execute_line(self, rid: str, req: CallTool, stateful: bool) -> bytes:
         params: dict[str, Any] = {"tool_name": req.name, "arguments": req.args}
-        if self._session.state is not None:
+        if stateful and self._session.state is not None:
             params["state"] = self._session.state
         return encode_request(Request(id=rid, method=Method.EXECUTE_TOOL, params=params))
 
@@ -414,6 +403,17 @@ class ToolHostProtocol(ChildProtocol):
         self, method: Method, params: dict[str, Any], then: Callable[[Reply[Any]], None]
     ) -> None:
         """Ask an optional method; ``then`` gets the answered reply (value: the message)."""
+        sent = params.get("state")
+        if sent is not None:  # the state it answers is kept if nothing changed it meanwhile
+            answered = then
+
+            def then(hook: Reply[Any]) -> None:
+                msg = hook.value
+                state = msg.result.state if isinstance(msg, OkResponse) else None
+                if not self._turns.hook_answered(sent, state):
+                    self._note(f"{method} changed the state while calls did: not kept")
+                answered(hook)
+
         hook: Reply[Any] = Reply()
         hook.kind, hook.name, hook.then = CallKind.HOOK, str(method), then
         rid = PendingCalls.new_id(CallKind.HOOK)
@@ -461,13 +461,12 @@ class ToolHostProtocol(ChildProtocol):
             self._calls.counts["bad_frames"] += 1
             self._complain(f"answer to unknown id {msg.id[:64]!r} (a call that timed out?)")
             return
-        if isinstance(msg, OkResponse) and msg.result.state is not None:
-            self._keep_state(msg)
         if reply.kind is CallKind.HOOK:
             if isinstance(msg, ErrorResponse):
                 self._lacking(Method(reply.name), msg)
             reply.set(msg)
         else:
+            self._turns.answered(reply, msg.result.state if isinstance(msg, OkResponse) else None)
             self._tool_answer(reply, msg)
 
     def _event(self, msg: HostEvent) -> None:
@@ -482,19 +481,10 @@ class ToolHostProtocol(ChildProtocol):
         if reply.on_part is not None:
             reply.on_part({"part": msg.event.payload})
 
-    def _keep_state(self, msg: OkResponse, *, initial: bool = False) -> None:
-        state = msg.result.state
-        if initial:
-            if self._session.state is not None:
-                return  # a restart: the calls go on with the state the client held
-            value = msg.result.value
-            state = state if state is not None else value if isinstance(value, dict) else None
-        if isinstance(state, dict):
-            self._session.state = state
-
     def _tool_answer(self, reply: Reply[Any], msg: OkResponse | ErrorResponse) -> None:
         if isinstance(msg, ErrorResponse):
             self._calls.counts["errors"] += 1
+            self._owner.note(f"{reply.name}: {msg.logged()}")  # the model gets no stack
             reply.set(
                 self._outcome(reply, [f.TextBlock(text=f"tool host error: {msg.describe()}")], True)
             )
@@ -567,7 +557,7 @@ class ToolHostProtocol(ChildProtocol):
             return
         self._lacks.add(method)
         if msg.error.type != HostErrorType.UNKNOWN_METHOD:
-            self._note(f"{method} answered an error; not asked again: {msg.describe()}")
+            self._note(f"{method} answered an error; not asked again: {msg.logged()}")
 
     def _note(self, text: str) -> None:
         """A fact for the host's log (not a problem)."""

@@ -164,9 +164,11 @@ def _short_path(value: Any) -> str:
 
 
 def describe_permissions(perms: Permissions | dict[str, Any]) -> str:
-    """Permissions in one compact line, e.g. ``net, rw:~/proj, ro:/data, env:API_KEY, mem 512M``.
+    """Permissions in one compact line, e.g. ``net:api.github.com, rw:~/proj, env:API_KEY``.
 
-    Only what differs from the defaults is shown (no network, no extra paths or
+    ``network: true`` shows as ``net:ANYWHERE (risky)``: the host's whole network, its
+    loopback services and LAN included. Only what differs from the defaults is
+    shown (no network, no extra paths or
     environment, a private data directory, the default limits); ``defaults`` when
     nothing does. Fields are formatted by shape, so a field added later shows up
     too: a flag as its name, a list as ``name:item`` per item, a group of limits as
@@ -176,7 +178,9 @@ def describe_permissions(perms: Permissions | dict[str, Any]) -> str:
     parts: list[str] = []
     for name, value in fields.items():
         label = _ALIASES.get(name, name)
-        if isinstance(value, bool):
+        if name == "network" and value is True:
+            parts.append(f"{label}:ANYWHERE (risky)")
+        elif isinstance(value, bool):
             parts.append(label if value else f"no {label}")
         elif isinstance(value, list):
             parts += [f"{label}:{_short_path(item)}" for item in value]
@@ -322,21 +326,20 @@ class TrustStore:
     # --- checking and pinning -------------------------------------------------------
 
     def digest(self, spec: ExtensionSpec) -> TreeDigest:
-        """Digest ``spec``'s directory, and its executable when that lies outside it.
+        """Digest ``spec``'s directory, and every file outside it that will run.
 
-        An ``exec`` outside the directory (an absolute path, ``../``, or a link
-        leading out) is code the walk would not cover; it is pinned by content too.
+        What lies outside the directory is code the walk would not cover: an
+        ``exec`` there (an absolute path, ``../``, or a link leading out), a file its
+        ``args`` name, a tool host's ``config.modules`` leading out (see
+        :func:`named_paths`), and the targets of links leading out of the directory,
+        files and directories (see :func:`~supervisor._digest.digest_tree`); each is
+        pinned by content too.
 
         Raises:
             DirectoryUnhashable: see :func:`~supervisor._digest.digest_tree`.
         """
         root = os.path.realpath(spec.dir)
-        exe = os.path.realpath(spec.exec_path)
-        # A tool host run by corral's runner has no program of its own (exec_path is
-        # its directory); the runner is corral's code, not the extension's.
-        inside = exe.startswith(root.rstrip("/") + "/") or spec.manifest.runtime is not None
-        outside = () if inside else (exe,)
-        return digest_tree(root, self.limits, also=outside)
+        return digest_tree(root, self.limits, also=named_paths(spec))
 
     def verify(self, spec: ExtensionSpec) -> TrustVerdict:
         """Check ``spec`` against its pin, digesting its directory now.
@@ -421,6 +424,31 @@ class TrustStore:
         except TrustError as exc:
             return f"extension {spec.name}: cannot check trust: {exc}"
         return None if verdict.ok else verdict.problem
+
+
+def named_paths(spec: ExtensionSpec) -> list[str]:
+    """Existing files outside ``spec``'s directory that its manifest names as code:
+    the ``exec``, ``args`` (also the value of ``--opt=PATH``) and a tool host's
+    ``config.modules``, relative ones against its directory. A directory named in
+    ``args`` is taken for data (a link to one is followed, see :meth:`TrustStore.digest`)."""
+    root = os.path.realpath(spec.dir)
+    manifest = spec.manifest
+    # A tool host run by corral's runner has no program of its own (exec_path is
+    # its directory); the runner is corral's code, not the extension's.
+    values = [] if manifest.runtime is not None else [spec.exec_path]
+    values += [v for a in manifest.args for v in (a, a.partition("=")[2]) if v]
+    modules = manifest.config.get("modules") if manifest.runtime is not None else None
+    if isinstance(modules, list):
+        values += [m for m in modules if isinstance(m, str)]
+    out: list[str] = []
+    for value in values:
+        if "\x00" in value:
+            continue
+        path = os.path.join(root, os.path.expanduser(value))
+        real = os.path.realpath(path)
+        if real != root and not real.startswith(root + "/") and os.path.isfile(real):
+            out.append(real)
+    return list(dict.fromkeys(out))
 
 
 def _adopt_legacy_state(home: str | Path, spec: ExtensionSpec) -> list[str]:

@@ -32,6 +32,7 @@ from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
 from .allocator import unpool_large_buffers
+from .ext_files import ext_dirs
 from .helptext import AGENT_ENV, COMMON_ENV, epilog
 from .lifecycle import SignalCancel, check_started, requested_extensions
 from .logs import configure_logging, human_stderr
@@ -110,8 +111,10 @@ _OPTIONS = [
         "--ext",
         "ext_paths",
         multiple=True,
-        type=click.Path(file_okay=False),
-        help="Load the extension in this directory (repeatable); wins over installed ones.",
+        type=click.Path(),
+        callback=ext_dirs,
+        help="Load the extension in this directory, or of this extension.json (repeatable); "
+        "wins over installed ones.",
     ),
     click.option(
         "--provider",
@@ -234,6 +237,14 @@ _OPTIONS = [
         "guard, e.g. 127.0.0.1:8931 (repeatable; also $CORRAL_MCP_ALLOW).",
     ),
     click.option(
+        "--bash-network",
+        metavar="DEST",
+        multiple=True,
+        help="Let bash commands reach this destination through corral's proxy, e.g. "
+        "pypi.org, *.pythonhosted.org or 127.0.0.1:8080 (repeatable; also "
+        "$CORRAL_BASH_NETWORK; sandboxed bash has no network otherwise).",
+    ),
+    click.option(
         "--no-mcp-servers",
         is_flag=True,
         help="Do not start the MCP servers of $CORRAL_HOME/mcp.json and .corral/mcp.json.",
@@ -269,6 +280,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         searxng: str | None,
         web_allow: tuple[str, ...],
         mcp_allow: tuple[str, ...],
+        bash_network: tuple[str, ...],
         no_mcp_servers: bool,
         max_tokens: int,
         connect_timeout: float,
@@ -317,6 +329,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             dynamic_catalog=os.environ.get("CORRAL_DYNAMIC_CATALOG") or None,
             mcp_servers=not no_mcp_servers,
             mcp_allow=list(mcp_allow),
+            bash_network=list(bash_network),
         )
         return f(*args, options=options, **kwargs)
 

@@ -1,7 +1,8 @@
 """``corral audit``: who blocked or rewrote what, from the audit log under ``$CORRAL_HOME``.
 
 Changes to the tool set (a dynamic tool created or removed, an MCP server
-connected) are listed too, with their source in the EXTENSION column.
+connected) are listed too, with their source in the EXTENSION column, and so are
+connections a child's egress proxy refused (event ``network``, action ``refused``).
 
 The table shows one record per line, oldest first; ``--json`` prints the records
 exactly as stored (one JSON object per line), for ``jq`` and scripts. Everything an
@@ -21,7 +22,15 @@ import msgspec
 
 from supervisor import InterventionKind, corral_home
 
-from .._audit import AuditRecord, ToolAuditRecord, audit_path, read_audit, select_records
+from .._audit import (
+    AnyRecord,
+    AuditRecord,
+    EgressAuditRecord,
+    ToolAuditRecord,
+    audit_path,
+    read_audit,
+    select_records,
+)
 from .helptext import epilog
 from .render import clip
 from .safe_text import visible
@@ -78,14 +87,19 @@ def _detail(record: AuditRecord) -> str:
     return f"text shown: {_json(record.text)}"
 
 
-def _row(r: AuditRecord | ToolAuditRecord) -> list[str]:
+def _row(r: AnyRecord) -> list[str]:
+    if isinstance(r, EgressAuditRecord):
+        detail = f"{r.destination} ({r.via}): {r.reason}"
+        if r.unreported:
+            detail += f"; {r.unreported} more before it not recorded one by one"
+        return [r.time, r.session or "-", r.extension, "network", "refused", clip(detail, 160)]
     if isinstance(r, ToolAuditRecord):
         detail = " ".join(part for part in (r.tool, r.digest[:19], r.detail) if part)
         return [r.time, r.session or "-", r.source, r.action.value, "-", clip(detail, 120)]
     return [r.time, r.session or "-", r.extension, r.event, _action(r), clip(_detail(r), 120)]
 
 
-def _table(records: list[AuditRecord | ToolAuditRecord]) -> list[str]:
+def _table(records: list[AnyRecord]) -> list[str]:
     head = ["TIME", "SESSION", "EXTENSION", "EVENT", "ACTION", "DETAIL"]
     rows = [head] + [_row(r) for r in records]
     rows = [[visible(cell) for cell in row] for row in rows]
@@ -104,21 +118,22 @@ def _table(records: list[AuditRecord | ToolAuditRecord]) -> list[str]:
             ("corral audit", "every block and rewrite, newest last"),
             ("corral audit --extension guard --since 2h", "one extension, the last two hours"),
             ("corral audit --json -n 20", "the last 20 records as JSON lines"),
+            ("corral audit --extension weather", "what it blocked, and what it was refused"),
         ]
     ),
 )
 @click.option("--session", help='Only this session (`""`: unsaved sessions).')
-@click.option("--extension", help="Only interventions by this extension.")
+@click.option("--extension", help="Only records of this extension (or tool host, MCP server).")
 @click.option("--since", help="Only newer records: an age (30m, 2h, 7d) or a date/time.")
 @click.option("-n", "--last", type=click.IntRange(min=0), help="Only the newest N records.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per record, as stored.")
 def audit_cmd(
     session: str | None, extension: str | None, since: str | None, last: int | None, as_json: bool
 ) -> None:
-    """Show every block and rewrite by an extension.
+    """Show the blocks, rewrites and refused connections of extensions.
 
     The records come from $CORRAL_HOME/audit.jsonl, oldest first. Tool set changes
-    (new_tool, MCP servers) are listed with them.
+    (new_tool, MCP servers) and connections a network list refused are listed with them.
     """
     path = audit_path(corral_home())
     when = parse_since(since, datetime.now(UTC)) if since is not None else None

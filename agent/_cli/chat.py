@@ -362,11 +362,14 @@ async def approve_tool(
     r.line(r.style(visible(f"the agent wants to create the tool {draft.name}:"), "bold"))
     r.line(visible(f"  description  {draft.description}"))
     r.line(visible(f"  parameters   {json.dumps(draft.parameters, sort_keys=True)}"))
+    if draft.network:
+        r.line(r.style(visible(f"  network      {', '.join(draft.network)}"), "yellow"))
     r.line(r.style("  def tool(args):", "dim"))
     for line in draft.code.splitlines():
         r.line(r.style(visible(f"      {line}"), "cyan"))
     if sandboxed:
-        r.line(r.style("  (it runs sandboxed: no network, a scratch directory, 60 s)", "dim"))
+        net = "only the network above" if draft.network else "no network"
+        r.line(r.style(f"  (it runs sandboxed: {net}, a scratch directory, 60 s)", "dim"))
     else:
         r.line(r.style("  (it runs UNSANDBOXED: no sandbox backend, with your access)", "red"))
     answer = await reader.read(f"create {visible(draft.name)}? [y/N] ")

@@ -39,7 +39,7 @@ from supervisor import (
     ui_file,
 )
 
-from .ext_files import UserError, cell, installed_dir
+from .ext_files import UserError, cell, ext_dirs, installed_dir
 from .ext_install import ext_install, ext_remove
 from .helptext import epilog
 from .safe_text import StreamSanitizer
@@ -126,7 +126,8 @@ ext_group.add_command(ext_remove)
     "ext_paths",
     multiple=True,
     type=click.Path(),
-    help="Extra extension path (repeatable).",
+    callback=ext_dirs,
+    help="Extra extension: its directory or its extension.json (repeatable).",
 )
 @click.option(
     "--sandbox",

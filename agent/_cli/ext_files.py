@@ -9,12 +9,12 @@ from pathlib import Path
 
 import click
 
-from supervisor import corral_home
+from supervisor import MANIFEST_NAME, corral_home
 
 from .safe_text import visible_lines
 from .trust import visible
 
-__all__ = ["UserError", "cell", "installed_dir", "is_git_url"]
+__all__ = ["UserError", "cell", "ext_dirs", "installed_dir", "is_git_url"]
 
 
 class UserError(click.ClickException):
@@ -23,6 +23,28 @@ class UserError(click.ClickException):
     def format_message(self) -> str:
         # Messages quote manifests, paths, logs and git: every line made terminal-safe.
         return "\n".join(visible_lines(self.message))
+
+
+def ext_dirs(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """``-e/--ext PATH`` (a click callback): an extension's directory, or its
+    ``extension.json`` (the seed's examples point at the manifest too), which means the
+    directory that holds it.
+
+    Any other file is refused, naming it. A path that does not exist is left to the
+    loader, whose error names it (``no extension.json here``).
+    """
+    out = []
+    for value in values:
+        path = Path(value)
+        if path.is_file():
+            if path.name != MANIFEST_NAME:
+                message = f"{value} is a file: give an extension's directory or its {MANIFEST_NAME}"
+                raise click.BadParameter(message, ctx, param)
+            value = str(path.parent)
+        out.append(value)
+    return tuple(out)
 
 
 def installed_dir() -> Path:

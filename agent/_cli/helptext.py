@@ -30,6 +30,8 @@ AGENT_ENV: tuple[tuple[str, str], ...] = (
     ("CORRAL_RETRY_MAX_TIME", "default for --retry-max-time (seconds)"),
     ("CORRAL_MCP_ALLOW", "addresses MCP HTTP servers may use (as --mcp-allow)"),
     ("CORRAL_DYNAMIC_CATALOG", "another dynamic tool catalog (*.json: the JSON store)"),
+    ("CORRAL_PROTECT", "more paths bash/write/edit never change (e.g. .envrc:.vscode/)"),
+    ("CORRAL_BROWSER_UNSANDBOXED", "1: web_fetch may render without bubblewrap"),
 )
 
 

@@ -36,7 +36,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rpc": ("rpc_cmd", "rpc_cmd", "Serve one agent session as JSON lines."),
     "ext": ("ext_cmds", "ext_group", "Manage extensions: list, install, trust, logs."),
     "sessions": ("sessions_cmd", "sessions_group", "List, show and remove saved sessions."),
-    "audit": ("audit_cmd", "audit_cmd", "Show every block and rewrite by an extension."),
+    "audit": (
+        "audit_cmd",
+        "audit_cmd",
+        "Show the blocks, rewrites and refused connections of extensions.",
+    ),
     "tools": (
         "tools_cmd",
         "tools_group",

@@ -45,7 +45,7 @@ from .._tools.mcp.config import (
     user_config_path,
 )
 from .._tools.mcp.errors import McpConfigError
-from .._tools.mcp.trust import McpTrust, entry_digest
+from .._tools.mcp.trust import McpTrust, code_paths, entry_digest
 from .helptext import COMMON_ENV, epilog
 from .render import HumanRenderer
 from .safe_text import visible
@@ -266,6 +266,8 @@ def describe_server(decl: ServerDecl) -> list[str]:
         if c.headers:
             rows.append(("headers", ", ".join(f"{k}: {v}" for k, v in c.headers.items())))
     rows.append(("entry", entry_digest(decl)[:23] + "…"))
+    if decl.origin is Origin.PROJECT:
+        rows += [("pins", f"{path} (the code it runs, by content)") for path in code_paths(decl)]
     return [f"  {label:<8} {visible(value)}" for label, value in rows]
 
 

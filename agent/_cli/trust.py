@@ -36,6 +36,13 @@ from .safe_text import visible
 __all__ = ["ask_trust", "check_extensions", "describe", "shadowed_by", "visible"]
 
 
+#: What ``network: true`` means, for the user deciding whether to trust it.
+_ANYWHERE = (
+    "RISKY: anywhere, as you: the internet, your LAN, this machine's own services "
+    "(127.0.0.1, abstract sockets); a list of destinations would do"
+)
+
+
 def _size(n: int) -> str:
     if n < 1024:
         return f"{n} B"
@@ -79,11 +86,16 @@ def describe(v: TrustVerdict, shadows: Iterable[ExtensionSpec] = ()) -> list[str
         exe = f"corral's {m.runtime.value} tool-host runner, modules: {modules!r}"
     rows.append(("runs", " ".join([exe, *m.args])))
     rows.append(("permissions", describe_permissions(m.permissions)))
+    if m.permissions.network is True:
+        rows.append(("network", _ANYWHERE))
+    elif m.permissions.destinations:
+        listed = ", ".join(m.permissions.destinations)
+        rows.append(("network", f"only {listed}, through corral's proxy"))
     if v.tree is not None:
         size = f"{v.tree.files} files, {_size(v.tree.bytes)}"
         rows.append(("content", f"{v.tree.digest[:23]}… ({size})"))
         for link in v.tree.outside_links:
-            rows.append(("link out", f"{link} (what it points to is not pinned)"))
+            rows.append(("link out", f"{link} (pinned: what it points to now)"))
     for other in shadows:
         rows.append(
             ("shadows", f"{other.name} ({other.source}, {other.dir}); each keeps its own state")

@@ -8,16 +8,21 @@ Confinement, so that a command an extension rewrote cannot plant an extension or
 touch the user's dotfiles:
 
 * **bwrap** (:func:`sandbox.plan_shell`): the host's file system read-only, the
-  working directory read-write except its ``.corral`` (read-only; created empty if
-  missing), corral's home and the user's credential stores hidden, no network.
-  A working directory that is the home directory (or contains it) is not writable.
+  working directory read-write except its protected paths
+  (:class:`sandbox.ProtectedPaths`, the rule the file tools follow too: corral's
+  own installation, ``.corral``, git's hooks and configuration, the user's own;
+  read-only, created empty if missing), corral's home and every credential store
+  hidden, no network, or with a network setting (``--bash-network``) TCP to those
+  destinations only, through corral's egress proxy (:class:`supervisor.Egress`),
+  served while the command runs. A working directory that is the home directory
+  (or contains it), or is itself protected, is not writable.
 * **sandbox-exec** (macOS): the extension profile with the working directory as
   the only writable path (none when it is the home directory) and no network;
-  ``.corral`` inside it is *not* protected there.
+  the protected paths inside it are *not* protected there.
 * **no backend** (``--sandbox off``, or none available): a plain process group.
-  Nothing confines the command: it can write anywhere the user can, ``.corral``
-  and ``~/.bashrc`` included. Only the ``intercept_builtin`` permission stands
-  between an extension and the shell then.
+  Nothing confines the command: it can write anywhere the user can, ``.corral``,
+  ``.git/hooks``, corral's installation and ``~/.bashrc`` included. Only the
+  ``intercept_builtin`` permission stands between an extension and the shell then.
 
 Whatever happens (normal exit, timeout, cancellation) the whole process group is
 killed with ``SIGKILL`` afterwards, so background jobs cannot outlive the call, and
@@ -40,7 +45,7 @@ import collections
 import shutil
 import signal
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
 import msgspec
@@ -57,7 +62,15 @@ from sandbox import (
     plan_shell,
 )
 from sandbox._log import get_logger
-from supervisor import ChildProcess, open_child, signal_group, toolkit
+from supervisor import (
+    ChildProcess,
+    Egress,
+    EgressReport,
+    NetGuard,
+    open_child,
+    signal_group,
+    toolkit,
+)
 
 from .._exceptions import ToolError
 from .._registry import Progress
@@ -209,6 +222,9 @@ class BashTool(BuiltinTool):
         default_timeout: float = 120.0,
         max_timeout: float = 600.0,
         output_limit: int = 64 * 1024,
+        network: Sequence[str] = (),
+        guard: NetGuard | None = None,
+        report: EgressReport | None = None,
     ) -> None:
         """The tool on ``workspace``.
 
@@ -224,6 +240,11 @@ class BashTool(BuiltinTool):
             default_timeout: seconds a command may run when it does not say.
             max_timeout: seconds a command may ask for at most.
             output_limit: bytes of output kept.
+            network: destinations commands may reach through corral's egress proxy
+                (checked entries of a network list, see :func:`sandbox.check_network`;
+                under bwrap only); none by default.
+            guard: the network guard of that proxy (default: public addresses only).
+            report: awaited with each connection the proxy refuses (the audit log).
         """
         self.workspace = workspace
         if choose_sandbox is not None and not workspace.writable:
@@ -236,15 +257,33 @@ class BashTool(BuiltinTool):
         self._max_timeout = max_timeout
         self._output_limit = output_limit
         self._program = shutil.which("bash") or "/bin/sh"
+        self._network = list(network)
+        self._egress = None
+        if self._network:
+            self._egress = Egress(
+                "bash",
+                self._network,
+                guard or NetGuard(),
+                grant="the bash tool's network setting (--bash-network)",
+                report=report,
+            )
+        net = (
+            f"Network when sandboxed: only TCP to {', '.join(self._network)} (through "
+            "corral's proxy: HTTP_PROXY is set)."
+            if self._network
+            else "No network when sandboxed."
+        )
         description = (
             "Run a shell command in the working directory and return its combined "
             f"stdout and stderr (at most {output_limit // 1024} KiB; longer output keeps "
             f"the start and the end). Default timeout {default_timeout:g} s, at most "
-            f"{max_timeout:g} s. No network when sandboxed."
+            f"{max_timeout:g} s. {net}"
             + (
                 ""
                 if workspace.writable or self._sandbox is None
-                else " The working directory is the home directory, so it is read-only."
+                else " The working directory is read-only: "
+                + workspace.read_only_reason.split(". ")[0]
+                + "."
             )
         )
 
@@ -299,9 +338,11 @@ class BashTool(BuiltinTool):
                 env=env,
                 workspace=ws.root,
                 writable=ws.writable,
-                read_only=[".corral"],
+                # Read at each command: a repository made by the last one counts.
+                protected=ws.protected.paths(),
                 hidden=[ws.corral_home] if ws.corral_home else [],
                 home=ws.home,
+                network=self._network,
             )
             plan = plan_shell(self._sandbox, shell)
             if plan is not None:
@@ -392,6 +433,8 @@ class BashTool(BuiltinTool):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(drain)
                 nursery.start_soon(lines.run_pump)
+                if self._egress is not None and child.egress_listener is not None:
+                    nursery.start_soon(self._egress.serve, child.egress_listener)
                 with trio.move_on_after(seconds) as scope:
                     await child.wait()
                 timed_out = scope.cancelled_caught

@@ -13,7 +13,9 @@ reaped, every descriptor closed and the plan released (``sandbox.cleanup``, whic
 also kills what is left in the plan's cgroup). All of it is shielded and bounded.
 
 With bubblewrap the process held here is bwrap; killing its process group ends
-the sandbox, whose pid namespace takes every process in it along.
+the sandbox, whose pid namespace takes every process in it along. A child with a
+network list gets its egress proxy (an :class:`~supervisor.Egress`) for as long as
+the block runs.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import trio
 
 from sandbox import LaunchPlan, LaunchRequest, Sandbox, select_sandbox
 from sandbox._log import get_logger
-from supervisor import ChildProcess, signal_group
+from supervisor import ChildProcess, Egress, signal_group
 from supervisor import open_child as spawn_child
 
 __all__ = ["Child", "StopLadder", "exit_text", "open_child"]
@@ -130,6 +132,7 @@ async def open_child(
     request: LaunchRequest,
     *,
     ladder: StopLadder | None = None,
+    egress: Egress | None = None,
 ) -> AsyncIterator[Child]:
     """Plan ``request`` with ``sandbox``, start it, and stop it when the block ends.
 
@@ -137,6 +140,8 @@ async def open_child(
         sandbox: the backend (None: the ``none`` backend: unconfined, with limits).
         request: what to run; ``argv[0]`` must be absolute.
         ladder: how the child is asked to stop (default: killed at once).
+        egress: the proxy of a network list, served on the child's listener while the
+            block runs (and stopped with the child).
 
     Raises:
         SandboxError: the backend cannot plan the request (``PlanError``, ``GrantChanged``).
@@ -156,7 +161,13 @@ async def open_child(
     child = Child(process, plan)
     log.debug("child_started", name=request.name, pid=child.pid, backend=plan.backend)
     try:
-        yield child
+        async with trio.open_nursery() as nursery:
+            if egress is not None and process.egress_listener is not None:
+                nursery.start_soon(egress.serve, process.egress_listener)
+            try:
+                yield child
+            finally:
+                nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await child._stop(ladder or StopLadder())

@@ -16,8 +16,17 @@ The rules, applied to every component of the path as resolved:
 * **No writes into ``.corral``.** Any directory (or file) named ``.corral`` in any
   letter case or Unicode compatibility form: project-local extensions live in
   ``./.corral/extensions``, and a planted one would start with the user's trust.
+* **No writes into protected paths** (:class:`sandbox.ProtectedPaths`, the rule the
+  ``bash`` sandbox follows too): corral's own installation (a ``.pth`` file in its
+  site-packages runs at the next ``corral`` command), git's hooks and
+  configuration (of every repository around the workspace, and by name in any
+  ``.git`` directory), and the paths the user protects. Checked on every
+  component as resolved, and for directories by device and inode as well.
 * **Corral's home** (``$CORRAL_HOME``: sessions, extension data, the audit log) is
   neither read nor written, compared by device and inode as well as by name.
+* **Credential stores** (:func:`sandbox.credential_paths`, the list the ``bash``
+  sandbox hides and the grant rules refuse) are neither read nor written, unless
+  one holds the working directory.
 * **The home directory is never a writable workspace.** When the working directory
   is the user's home (or contains it, e.g. ``/``), every write is refused with a
   hint to start corral in a project directory.
@@ -33,6 +42,9 @@ import os
 import stat
 import typing
 import unicodedata
+from collections.abc import Sequence
+
+from sandbox import ProtectedPaths, ProtectedSnapshot, existing, stores_around
 
 from .._exceptions import ToolError
 
@@ -68,6 +80,15 @@ def _corral_refusal(path: str, where: str) -> ToolError:
     )
 
 
+class _Rules(typing.NamedTuple):
+    """What one :meth:`Workspace.open` checks every component against."""
+
+    #: The protected paths when writing; None when reading.
+    guard: ProtectedSnapshot | None
+    #: Credential stores (components), by name and, when they exist, as resolved.
+    secrets: list[list[str]]
+
+
 def _replace(old: int, new: int) -> int:
     """Close the directory the walk leaves; returns the one it enters."""
     os.close(old)
@@ -84,6 +105,7 @@ class Workspace:
         corral_home: corral's home, never read or written; None when unknown.
         home: the user's home directory (default: ``~``); when ``root`` is it, or
             contains it, the workspace is read-only.
+        protect: further paths never written (see :class:`sandbox.ProtectedPaths`).
     """
 
     def __init__(
@@ -93,6 +115,7 @@ class Workspace:
         confine: bool = True,
         corral_home: str | None = None,
         home: str | None = None,
+        protect: Sequence[str] = (),
     ) -> None:
         self.root = os.path.realpath(root)
         self.confine = confine
@@ -100,8 +123,25 @@ class Workspace:
         self.home = os.path.realpath(home if home is not None else os.path.expanduser("~"))
         self._root_parts = _parts(self.root)
         self._corral_parts = _parts(self.corral_home) if self.corral_home else None
-        #: False when the root is the home directory or contains it.
-        self.writable = not _inside(_parts(self.home), self._root_parts)
+        #: What must stay read-only inside (and around) the workspace.
+        self.protected = ProtectedPaths(self.root, extra=protect)
+        covering = self.protected.covering_workspace()
+        #: Why nothing in the workspace is written ("" when it is writable).
+        self.read_only_reason = ""
+        if _inside(_parts(self.home), self._root_parts):
+            self.read_only_reason = (
+                f"the working directory is your home directory ({self.home}), which "
+                "corral's built-in tools never write to. Start corral in a project directory "
+                "instead (cd ~/myproject, or pass --cwd ~/myproject)"
+            )
+        elif covering is not None:
+            self.read_only_reason = (
+                f"the working directory is protected: {covering.path} is {covering.why}, "
+                "and what is written there runs when corral starts. Install corral "
+                "outside the project (e.g. pipx install corral) to let the agent write here"
+            )
+        #: False when the root is the home directory or contains it, or is protected.
+        self.writable = not self.read_only_reason
 
     def __repr__(self) -> str:
         return f"<Workspace root={self.root!r} confine={self.confine} writable={self.writable}>"
@@ -148,16 +188,21 @@ class Workspace:
         if not path or "\x00" in path:
             raise ToolError("path must be a non-empty string without NUL characters")
         if write and not self.writable:
-            raise ToolError(
-                f"{path}: refused: the working directory is your home directory "
-                f"({self.home}), which corral's built-in tools never write to. Start corral "
-                "in a project directory instead (cd ~/myproject, or pass --cwd ~/myproject)"
-            )
+            raise ToolError(f"{path}: refused: {self.read_only_reason}")
         expanded = os.path.expanduser(path)
         if write and any(_is_corral(name) for name in expanded.split("/")):
             raise _corral_refusal(path, expanded)  # before the walk creates any directory
         start, todo = self._start(path, expanded)
-        return self._walk(path, start, collections.deque(todo), flags, write, mode, any_kind)
+        # Read at each call: a repository made since the last one is protected too.
+        rules = _Rules(self.protected.snapshot() if write else None, self._secrets())
+        return self._walk(path, start, collections.deque(todo), flags, rules, mode, any_kind)
+
+    def _secrets(self) -> list[list[str]]:
+        """The credential stores around the root (the list the ``bash`` sandbox
+        hides), by name and, for those that exist, as resolved."""
+        stores = stores_around(self.home, self.root)
+        names = [*stores, *(real for real, _ in existing(stores))]
+        return [_parts(n) for n in dict.fromkeys(names) if not _inside(self._root_parts, _parts(n))]
 
     def _start(self, path: str, expanded: str) -> tuple[list[str], list[str]]:
         """Where the walk starts (components) and what it still has to walk."""
@@ -176,10 +221,29 @@ class Workspace:
             f"{self.root}; built-in tools only touch files inside it"
         )
 
-    def _check(self, path: str, parts: list[str], fd: int | None, write: bool) -> None:
-        """The rules for the last component of ``parts`` (``fd``: its descriptor)."""
-        if write and parts and _is_corral(parts[-1]):
-            raise _corral_refusal(path, _join(parts))
+    def _check(
+        self, path: str, parts: list[str], fd: int | None, rules: _Rules, final: bool = False
+    ) -> None:
+        """The rules for the last component of ``parts`` (``fd``: its descriptor).
+
+        ``final``: ``parts`` is the file itself, not a directory on the way.
+        """
+        for store in rules.secrets:
+            if _inside(parts, store):
+                raise ToolError(
+                    f"{path}: refused: {_join(parts)} is in {_join(store)}, which holds "
+                    "credentials; built-in tools never read or write credential stores"
+                )
+        guard = rules.guard
+        if guard is not None and parts:
+            if _is_corral(parts[-1]):
+                raise _corral_refusal(path, _join(parts))
+            why = guard.problem(_join(parts), final=final, st=None if fd is None else os.fstat(fd))
+            if why is not None:
+                raise ToolError(
+                    f"{path}: refused: {why}; what is written there runs later as you, "
+                    "outside the sandbox. Ask the user to change it"
+                )
         if self.corral_home is None or self._corral_parts is None:
             return
         hit = _inside(parts, self._corral_parts)
@@ -202,18 +266,19 @@ class Workspace:
         start: list[str],
         todo: collections.deque[str],
         flags: int,
-        write: bool,
+        rules: _Rules,
         mode: int,
         any_kind: bool,
     ) -> tuple[int, str]:
         """Resolve ``todo`` from the directory ``start``, one ``openat`` at a time."""
+        write = rules.guard is not None
         for depth in range(len(start) + 1):  # every ancestor of the start, by name
-            self._check(path, start[:depth], None, write)
+            self._check(path, start[:depth], None, rules)
         parts = start
         fd = os.open(_join(parts), _DIR_FLAGS)
         links = 0
         try:
-            self._check(path, parts, fd, write)
+            self._check(path, parts, fd, rules)
             while todo:
                 name = todo.popleft()
                 if name in ("", "."):
@@ -226,12 +291,12 @@ class Workspace:
                         parts = parts[:-1]
                     continue
                 here = [*parts, name]
-                self._check(path, here, None, write)
+                self._check(path, here, None, rules, final=not todo)
                 if todo:  # a directory on the way
                     opened = self._open_dir(path, fd, name, write)
                     if opened is not None:
                         fd, parts = _replace(fd, opened), here
-                        self._check(path, parts, fd, write)
+                        self._check(path, parts, fd, rules)
                         continue
                 else:
                     opened = self._open_file(path, fd, name, flags, mode)

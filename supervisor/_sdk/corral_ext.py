@@ -603,11 +603,14 @@ class Extension:
     # --- output ---------------------------------------------------------------
 
     def notify(self, message: str, level: str = "info") -> None:
-        """Push a note to the user (level ``info``, ``success``, ``warn`` or ``error``).
+        """Push a note to the user (level ``info``, ``success``, ``warn`` or ``error``;
+        ``warning`` is sent as ``warn``, the seed's name).
 
         Safe from any thread, at any time: frames sent before :meth:`run` has announced
         the extension are held back until right after ``ready``.
         """
+        if level == "warning":
+            level = "warn"
         if level not in _NOTIFY_LEVELS:
             raise ValueError(f"level must be one of {_NOTIFY_LEVELS}, not {level!r}")
         self._write(_encode({"type": "notify", "level": level, "message": message}))

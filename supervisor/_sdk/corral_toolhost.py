@@ -41,7 +41,9 @@ Guarantees:
 * ``execute_tool`` calls run on worker threads, so slow calls overlap (a call never
   waits behind another); every other method runs in order on the reading thread
   (keep hooks quick). Tools share the host's state object only when the request
-  carries none.
+  carries none. A tool whose function takes no ``state`` is listed as
+  ``stateless`` and never answers a state (a state it cannot have changed would
+  undo the changes of calls beside it).
 * Malformed lines, a wrong ``v``, unknown methods, oversize lines (more than 64 MiB)
   and raising tools are answered with an error when the request's id can be read,
   and logged to stderr otherwise; the runner keeps serving. A response that would
@@ -582,7 +584,7 @@ class ToolHost:
     def _get_tool_schemas(self, params: dict[str, Any]) -> tuple[Any, Any]:
         self._need_init()
         state, echo = self._state_of(params)
-        specs = [one.spec() for one, _ in self._tools.values()]
+        specs = [_spec(one) for one, _ in self._tools.values()]
         return specs, state if echo else _NO_STATE
 
     def _start_execute(self, rid: str | int, params: dict[str, Any]) -> None:
@@ -597,7 +599,9 @@ class ToolHost:
             self._send_error(rid, failure.type, failure.detail)
             return
         arguments = {} if params.get("arguments") is None else params["arguments"]
-        self._workers.submit(lambda: self._execute(rid, entry[0], arguments, state, echo))
+        one = entry[0]
+        echo = echo and one.takes_state  # state only from the tools that take it
+        self._workers.submit(lambda: self._execute(rid, one, arguments, state, echo))
 
     def _execute(
         self, rid: str | int, one: corral_tools.Tool, arguments: Any, state: Any, echo: bool
@@ -725,6 +729,15 @@ class ToolHost:
             state=state,
         )
         return value, state if echo else _NO_STATE
+
+
+def _spec(one: corral_tools.Tool) -> dict[str, Any]:
+    """A tool's ``get_tool_schemas`` entry: ``stateless`` when its function takes no
+    state, so the client sends its calls without the state, beside the others."""
+    spec = one.spec()
+    if not one.takes_state:
+        spec["stateless"] = True
+    return spec
 
 
 def _error_body(rid: str | int, type_: str, detail: str, stack: str = "") -> dict[str, Any]:

@@ -345,6 +345,12 @@ class Tool:
         """Call the underlying function directly (tests, composition)."""
         return self._fn(*args, **kwargs)
 
+    @property
+    def takes_state(self) -> bool:
+        """Whether the function declares a ``state`` parameter: a tool without one
+        can neither read nor change the host's state (a host serves it as stateless)."""
+        return "state" in self._wants
+
     def spec(self) -> JSONObject:
         """The tool's spec: ``{"name", "description", "parameters"}``."""
         return {"name": self.name, "description": self.description, "parameters": self.schema}

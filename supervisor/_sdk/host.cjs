@@ -3,7 +3,8 @@
 // Start it as `node host.cjs` (`node host.mjs` runs it too); the client then sends
 // init({"config": {"modules": [...]}}) and the runner imports each named tool module
 // (a path relative to the working directory, or a package name), ES module or
-// CommonJS, with no npm dependencies of its own. It behaves like the Python runner
+// CommonJS, or TypeScript (.ts, .mts, .cts) where Node strips types (see TYPESCRIPT),
+// with no npm dependencies of its own. It behaves like the Python runner
 // (corral_toolhost.py); docs/toolkit.md describes both.
 //
 // A tool module exports (named exports, or a default export object, which is
@@ -13,7 +14,9 @@
 //     `parameters` is the JSON object schema of the arguments (`schema` and
 //     `input_schema` are accepted too). `ctx` is the emit function itself (so the
 //     seed's `execute(args, emit)` works) and also carries ctx.emit, ctx.state (the
-//     state object; mutate it) and ctx.config. execute returns text, content blocks,
+//     state object; mutate it) and ctx.config. `stateless: true` declares a tool that
+//     never uses ctx.state: its calls run beside the others and answer no state
+//     (calls that may change the state go one at a time). execute returns text, content blocks,
 //     any JSON value, or an object with a boolean `success` (the result shape itself,
 //     e.g. {success: false, error: "..."} for a failure the model should see). A throw
 //     answers the request with an error {type, detail, stack}.
@@ -237,9 +240,32 @@ let hostState = {};
 // them (Node >= 22.12), costs no ES module loader; import() for the rest.
 const REQUIRE_REFUSED = new Set(["ERR_REQUIRE_ESM", "ERR_REQUIRE_ASYNC_MODULE"]);
 
+// TypeScript modules run where Node strips types: 22.18+ and 23.6+ by default, 22.6+
+// with --experimental-strip-types (corral passes it to such a Node when config.modules
+// lists one). Elsewhere init refuses them, saying what to do.
+const TYPESCRIPT = /\.[cm]?ts$/;
+
+function stripsTypes() {
+  const ts = process.features.typescript; // "strip" | "transform" | false, from 22.10
+  if (ts !== undefined) return Boolean(ts);
+  return process.execArgv.some((a) => /^--experimental-(strip|transform)-types$/.test(a));
+}
+
+function typescriptRefused(entry) {
+  const js = entry.replace(/\.([cm]?)ts$/, ".$1js");
+  return new Failure(
+    "InvalidConfig",
+    `${entry} is TypeScript, and Node ${process.version} cannot strip its types: that takes ` +
+      "Node 22.18+ or 23.6+, or 22.6+ started with --experimental-strip-types (corral passes it). " +
+      `Or compile it to JavaScript and list ${js} in config.modules: ` +
+      `npx tsc --module nodenext --target es2022 ${entry}, or ` +
+      `npx esbuild ${entry} --format=esm --outfile=${js}`,
+  );
+}
+
 async function loadModule(entry) {
   let file = null;
-  if (entry.startsWith(".") || entry.includes("/") || /\.[cm]?js$/.test(entry)) {
+  if (entry.startsWith(".") || entry.includes("/") || /\.[cm]?[jt]s$/.test(entry)) {
     file = path.resolve(entry);
   } else {
     // A package name: resolve it from the working directory, not from this file.
@@ -283,7 +309,11 @@ function checkTool(mod, tool, index) {
   if (!isObject(schema) || schema.type !== "object") {
     throw new Failure("InvalidConfig", `${where} (${tool.name}): parameters must be a JSON object schema`);
   }
-  return { name: tool.name, description: String(tool.description ?? ""), parameters: schema };
+  const spec = { name: tool.name, description: String(tool.description ?? ""), parameters: schema };
+  // A tool that never touches ctx.state says so: its calls go without the state, beside
+  // the others, and answer none (an echo of the state it was sent would undo theirs).
+  if (tool.stateless === true) spec.stateless = true;
+  return spec;
 }
 
 function needInit() {
@@ -308,6 +338,8 @@ async function init(params) {
   if (!Array.isArray(entries) || !entries.length || !entries.every((e) => typeof e === "string" && e)) {
     throw new Failure("InvalidConfig", "config.modules must be a non-empty list of module paths or names");
   }
+  const typescript = entries.find((e) => TYPESCRIPT.test(e));
+  if (typescript !== undefined && !stripsTypes()) throw typescriptRefused(typescript);
   const loaded = [];
   for (const entry of entries) {
     try {
@@ -442,6 +474,21 @@ const handlers = new Map([
 
 const inflight = new Set();
 
+// What a stateless tool finds as ctx.state: one object per tool that throws when
+// used (made once: an accessor defined on every call's ctx costs V8 microseconds).
+function noState(entry) {
+  entry.noState ??= new Proxy(Object.freeze({}), {
+    get(_, key) {
+      if (typeof key === "symbol") return undefined; // (inspection, not use)
+      throw new Failure("StatelessTool", `${entry.spec.name} is declared stateless: it has no ctx.state`);
+    },
+    set() {
+      throw new Failure("StatelessTool", `${entry.spec.name} is declared stateless: it has no ctx.state`);
+    },
+  });
+  return entry.noState;
+}
+
 function toWire(value) {
   if (isObject(value) && typeof value.success === "boolean") return value; // the result shape itself
   return { success: true, result: value ?? "" };
@@ -460,6 +507,8 @@ function startExecute(id, params) {
     sendFailure(id, failureFrom(err));
     return;
   }
+  const stateless = entry.spec.stateless === true;
+  if (stateless) echo = false;
   let finished = false;
   const emit = (event) => {
     const isEvent = isObject(event) && event.type === "part" && "payload" in event;
@@ -472,7 +521,8 @@ function startExecute(id, params) {
     }
     write(line);
   };
-  const ctx = Object.assign((event) => emit(event), { emit, state, config: hostConfig });
+  const own = stateless ? noState(entry) : state;
+  const ctx = Object.assign((event) => emit(event), { emit, state: own, config: hostConfig });
   const run = async () => {
     let args = params.arguments ?? {};
     if (typeof args === "string") {

@@ -15,10 +15,17 @@ from click.testing import CliRunner, Result
 from structlog.testing import capture_logs
 
 from agent import InterventionRecord
-from agent._audit import AuditLog, AuditRecord, audit_path, read_audit, select_records
+from agent._audit import (
+    AuditLog,
+    AuditRecord,
+    EgressAuditRecord,
+    audit_path,
+    read_audit,
+    select_records,
+)
 from agent._cli.audit_cmd import parse_since
 from agent._cli.main import main
-from supervisor import InterventionKind
+from supervisor import EgressRefused, InterventionKind
 
 REWRITE = InterventionRecord(
     extension="guard",
@@ -200,3 +207,34 @@ def test_an_unreadable_log_is_a_clear_error(home: Path) -> None:
     out = CliRunner().invoke(main, ["audit"])
     assert out.exit_code != 0
     assert "cannot read the audit log" in out.output
+
+
+async def test_refused_connections_are_recorded_and_shown(home: Path) -> None:
+    refusal = EgressRefused(
+        extension="weather",
+        destination="evil.example:443",
+        reason="not in permissions.network in weather's extension.json",
+        via="connect",
+    )
+    flood = msgspec.structs.replace(refusal, destination="x\x1b[2J:80", unreported=57)
+    with trio.fail_after(10):
+        log = AuditLog(audit_path(home), session="work", cwd="/src")
+        await log.record_egress(refusal)
+        await log.record_egress(flood)
+        await fill(home)
+    records, bad = read_audit(audit_path(home))
+    assert bad == 0
+    assert isinstance(records[0], EgressAuditRecord)
+    assert records[0].destination == "evil.example:443"
+    assert records[1].unreported == 57  # type: ignore[union-attr]
+    assert len(records) == 5  # and the interventions still read as theirs
+    table = corral("--extension", "weather")
+    assert table.exit_code == 0
+    lines = table.output.splitlines()
+    assert lines[1].split()[2:5] == ["weather", "network", "refused"]
+    assert "evil.example:443 (connect): not in permissions.network" in lines[1]
+    assert "57 more before it not recorded one by one" in lines[2]
+    assert "\x1b" not in table.output
+    (first, _) = map(json.loads, corral("--json", "--extension", "weather").output.splitlines())
+    assert first["action"] == "egress_refused"
+    assert first["session"] == "work"

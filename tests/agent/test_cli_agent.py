@@ -49,6 +49,25 @@ def test_run_json_is_one_event_per_line(home: Path, work: Path) -> None:
     assert [e["stop"] for e in events if e["type"] == "turn_end"] == ["tool_use", "end_turn"]
 
 
+def test_ext_takes_a_directory_or_its_manifest_file(home: Path, work: Path) -> None:
+    # The seed's examples point -e at an extension.json too: it means its directory.
+    manifest = str(Path(WEATHER) / "extension.json")
+    result = corral("run", "-e", manifest, "--no-extensions", "weather in Berlin", cwd=work)
+    assert result.exit_code == 0, result.output
+    assert "Berlin: " in result.stdout
+    listed = CliRunner().invoke(main, ["ext", "list", "--json", "-e", manifest, "--sandbox", "off"])
+    assert listed.exit_code == 0, listed.output
+    rows = [json.loads(line) for line in listed.stdout.splitlines()]
+    (weather,) = [e for e in rows if e["name"] == "weather"]
+    assert weather["path"] == WEATHER
+    # Any other file is refused, naming it.
+    other = str(Path(WEATHER) / "weather.py")
+    refused = corral("run", "-e", other, "--no-extensions", "hi", cwd=work)
+    assert refused.exit_code == 2
+    assert "weather.py" in refused.output
+    assert "extension.json" in refused.output
+
+
 def test_run_with_an_extension_tool(home: Path, work: Path) -> None:
     result = corral("run", "-e", WEATHER, "--no-extensions", "weather in Berlin", cwd=work)
     assert result.exit_code == 0, result.output

@@ -191,6 +191,7 @@ def test_sandbox_check_reports_bwrap() -> None:
     assert report["chosen"] == "bwrap"
     human = corral("sandbox", "check")
     assert "bwrap" in human.output
+    assert "ok  network lists (egress proxy)" in human.output
 
 
 def test_console_script_runs() -> None:
@@ -219,11 +220,12 @@ def test_install_pins_and_shows_the_permissions(home: Path, tmp_path: Path) -> N
     src = _copy(EXAMPLES / "weather", tmp_path / "weather", permissions=perms)
     out = corral("ext", "install", str(src))
     assert out.exit_code == 0, out.output
-    assert "permissions  net, env:WEATHER_KEY, mem 256M" in out.output
+    assert "permissions  net:ANYWHERE (risky), env:WEATHER_KEY, mem 256M" in out.output
+    assert "network      RISKY: anywhere, as you" in out.output
     assert "content      sha256:" in out.output
     row = listed()["weather"]
     assert row["trust"] == "trusted"
-    assert row["permissions_summary"] == "net, env:WEATHER_KEY, mem 256M"
+    assert row["permissions_summary"] == "net:ANYWHERE (risky), env:WEATHER_KEY, mem 256M"
     full = row["permissions"]
     assert isinstance(full, dict)
     assert full["network"] is True
@@ -240,6 +242,25 @@ def test_install_pins_and_shows_the_permissions(home: Path, tmp_path: Path) -> N
         "DESCRIPTION",
         "PERMISSIONS",
     ]
+
+
+def test_install_and_list_show_a_network_list(home: Path, tmp_path: Path) -> None:
+    perms = {"network": ["api.open-meteo.com", "127.0.0.1:8080"], "unsafe": ["127.0.0.1:8080"]}
+    src = _copy(EXAMPLES / "weather", tmp_path / "weather", permissions=perms)
+    out = corral("ext", "install", str(src))
+    assert out.exit_code == 0, out.output
+    assert (
+        "network      only api.open-meteo.com, 127.0.0.1:8080, through corral's proxy" in out.output
+    )
+    row = listed()["weather"]
+    assert row["permissions_summary"] == (
+        "net:api.open-meteo.com, net:127.0.0.1:8080, unsafe:127.0.0.1:8080"
+    )
+    bad = _copy(EXAMPLES / "weather", tmp_path / "bad", permissions={"network": ["10.0.0.1"]})
+    refused = corral("ext", "install", str(bad))
+    assert refused.exit_code != 0
+    assert "permissions.network[0]: '10.0.0.1' is a private address" in refused.output
+    assert "also list '10.0.0.1' in permissions.unsafe" in refused.output
 
 
 def test_trust_and_untrust_a_project_extension(home: Path) -> None:

@@ -172,3 +172,36 @@ async def test_symlink_loops_and_absolute_links_inside(root: Path) -> None:
     done = await run(WriteTool(ws), path="sub/abs-dir/new.txt", content="ok")
     assert not done.is_error
     assert (root / "sub" / "new.txt").read_text() == "ok"
+
+
+@pytest.mark.parametrize("where", ["env", "option"])
+async def test_a_session_protects_what_the_user_lists(
+    home: Path, work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    from helpers.agentkit import options, results_by_id, script
+
+    from agent import open_runtime
+
+    if where == "env":
+        monkeypatch.setenv("CORRAL_PROTECT", ".envrc:.vscode/")
+        extra: dict[str, Any] = {}
+    else:
+        monkeypatch.setenv("CORRAL_PROTECT", "ignored-when-the-option-is-given")
+        extra = {"protect": [".envrc", ".vscode/"]}
+    calls = [
+        {"name": "write", "args": {"path": p, "content": "evil"}, "id": p}
+        for p in (".envrc", ".vscode/tasks.json", "notes.txt")
+    ]
+    opts = options(
+        home, work, provider="scripted", tools=["write"],
+        script=script(tmp_path, {"tool_calls": calls}, {"text": "ok"}), **extra,
+    )  # fmt: skip
+    with trio.fail_after(60):
+        async with open_runtime(opts) as rt:
+            results = results_by_id(await rt.prompt("go").collect())
+    assert results["notes.txt"] == (False, "wrote 4 bytes to notes.txt")
+    for path in (".envrc", ".vscode/tasks.json"):
+        failed, text = results[path]
+        assert failed, text
+        assert "you protected it" in text
+    assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]

@@ -213,3 +213,25 @@ def test_a_crash_mid_write_leaves_a_whole_catalog(tmp_path: Path, suffix: str) -
         assert loaded, "nothing was written"
         assert all(isinstance(e, CatalogEntry) for e in loaded), loaded
         assert len({e.name for e in loaded if isinstance(e, CatalogEntry)}) == len(loaded)
+
+
+def test_a_tools_network_is_checked_sealed_and_kept(catalog: Catalog, sealer: Sealer) -> None:
+    checked = check_draft(draft(network=["API.GitHub.com", "*.example.org:8443"]))
+    assert checked.network == ["api.github.com", "*.example.org:8443"]
+    for bad in (["127.0.0.1:80"], ["192.168.1.1"], ["http://x.example"], ["localhost"]):
+        with pytest.raises(DraftRejected) as caught:
+            check_draft(draft(network=bad))
+        assert caught.value.field == "network[0]"
+    stored = sealer.entry(checked, "2026-01-01T00:00:00+00:00")
+    catalog.put(stored)
+    (loaded,) = catalog.load()
+    assert isinstance(loaded, CatalogEntry)
+    assert verify_entry(loaded, sealer)[0].network == checked.network
+    # The seal covers it: a tool cannot gain a destination on disk.
+    widened = msgspec.structs.replace(loaded, network=[*loaded.network, "evil.example"])
+    with pytest.raises(EntryRefused, match="seal does not match"):
+        verify_entry(widened, sealer)
+    # A tool without network seals and stores as before the field existed.
+    plain = sealer.entry(check_draft(draft()), "2026-01-01T00:00:00+00:00")
+    assert "network" not in plain.content()
+    assert b"network" not in msgspec.json.encode(plain)

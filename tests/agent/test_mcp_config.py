@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 from click.testing import CliRunner
@@ -35,6 +36,7 @@ from agent._tools.mcp import (
     user_config_path,
 )
 from agent._tools.mcp.config import expanded
+from supervisor import ManifestError, mcp_server_spec
 
 TIMEOUT = 60
 
@@ -224,3 +226,28 @@ async def test_the_agent_connects_uses_lists_and_disconnects_a_server(
     assert results["d1"][0] is False
     assert results["a2"][0] is True
     assert "unknown tool" in results["a2"][1].lower()
+
+
+def test_an_entry_grants_network_by_name_and_a_bad_destination_is_named(tmp_path: Path) -> None:
+    entry = {"command": "/bin/true", "permissions": {"network": ["api.github.com", "10.0.0.1"]}}
+    path = _write(tmp_path / "mcp.json", {"gh": entry})
+    (decl,), problems = load_config(path, Origin.USER)
+    assert problems == []
+    assert decl.config.permissions.network == ["api.github.com", "10.0.0.1"]
+    with pytest.raises(ManifestError) as caught:
+        mcp_server_spec(
+            "gh",
+            ["/bin/true"],
+            env={},
+            permissions=decl.config.permissions,
+            identity="gh-test",
+            home=str(tmp_path / "home"),
+        )
+    assert caught.value.field == "permissions.network[1]"
+    assert "private address" in caught.value.message
+    granted = msgspec.structs.replace(decl.config.permissions, unsafe=["10.0.0.1"])
+    spec = mcp_server_spec(
+        "gh", ["/bin/true"], env={}, permissions=granted, identity="gh-test",
+        home=str(tmp_path / "home"),
+    )  # fmt: skip
+    assert spec.manifest.permissions.destinations == ["api.github.com", "10.0.0.1"]

@@ -30,16 +30,24 @@ CLIENTS = {
     "python": lambda: [sys.executable, str(EXAMPLES / "client.py"), "--script", str(SCRIPT)],
     "shell": lambda: ["bash", str(EXAMPLES / "client.sh"), str(SCRIPT)],
     "node": lambda: ["node", str(EXAMPLES / "client.mjs"), "--script", str(SCRIPT)],
+    "go": lambda: ["go", "run", str(EXAMPLES / "client.go"), "--script", str(SCRIPT)],
 }
+#: What each client needs on PATH (``./dev test`` installs them).
+NEEDS = {"node": "node", "go": "go"}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 @pytest.mark.parametrize("token", ["", "s3cret"])
 async def test_reference_client(tmp_path: Path, client: str, token: str) -> None:
-    if client == "node" and shutil.which("node") is None:
-        pytest.skip("node is not installed")
+    needs = NEEDS.get(client)
+    if needs is not None and shutil.which(needs) is None:
+        pytest.skip(f"{needs} is not installed (./dev test installs it)")
     env = rpc_env(tmp_path / "home", CORRAL=corral_command(tmp_path))
+    if client == "go":
+        # Its own build cache, and never the network (no module proxy, no toolchain).
+        env.update(GOCACHE=str(tmp_path / "gocache"), GOPATH=str(tmp_path / "gopath"))
+        env.update(GOPROXY="off", GOTOOLCHAIN="local")
     if token:
         env["CORRAL_RPC_TOKEN"] = token
     with trio.fail_after(60):

@@ -294,3 +294,40 @@ async def test_sigterm_aborts_stops_extensions_and_exits_143(tmp_path: Path) -> 
             with trio.fail_after(10):  # stopping takes the extension's grace periods
                 assert await rpc.wait() == 143
             assert "rpc_signal" in rpc.stderr
+
+
+async def test_ext_list_agrees_with_get_tools_on_shadowed_names(tmp_path: Path) -> None:
+    # "first" registers `read` (a built-in's name); "second" registers first's names
+    # again and one of its own. ext_list names what each one runs as `tools` (what
+    # get_tools attributes to it) and what another holds as `shadowed_tools`.
+    dirs = []
+    for name, extra in (("first", "read"), ("second", "only_second")):
+        where = tmp_path / "exts" / name
+        where.mkdir(parents=True)
+        manifest = {
+            "name": name,
+            "version": "1.0.0",
+            "exec": str(PROBE),
+            "args": ["--name", name, "--tool", extra],
+            "language": "python",
+        }
+        (where / "extension.json").write_text(json.dumps(manifest), encoding="utf-8")
+        dirs.append(str(where))
+    script = write_script(tmp_path, {"text": "unused"})
+    with trio.fail_after(TIMEOUT):
+        async with open_rpc(tmp_path, script, exts=tuple(dirs)) as rpc:
+            tools = (await rpc.call("get_tools"))["data"]["tools"]
+            listed = (await rpc.call("ext_list"))["data"]["extensions"]
+            await rpc.close_stdin()
+            await rpc.read_all()
+    by_ext = {e["name"]: e for e in listed}
+    assert (by_ext["first"]["tools"], by_ext["first"]["shadowed_tools"]) == (
+        ["echo_args", "hostinfo"],
+        ["read"],
+    )
+    assert (by_ext["second"]["tools"], by_ext["second"]["shadowed_tools"]) == (
+        ["only_second"],
+        ["echo_args", "hostinfo"],
+    )
+    for name, ext in by_ext.items():
+        assert sorted(t["name"] for t in tools if t["source"] == name) == ext["tools"]

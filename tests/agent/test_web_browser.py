@@ -72,7 +72,8 @@ def internal() -> Iterator[Site]:
 
 
 def tool_for(site: Site, sandbox: Any = None, table: dict[str, Any] | None = None) -> WebFetchTool:
-    config = config_for(site)
+    # Without bubblewrap the browser renders only when the user allows it.
+    config = config_for(site, browser_unsandboxed=sandbox is None)
     return WebFetchTool(
         config, guard=NetGuard(config.policy(), resolver(table or {})), sandbox=sandbox
     )
@@ -173,7 +174,7 @@ async def test_cancelling_a_render_kills_the_browser(site: Site) -> None:
 
 
 async def test_a_browser_that_will_not_start_leaves_the_plain_text(site: Site) -> None:
-    config = config_for(site, chromium="/bin/false")
+    config = config_for(site, chromium="/bin/false", browser_unsandboxed=True)
     result, _ = await fetch(WebFetchTool(config), site.url("/"))
     assert not result.is_error
     assert "rendering failed: headless browser" in text(result)
@@ -196,3 +197,19 @@ async def test_a_required_sandbox_without_bubblewrap_refuses_to_render(site: Sit
     assert result.is_error
     assert "--sandbox required" in text(result)
     assert site.paths() == ["/"]  # the plain GET only; no browser started
+
+
+@pytest.mark.parametrize("backend", [None, _OtherBackend()], ids=["none", "sandbox-exec"])
+async def test_without_bubblewrap_rendering_is_refused_unless_allowed(
+    site: Site, backend: Any
+) -> None:
+    tool = WebFetchTool(config_for(site), sandbox=backend)
+    forced, _ = await fetch(tool, site.url("/"), render="always")
+    assert forced.is_error
+    assert "rendering is off without bubblewrap" in text(forced)
+    assert "CORRAL_BROWSER_UNSANDBOXED=1" in text(forced)
+    auto, _ = await fetch(tool, site.url("/"))
+    assert not auto.is_error  # the plain text, with a note saying why
+    assert "rendering failed: " in text(auto)
+    assert "Loading…" in text(auto)
+    assert site.paths() == ["/", "/"]  # no browser ever asked for /api/items

@@ -19,7 +19,7 @@ from web_fakes import TIMEOUT, Page, Site, config_for, open_site, resolver
 from web_fakes import loopback_only as loopback_only  # a fixture
 
 from agent._registry import ToolRunResult
-from agent._tools.web import NetGuard, WebFetchTool
+from agent._tools.web import NetGuard, WebFetchTool, open_client
 from agent._tools.web.client import fetch_checked
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
@@ -213,7 +213,7 @@ async def test_credentials_never_follow_a_redirect_to_another_origin(
     guard = NetGuard(config.policy())
     secret = {"Authorization": "Bearer s3cret", "Cookie": "session=1", "X-Other": "kept"}
     with trio.fail_after(TIMEOUT):
-        async with guard.open_client(timeouts=httpx.Timeout(5)) as client:
+        async with open_client(guard, timeouts=httpx.Timeout(5)) as client:
             for path in ("/same", "/away"):
                 await fetch_checked(client, guard, site.url(path), headers=secret, max_bytes=1000)
     (same,) = [h for h in site.hits if h.path == "/landing"]

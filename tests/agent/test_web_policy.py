@@ -21,9 +21,9 @@ from agent._tools.web import (
     parse_host,
     redirect_target,
 )
-from agent._tools.web.address import is_localhost_name
 from agent._tools.web.extract import ContentKind, classify, clean_text, decode, truncate
 from agent._tools.web.search import search_endpoint
+from sandbox import is_localhost_name
 
 
 @pytest.mark.parametrize(
@@ -227,6 +227,11 @@ def test_settings_from_the_environment() -> None:
         WebConfig.from_env({"CORRAL_WEB_ALLOW": "intranet"})
     with pytest.raises(WebConfigError, match="CORRAL_WEB_MAX_CHARS"):
         WebConfig.from_env({"CORRAL_WEB_MAX_CHARS": "lots"})
+    assert not config.browser_unsandboxed  # rendering without bubblewrap: off by default
+    assert WebConfig.from_env({"CORRAL_BROWSER_UNSANDBOXED": "1"}).browser_unsandboxed
+    assert not WebConfig.from_env({"CORRAL_BROWSER_UNSANDBOXED": "0"}).browser_unsandboxed
+    with pytest.raises(WebConfigError, match="CORRAL_BROWSER_UNSANDBOXED"):
+        WebConfig.from_env({"CORRAL_BROWSER_UNSANDBOXED": "maybe"})
 
 
 def test_search_endpoint_forms() -> None:

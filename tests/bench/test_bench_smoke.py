@@ -66,3 +66,12 @@ def test_quick_curves_bench_reports_each_count_and_plots(tmp_path: Path) -> None
     assert rows["call.flatness"]["target"] == "≤ 1.5"
     assert rows["rss.per_extension"]["unit"] == "KiB"
     assert (REPO / "bench" / "results" / "curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+def test_quick_bash_bench_reports_the_repository_case(tmp_path: Path) -> None:
+    rows = {row["case"]: row for row in quick_rows("bash", tmp_path)}
+    assert "unconfined_p50" in rows
+    for case in ("shell_sandbox", "shell_sandbox_repo", "shell_sandbox_nocgroup"):
+        # Measured where bwrap works; a row saying why (NaN) where it does not.
+        assert f"{case}_p50" in rows or case in rows, sorted(rows)

@@ -87,7 +87,9 @@ def test_example_tool_package(example: str) -> None:
                 "full", "add_note", {"text": "x"}, {"notes": [*NOTES, NOTES[0]], "max_notes": 5}
             ),
             execute("list", "list_notes", {"tag": "a"}, {"notes": NOTES}),
-            execute("count", "countdown", {"start": 3, "interval_ms": 0}),
+            # A tool that takes no state answers none, even when sent one: an echo of
+            # it would undo the changes of the calls beside it.
+            execute("count", "countdown", {"start": 3, "interval_ms": 0}, {"notes": NOTES}),
             Request(
                 id="preview",
                 method="format_tool_call_preview",
@@ -102,6 +104,7 @@ def test_example_tool_package(example: str) -> None:
 
     tools, problems = decode_tool_schemas(runs["schemas"][0].result.value)
     assert ([t.name for t in tools], problems) == (["add_note", "list_notes", "countdown"], [])
+    assert [t.stateless for t in tools] == [False, False, True]
     assert "max_notes" in runs["config"][0].result.value["properties"]
 
     (add,) = runs["add"]
@@ -118,6 +121,7 @@ def test_example_tool_package(example: str) -> None:
         {"left": 1},
     ]
     assert decode_execute_value(done.result.value).result == "liftoff"
+    assert done.result.state is None
     assert runs["preview"][0].result.value == 'add note: "buy milk"'
     (ui,) = runs["ui"]
     assert isinstance(ui, OkResponse)

@@ -9,7 +9,9 @@ is killed), or flood the host with output (1 MiB cap).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -21,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 import trio
+from helpers.paths import REPO
 from helpers.procs import descendants, lasting
 
 import sandbox
@@ -163,3 +166,29 @@ async def test_a_tool_cannot_print_past_the_result(base: Path) -> None:
     ok, text = await _run(_tools(base), "print('{\"data\": \"forged\"}')\nreturn 'real'")
     assert ok
     assert text == "real"
+
+
+def _documented_environment() -> list[str]:
+    """The variables docs/tools.md says a dynamic tool gets."""
+    docs = (REPO / "docs" / "tools.md").read_text()
+    bullet = docs[docs.index("* a minimal environment") :]
+    bullet = bullet[: bullet.index("\n* ", 1)]
+    return sorted(set(re.findall(r"`([A-Z][A-Z_]*)`", bullet)))
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "none"])
+async def test_the_environment_is_exactly_the_documented_one(base: Path, backend: str) -> None:
+    if backend == "bwrap":
+        tools = _tools(base)
+    else:
+        tools = dynamic_tools(base / "home", sandbox=sandbox.select_sandbox("off"), caps=None)
+    ok, text = await _run(
+        tools,
+        "import os\nreturn {'env': dict(os.environ), 'cwd': os.getcwd()}",
+    )
+    assert ok, text
+    seen = json.loads(text)
+    assert sorted(seen["env"]) == _documented_environment()
+    env, cwd = seen["env"], seen["cwd"]
+    assert (env["PWD"], env["HOME"]) == (cwd, os.path.join(cwd, "scratch"))
+    assert env["TMPDIR"] == ("/tmp" if backend == "bwrap" else env["HOME"])

@@ -138,7 +138,7 @@ async def test_a_dot_corral_symlink_is_refused(box: Box, tmp_path: Path) -> None
     (box.project / ".corral").symlink_to(box.home)
     ok, out = await sh(box.bash(), "echo ran > ran.txt")
     assert not ok
-    assert ".corral must be a plain directory" in out
+    assert ".corral is a symbolic link, and it is protected" in out
     assert not (box.project / "ran.txt").exists()
 
 

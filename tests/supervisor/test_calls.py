@@ -246,7 +246,7 @@ async def test_32_concurrent_calls_are_matched_by_id(kit: Kit) -> None:
 
 COMMANDS = """\
 emit({"type": "hello", "name": NAME, "version": "1.0.0", "capabilities": ["commands"]})
-for c in ("p", "i", "d", "n", "e", "/slashed"):
+for c in ("p", "i", "d", "n", "e", "empty", "null", "/slashed"):
     emit({"type": "register_command", "name": c, "description": "cmd " + c})
 emit({"type": "ready"})
 for msg in frames():
@@ -265,6 +265,9 @@ for msg in frames():
         emit({"type": "notify", "level": "success", "message": "did it myself"})
     elif name == "e":
         reply.update(action="display", display="partial", error="it went wrong")
+    elif name in ("empty", "null"):
+        # A Go extension's zero value: no action at all is "noop".
+        reply.update(action="" if name == "empty" else None, display="ignored")
     else:
         reply.update(action="display", display="slashed:" + args)
     emit(reply)
@@ -281,6 +284,8 @@ async def test_command_actions_and_error(kit: Kit) -> None:
                 "d": "cmd d",
                 "n": "cmd n",
                 "e": "cmd e",
+                "empty": "cmd empty",
+                "null": "cmd null",
                 "slashed": "cmd /slashed",
             }
             events = client.subscribe()
@@ -291,6 +296,9 @@ async def test_command_actions_and_error(kit: Kit) -> None:
             note = await wait_for(events, Notified)
             e = await client.invoke_command("e", "z")
             s = await client.invoke_command("slashed", "ok")
+            empty = await client.invoke_command("empty")
+            null = await client.invoke_command("null")
+            (info,) = await client.list_extensions()
     assert (p.action, p.prompt, p.extension) == ("prompt", "prompt:berlin", "cmds")
     assert (i.action, i.insert) == ("insert", "insert:x y")
     assert (d.action, d.display) == ("display", "display:")
@@ -298,6 +306,8 @@ async def test_command_actions_and_error(kit: Kit) -> None:
     assert (note.extension, note.level, note.message) == ("cmds", "success", "did it myself")
     assert (e.action, e.display, e.error) == ("display", "partial", "it went wrong")
     assert (s.action, s.display) == ("display", "slashed:ok")
+    assert (empty.action, null.action) == ("noop", "noop")
+    assert info.stats.bad_frames == 0
 
 
 async def test_reserved_names_and_first_loaded_wins(kit: Kit) -> None:

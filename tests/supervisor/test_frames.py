@@ -366,3 +366,35 @@ async def test_set_host_info_reaches_later_hello_acks(kit: Kit) -> None:
             note = await wait_for(events, Notified)
     (ack,) = json.loads(note.message)
     assert (ack["provider"], ack["model"], ack["cwd"]) == ("p2", "m2", "/b")
+
+
+NOTIFIER = """\
+emit({"type": "hello", "name": NAME, "version": "1.0.0"})
+emit({"type": "register_command", "name": "levels", "description": "one note per level"})
+emit({"type": "ready"})
+for msg in frames():
+    if msg["type"] == "command_invoked":
+        for level in ("info", "success", "warn", "warning", "error"):
+            emit({"type": "notify", "level": level, "message": level})
+        emit({"type": "command_response", "id": msg["id"], "action": "noop"})
+"""
+
+
+async def test_notify_levels_are_the_seed_s_and_warning_is_warn(kit: Kit) -> None:
+    # The seed names `info`, `success`, `warn`, `error`; docs/rpc.md once listed
+    # `warning`, so an extension written from it sends that: it is read as `warn`.
+    ext = kit.inline("notifier", NOTIFIER)
+    with trio.fail_after(CYCLE):
+        async with kit.open(ext) as client:
+            events = client.subscribe()
+            await client.invoke_command("levels")
+            notes = [await wait_for(events, Notified) for _ in range(5)]
+            (info,) = await client.list_extensions()
+    assert [(n.message, n.level) for n in notes] == [
+        ("info", "info"),
+        ("success", "success"),
+        ("warn", "warn"),
+        ("warning", "warn"),
+        ("error", "error"),
+    ]
+    assert info.stats.bad_frames == 0

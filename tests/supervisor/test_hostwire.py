@@ -148,7 +148,8 @@ def test_tool_schemas_keep_the_good_and_name_the_bad() -> None:
         [
             {"name": "a", "description": "A", "parameters": obj, "extra": 1},
             {"name": "b", "input_schema": obj},
-            {"name": "c", "schema": obj},
+            {"name": "c", "schema": obj, "stateless": "yes"},  # only true counts
+            {"name": "s", "parameters": obj, "stateless": True},
             {"name": "d", "parameters": {"type": "array"}},
             {"name": "e"},
             {"description": "no name"},
@@ -160,13 +161,14 @@ def test_tool_schemas_keep_the_good_and_name_the_bad() -> None:
         ToolSchema(name="a", description="A", parameters=obj),
         ToolSchema(name="b", parameters=obj),
         ToolSchema(name="c", parameters=obj),
+        ToolSchema(name="s", parameters=obj, stateless=True),
     ]
     assert [(p.index, p.name) for p in problems] == [
-        (3, "d"),
-        (4, "e"),
-        (5, None),
+        (4, "d"),
+        (5, "e"),
         (6, None),
         (7, None),
+        (8, None),
     ]
     assert "not a JSON object schema" in problems[0].detail
 
@@ -226,3 +228,18 @@ def test_runner_errors_match_the_codec() -> None:
     for error_type in HostErrorType:
         assert f'"{error_type}"' in python, error_type
         assert f'"{error_type}"' in node, error_type
+
+
+def test_an_error_s_stack_is_for_the_log_and_a_long_one_is_cut() -> None:
+    short = decode_host_message(
+        b'{"v":1,"id":"a","ok":false,"error":{"type":"E","detail":"d","stack":"at f\\n"}}'
+    )
+    assert isinstance(short, ErrorResponse)
+    assert (short.describe(), short.logged()) == ("E: d", "E: d\nat f")
+    stack = "".join(f"frame {i:05d}\n" for i in range(2000))  # 24,000 characters
+    long = ErrorResponse(id="b", error=ErrorInfo(type="E", detail="d", stack=stack))
+    logged = long.logged()
+    assert logged.startswith("E: d\nframe 00000\n")
+    assert logged.endswith("frame 01999")
+    assert "[19999 characters]" in logged  # (the stripped stack is 23,999)
+    assert len(logged) < 4100

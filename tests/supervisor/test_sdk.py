@@ -127,7 +127,7 @@ def on_any_event(frame):
 
 @ext.on("turn_end")
 def on_turn_end(frame):
-    ext.notify("turn_end seen", level="success")
+    ext.notify("turn_end seen", level="warning")  # docs/rpc.md's old name: sent as "warn"
 
 
 @ext.intercept_tool_call
@@ -386,7 +386,9 @@ def test_events(sink: Ext) -> None:
     sink.send({"type": "event", "event": "turn_start", "step": 1})
     assert sink.frame()["message"] == "event turn_start"
     sink.send({"type": "event", "event": "turn_end", "stop": "end_turn"})
-    assert [f["message"] for f in sink.frames(2)] == ["event turn_end", "turn_end seen"]
+    notes = sink.frames(2)
+    assert [f["message"] for f in notes] == ["event turn_end", "turn_end seen"]
+    assert [f["level"] for f in notes] == ["info", "warn"]
     # A raising event handler is logged; nothing is sent and the loop goes on.
     sink.send({"type": "event", "event": "turn_start", "step": 99})
     assert invoke(sink, "d")["display"] == "D"

@@ -365,3 +365,21 @@ async def test_the_ui_elements_file_is_rewritten_only_when_they_changed(kit: Kit
     assert written != 1
     assert ui.stat().st_mtime_ns == 1  # the same elements again: not rewritten
     assert ui.read_bytes() == kept
+
+
+async def test_the_stack_of_an_error_goes_to_the_log_not_to_the_model(kit: Kit, lang: str) -> None:
+    d = host_dir(kit, lang)
+    name = f"{lang}-host"
+    with trio.fail_after(CYCLE):
+        async with kit.open(d, host=TAGGED) as client:
+            boom = await client.call_tool("boom", {})
+    # The model sees the type and the message; the host's log keeps the stack, whose
+    # frames name the tool module's file.
+    assert boom.is_error
+    module = RUNNERS[lang][1]
+    assert "kaboom" in texts(boom)
+    assert module not in texts(boom)
+    log = kit.log_text(name)
+    assert "boom: " in log
+    assert "kaboom" in log
+    assert module in log

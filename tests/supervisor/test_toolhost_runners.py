@@ -9,6 +9,7 @@ wait until n of them run at once, which only a concurrent runner can satisfy.
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -266,3 +267,37 @@ async def test_string_arguments_are_parsed(lang: str) -> None:
     assert value.result == "from a string"
     assert not wrong.success
     assert "expected an object" in wrong.error
+
+
+async def test_only_tools_that_take_the_state_answer_it(lang: str) -> None:
+    # A tool without state (Python: no `state` parameter; JavaScript: `stateless:
+    # true`) is listed as stateless and answers no state, even when sent one.
+    with trio.fail_after(STEP):
+        async with open_host(lang) as host:
+            await host.init()
+            schemas = await host.ok(Method.GET_TOOL_SCHEMAS, {})
+            echo = await host.ok(
+                Method.EXECUTE_TOOL,
+                {"tool_name": "echo", "arguments": {"text": "hi"}, "state": {"count": 7}},
+            )
+            count = await host.ok(
+                Method.EXECUTE_TOOL, {"tool_name": "count", "arguments": {}, "state": {"count": 7}}
+            )
+    stateless = {t.name: t.stateless for t in decode_tool_schemas(schemas.result.value)[0]}
+    assert (stateless["echo"], stateless["meet"], stateless["count"]) == (True, True, False)
+    assert echo.result.state is None
+    assert count.result.state == {"count": 8}
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+async def test_a_stateless_javascript_tool_that_reads_the_state_fails_loudly() -> None:
+    # (JavaScript only: a Python tool without a state parameter cannot reach the state.)
+    with trio.fail_after(STEP):
+        async with open_host("js") as host:
+            await host.init()
+            _, answer = await host.call(
+                Method.EXECUTE_TOOL,
+                {"tool_name": "misdeclared", "arguments": {}, "state": {"count": 7}},
+            )
+    assert answer.error.type == "StatelessTool"  # type: ignore[union-attr]
+    assert "misdeclared is declared stateless" in answer.error.detail  # type: ignore[union-attr]

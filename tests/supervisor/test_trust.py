@@ -23,6 +23,7 @@ from supervisor import (
     data_dir,
     describe_permissions,
     digest_tree,
+    file_sha256,
     identity_of,
     load_manifest,
     log_file,
@@ -112,19 +113,25 @@ def test_any_change_changes_the_digest(tmp_path: Path, change: Callable[[Path], 
     assert digest_tree(str(d)).digest != before
 
 
-def test_links_are_recorded_never_followed(tmp_path: Path) -> None:
+def test_links_out_are_followed_links_in_are_not(tmp_path: Path) -> None:
     d = make_ext(tmp_path)
-    secret = tmp_path / "secret.txt"
-    secret.write_text("one")
+    helper = tmp_path / "helper.py"
+    helper.write_text("one")
     (d / "inner").symlink_to("lib/util.py")
-    (d / "out").symlink_to(secret)
-    (d / "up").symlink_to("../secret.txt")
+    (d / "out").symlink_to(helper)
+    (d / "up").symlink_to("../helper.py")
     tree = digest_tree(str(d))
-    assert sorted(tree.outside_links) == [f"out -> {secret}", "up -> ../secret.txt"]
-    secret.write_text("two, and longer")  # what a link points to is not content
-    assert digest_tree(str(d)).digest == tree.digest
-    (d / "up").unlink()
-    (d / "up").symlink_to("../other.txt")  # its target text is
+    assert sorted(tree.outside_links) == [f"out -> {helper}", "up -> ../helper.py"]
+    out = tree.entry("out")
+    assert out is not None
+    assert out.kind.value == "l"
+    targets = [e for e in tree.entries if e.kind.value == "t"]
+    assert [(e.path, e.payload) for e in targets] == [
+        ("out", f"file:{file_sha256(b'one')}"),
+        ("up", f"file:{file_sha256(b'one')}"),
+    ]
+    assert tree.entry("inner") is not None  # inside: its target is in the walk anyway
+    helper.write_text("two, and longer")  # what a link out points to is content
     assert digest_tree(str(d)).digest != tree.digest
 
 
@@ -343,9 +350,13 @@ def test_permissions_read_as_one_line() -> None:
         limits=Limits(memory_mb=512),
     )
     assert describe_permissions(perms) == (
-        "net, ro:/data, rw:~/proj, env:API_KEY, no data dir, mem 512M"
+        "net:ANYWHERE (risky), ro:/data, rw:~/proj, env:API_KEY, no data dir, mem 512M"
     )
     assert describe_permissions(Permissions()) == "defaults"
+    listed = Permissions(network=["api.github.com", "127.0.0.1:8080"], unsafe=["127.0.0.1:8080"])
+    assert describe_permissions(listed) == (
+        "net:api.github.com, net:127.0.0.1:8080, unsafe:127.0.0.1:8080"
+    )
     # A field corral adds later shows up by its shape.
     assert describe_permissions({"intercept_builtins": ["bash"], "strict": True, "level": 2}) == (
         "intercept_builtins:bash, strict, level=2"

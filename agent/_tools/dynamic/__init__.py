@@ -18,6 +18,7 @@ from ..._lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:
     from sandbox import Sandbox
+    from supervisor import NetGuard
 
     from ..._audit import AuditLog
     from .catalog import (
@@ -88,6 +89,7 @@ def dynamic_tools(
     reserved: Sequence[str] = (),
     require_sandbox: bool = False,
     caps: RunCaps | None = None,
+    guard: NetGuard | None = None,
 ) -> DynamicTools:
     """The dynamic tool set of corral home ``home`` (call :meth:`DynamicTools.sync` next).
 
@@ -99,6 +101,8 @@ def dynamic_tools(
         reserved: names no dynamic tool may take.
         require_sandbox: refuse to run programs without a sandbox.
         caps: timeout and stdout cap of each run (the seed's by default).
+        guard: the network guard of tools granted destinations (default: public
+            addresses only); refusals go to ``audit``.
     """
     from .catalog import open_catalog
     from .registrar import DynamicTools
@@ -108,7 +112,9 @@ def dynamic_tools(
     return DynamicTools(
         open_catalog(catalog_path(home, catalog)),
         Sealer(Path(home) / "state"),
-        DynamicRunner(sandbox),
+        DynamicRunner(
+            sandbox, guard=guard, report=audit.record_egress if audit is not None else None
+        ),
         caps=caps,
         audit=audit,
         reserved=reserved,

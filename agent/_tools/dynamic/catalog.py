@@ -43,7 +43,9 @@ CATALOG_NAME = "dynamic-tools.db"
 _MAX_FILE = 256 * 1024 * 1024
 
 
-class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class CatalogEntry(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """One stored dynamic tool."""
 
     name: str
@@ -52,23 +54,32 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     code: str
     #: When it was created (UTC, ISO 8601).
     created: str
-    #: ``hmac-sha256:<hex>`` over everything above (see :mod:`.seal`).
+    #: ``hmac-sha256:<hex>`` over everything else (see :mod:`.seal`).
     seal: str
+    #: The network destinations it was granted ([] for none).
+    network: list[str] = []
 
     def content(self) -> dict[str, Any]:
-        """What the seal covers."""
-        return {
+        """What the seal covers (``network`` only when granted: older seals still hold)."""
+        content: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": self.parameters,
             "code": self.code,
             "created": self.created,
         }
+        if self.network:
+            content["network"] = self.network
+        return content
 
     def draft(self) -> ToolDraft:
         """The entry as a draft (to check and render)."""
         return ToolDraft(
-            name=self.name, description=self.description, parameters=self.parameters, code=self.code
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            code=self.code,
+            network=list(self.network),
         )
 
 

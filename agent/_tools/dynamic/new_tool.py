@@ -29,6 +29,7 @@ class _Args(msgspec.Struct, frozen=True, kw_only=True):
     parameters: dict[str, Any]
     code: str
     replace: bool = False
+    network: list[str] = []
 
 
 _DESCRIPTION = (
@@ -36,9 +37,11 @@ _DESCRIPTION = (
     "`code` is the body of `def tool(args):` where `args` is a dict of the arguments; "
     "return a string or any JSON value, or `raise ToolError('...')` for a failure. "
     "Only the Python standard library is available. Every call runs {where}, 60 s and "
-    "1 MiB of output at most. The tool is available from your next step."
+    "1 MiB of output at most. To reach a web API, ask for it in `network` (the user "
+    "sees it): the calls then reach those destinations only, through a proxy that "
+    "urllib uses by itself. The tool is available from your next step."
 )
-_SANDBOXED = "sandboxed: no network, no files but a scratch directory ($HOME)"
+_SANDBOXED = "sandboxed: no network unless asked, no files but a scratch directory ($HOME)"
 _UNSANDBOXED = "WITHOUT a sandbox (none available here), in a scratch directory ($HOME)"
 
 
@@ -76,6 +79,14 @@ class NewTool:
                         "type": "boolean",
                         "description": "Replace the dynamic tool of the same name.",
                     },
+                    "network": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "Destinations its calls may reach: host names "
+                        '("api.github.com", "*.example.com" for names below it), with '
+                        'a port if not 80/443 ("api.example.com:8443"), or public '
+                        "addresses. Nothing else, never this machine or its network.",
+                    },
                 },
                 "required": ["name", "description", "parameters", "code"],
             },
@@ -106,12 +117,14 @@ class NewTool:
                 description=parsed.description,
                 parameters=parsed.parameters,
                 code=parsed.code,
+                network=parsed.network,
             )
             tool = await self._tools.create(draft, replace=parsed.replace)
         except ToolError as exc:
             return error_result(str(exc))
         where = "sandboxed" if self._tools.runner.sandboxed else "UNSANDBOXED (no sandbox backend)"
+        net = f", may reach {', '.join(tool.draft.network)}" if tool.draft.network else ""
         return text_result(
-            f"created tool {tool.draft.name} ({tool.digest[:19]}…); it runs {where} and is "
-            "available from your next step"
+            f"created tool {tool.draft.name} ({tool.digest[:19]}…); it runs {where}{net} and "
+            "is available from your next step"
         )

@@ -142,7 +142,9 @@ class DynamicTool:
             return error_result(f"{name}: --sandbox required, but no sandbox backend is available")
         try:
             stdin = msgspec.json.encode(args)
-            result = await self._runner.run(name, self.program, "--call", stdin, self._caps)
+            result = await self._runner.run(
+                name, self.program, "--call", stdin, self._caps, network=self.draft.network
+            )
         except Exception as exc:  # the sandbox or the spawn failed: an error result
             log.warning("dynamic_tool_start_failed", tool=name, error=str(exc))
             return error_result(f"{name}: cannot run: {exc}")
@@ -337,7 +339,12 @@ class DynamicTools:
         log.info("dynamic_tool_created", tool=draft.name, digest=tool.digest, replaced=replace)
         if self.audit is not None:
             await self.audit.record_tool(
-                ToolAction.NEW_TOOL, draft.name, SOURCE, digest=tool.digest, code=draft.code
+                ToolAction.NEW_TOOL,
+                draft.name,
+                SOURCE,
+                digest=tool.digest,
+                code=draft.code,
+                detail=f"network: {', '.join(draft.network)}" if draft.network else "",
             )
         return tool
 

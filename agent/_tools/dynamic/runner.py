@@ -4,11 +4,13 @@ Each run gets a fresh private directory holding the program (bound read-only, th
 working directory) and an empty ``scratch`` directory (read-write, ``$HOME``): the
 only host paths the program sees besides the system directories, the Python
 installation and corral's ``corral_tools`` (plus ``msgspec``, which it decodes
-arguments with). No network (a fresh network namespace with bubblewrap), a minimal
-environment, the limits of :data:`LIMITS`, a timeout (60 s) after which the
-process group is killed, and a cap on stdout (1 MiB) past which it is killed too.
-The directory is removed afterwards. The program is written from memory at every
-run, from the entry that was checked, so nothing on disk can change what runs.
+arguments with). No network (a fresh network namespace with bubblewrap), or, for
+a tool granted destinations (its ``network`` capability), TCP to those only
+through corral's egress proxy, served while the call runs; a minimal environment,
+the limits of :data:`LIMITS`, a timeout (60 s) after which the process group is
+killed, and a cap on stdout (1 MiB) past which it is killed too. The directory is
+removed afterwards. The program is written from memory at every run, from the
+entry that was checked, so nothing on disk can change what runs.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import shutil
 import sys
 import tempfile
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -25,6 +28,7 @@ import trio
 
 import supervisor
 from sandbox import LaunchRequest, Limits, Permissions, Sandbox
+from supervisor import Egress, EgressReport, NetGuard
 
 from ..child import exit_text, open_child
 
@@ -70,10 +74,14 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
         return exit_text(self.returncode)
 
 
-def _environment(scratch: str) -> dict[str, str]:
+def _environment(where: str, scratch: str) -> dict[str, str]:
+    """Every variable a program sees, with or without a sandbox (docs/tools.md lists
+    them; a test compares): a sandbox points ``TMPDIR`` at its private ``/tmp``."""
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": scratch,
+        "PWD": where,  # the working directory (bubblewrap's --chdir sets it too)
+        "TMPDIR": scratch,
         "LANG": "C.UTF-8",
         "PYTHONPATH": f"{SDK_DIR}:{os.path.dirname(_MSGSPEC_DIR)}",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -90,11 +98,23 @@ class DynamicRunner:
             (``--sandbox off``, or none available): programs then run unconfined
             (the ``none`` backend) with the same environment, limits, caps and timeout.
         python: the interpreter (corral's own by default).
+        guard: the network guard of the egress proxy of tools granted destinations
+            (default: public addresses only).
+        report: awaited with each connection that proxy refuses (the audit log).
     """
 
-    def __init__(self, sandbox: Sandbox | None, *, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox | None,
+        *,
+        python: str = sys.executable,
+        guard: NetGuard | None = None,
+        report: EgressReport | None = None,
+    ) -> None:
         self._sandbox = sandbox if sandbox is not None and sandbox.backend != "none" else None
         self._python = os.path.abspath(python)
+        self._guard = guard or NetGuard()
+        self._report = report
 
     def __repr__(self) -> str:
         backend = self._sandbox.backend if self._sandbox else "none"
@@ -105,23 +125,32 @@ class DynamicRunner:
         """True when programs run inside a sandbox backend."""
         return self._sandbox is not None
 
-    def _request(self, name: str, where: str, mode: str) -> LaunchRequest:
+    def _request(self, name: str, where: str, mode: str, network: list[str]) -> LaunchRequest:
         scratch = os.path.join(where, "scratch")
         return LaunchRequest(
             name=f"dyn-{name}",
             argv=[self._python, "-s", "-B", os.path.join(where, "tool.py"), mode],
-            env=_environment(scratch),
+            env=_environment(where, scratch),
             ext_dir=where,
             data_dir=scratch,
-            permissions=Permissions(network=False, limits=LIMITS),
+            permissions=Permissions(network=network or False, limits=LIMITS),
             runtime_paths=[SDK_DIR, _MSGSPEC_DIR],
             interpreter=self._python,
         )
 
     async def run(
-        self, name: str, source: str, mode: str, stdin: bytes, caps: RunCaps
+        self,
+        name: str,
+        source: str,
+        mode: str,
+        stdin: bytes,
+        caps: RunCaps,
+        *,
+        network: Sequence[str] = (),
     ) -> RunResult:
         """Run ``source`` with ``mode`` (``--describe`` or ``--call``), ``stdin`` as input.
+
+        ``network``: the destinations the run may reach (the tool's checked capability).
 
         Raises:
             SandboxError: the sandbox cannot plan the run.
@@ -132,19 +161,23 @@ class DynamicRunner:
         """
         where = await trio.to_thread.run_sync(_prepare, source)
         try:
-            return await self._run(name, where, mode, stdin, caps)
+            return await self._run(name, where, mode, stdin, caps, list(network))
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(shutil.rmtree, where, True)
 
     async def _run(
-        self, name: str, where: str, mode: str, stdin: bytes, caps: RunCaps
+        self, name: str, where: str, mode: str, stdin: bytes, caps: RunCaps, network: list[str]
     ) -> RunResult:
         out = bytearray()
         err = bytearray()
         overflowed = False
-        request = self._request(name, where, mode)
-        async with open_child(self._sandbox, request) as child:
+        request = self._request(name, where, mode, network)
+        egress = None
+        if network:
+            grant = f"the network of dynamic tool {name} (new_tool's network argument)"
+            egress = Egress(request.name, network, self._guard, grant=grant, report=self._report)
+        async with open_child(self._sandbox, request, egress=egress) as child:
             assert child.stdin is not None
             assert child.stdout is not None
             assert child.stderr is not None

@@ -120,6 +120,7 @@ class Sealer:
             code=draft.code,
             created=created,
             seal="",
+            network=list(draft.network),
         )
         return msgspec.structs.replace(entry, seal=self.seal(entry.content()))
 

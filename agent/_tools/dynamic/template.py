@@ -1,7 +1,8 @@
 """A ``new_tool`` request, checked, and the standalone program rendered from it.
 
 The agent supplies a :class:`ToolDraft`: a name, a description, an argument schema
-(a JSON object schema) and the body of a Python function. :func:`check_draft`
+(a JSON object schema), the body of a Python function and, as a capability it
+asks for (and the user sees), the network destinations its calls may reach. :func:`check_draft`
 refuses what cannot become a tool (bad name, oversize or non-object schema, code
 with NUL characters or too long), :func:`render` wraps the body in a complete
 program around ``corral_tools.run()`` (the seed's ``toolkit.Run``), and
@@ -24,6 +25,8 @@ import textwrap
 from typing import Any
 
 import msgspec
+
+from sandbox import PermissionsError, check_network
 
 from .errors import DraftRejected
 
@@ -88,6 +91,9 @@ class ToolDraft(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     parameters: dict[str, Any]
     #: Body of ``def tool(args):`` (indentation is normalised).
     code: str
+    #: Destinations its calls may reach through corral's egress proxy (a network list
+    #: of names and public addresses; never a local address); none by default.
+    network: list[str] = []
 
 
 def expected_spec(draft: ToolDraft) -> dict[str, Any]:
@@ -125,7 +131,18 @@ def check_draft(draft: ToolDraft) -> ToolDraft:
         raise DraftRejected(name, "code", f"longer than {MAX_CODE} characters")
     if "\x00" in code:
         raise DraftRejected(name, "code", "contains NUL characters")
-    return ToolDraft(name=name, description=description, parameters=draft.parameters, code=code)
+    try:
+        # No unsafe here: the model may not grant itself this machine or its network.
+        network, _ = check_network(draft.network, (), "network")
+    except PermissionsError as exc:
+        raise DraftRejected(name, exc.field, exc.message) from None
+    return ToolDraft(
+        name=name,
+        description=description,
+        parameters=draft.parameters,
+        code=code,
+        network=network if isinstance(network, list) else [],
+    )
 
 
 def render(draft: ToolDraft) -> str:

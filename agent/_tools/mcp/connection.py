@@ -36,7 +36,7 @@ from ..._providers.base import ToolSpec
 from ..._registry import Progress, ToolKind, ToolRunResult, error_result
 from ..._version import __version__
 from ..child import exit_text
-from ..web import NetGuard
+from ..web.guard import tls_context
 from .bounds import McpLimits, bound_tools, convert_result
 from .config import Origin, ServerConfig, ServerDecl, Transport, expanded
 from .errors import ConnectFailed, McpError, ServerGone
@@ -417,8 +417,7 @@ class McpConnection:
 
     async def _serve_http_once(self, config: ServerConfig) -> None:
         await self._policy.check_http(self.name, config)
-        guard: NetGuard = self._policy.guard
-        ssl_context = await guard.ssl_context()
+        ssl_context = await tls_context()
         self.pid = None
         self.sandboxed = None
         await self._serve_http(config.url or "", config.headers, ssl_context)

@@ -3,7 +3,7 @@
 The MCP SDK's HTTP transport takes an ``httpx2.AsyncClient`` (httpx2 is the
 maintained fork of httpx the SDK is built on; its connection pool is httpcore2's).
 :func:`guarded_client` builds one whose every connection goes through
-:meth:`~agent._tools.web.NetGuard.dial`: the host is resolved again, every answer
+:meth:`supervisor.NetGuard.dial`: the host is resolved again, every answer
 checked against the policy, the connection made to exactly a checked address and
 its peer verified, at dial time, for each connection the SDK opens (the POSTs, the
 GET event stream, reconnections). Environment proxies are ignored (a proxy would
@@ -20,7 +20,10 @@ from collections.abc import Iterable
 import httpcore2
 import httpx2
 
-from ..web import BlockedTarget, NetGuard
+from supervisor import NetGuard
+
+from ..web import BlockedTarget
+from ..web.guard import guarded
 
 __all__ = ["guarded_client"]
 
@@ -53,9 +56,8 @@ class _GuardedBackend(httpcore2.AsyncNetworkBackend):
                 socket_options=socket_options,
             )
 
-        return await self._guard.dial(
-            host, port, connect, (httpcore2.ConnectError, httpcore2.ConnectTimeout)
-        )
+        failures = (httpcore2.ConnectError, httpcore2.ConnectTimeout)
+        return await guarded(self._guard.dial(host, port, connect, failures))
 
     async def connect_unix_socket(
         self,
@@ -99,7 +101,7 @@ def guarded_client(
 
     Args:
         guard: the network guard.
-        ssl_context: a verifying TLS context (``NetGuard.ssl_context()``).
+        ssl_context: a verifying TLS context (``tls_context()``).
         headers: sent with every request (the server's configured headers).
         timeout: seconds to connect, write, or wait for the pool.
         read_timeout: seconds without a byte (the event stream idles long).

@@ -24,10 +24,10 @@ import msgspec
 import trio
 
 from sandbox._log import get_logger
+from supervisor import NetGuard
 
 from ..._audit import AuditLog, ToolAction
 from ..._registry import ToolKind
-from ..web import NetGuard
 from .bounds import McpLimits
 from .config import (
     Origin,

@@ -3,7 +3,7 @@
 * **stdio**: the command must be an absolute path to an executable regular file
   (no lookup on ``PATH``, which a project could shadow); the sandbox refuses
   version-manager shims when it plans the launch.
-* **HTTP**: the URL is pre-flighted by the web tools' :class:`~agent._tools.web.NetGuard`
+* **HTTP**: the URL is pre-flighted by the web tools' :class:`~supervisor.NetGuard`
   (http or https only, no credentials in the URL, no ``localhost`` names, every
   resolved address public unless an explicit allowance covers it), and every
   connection is checked again at dial time by the same guard (see :mod:`.http`),
@@ -26,7 +26,10 @@ import typing
 
 import httpx
 
-from ..web import BlockedTarget, FetchFailed, NetGuard
+from supervisor import NetGuard
+
+from ..web import BlockedTarget, FetchFailed
+from ..web.guard import check_url
 from .config import ServerConfig
 from .errors import PolicyRefused
 
@@ -87,7 +90,7 @@ class McpPolicy:
         """
         url = config.url or ""
         try:
-            parsed = await self.guard.check_url(url)
+            parsed = await check_url(self.guard, url)
         except (BlockedTarget, FetchFailed) as exc:
             raise PolicyRefused(name, str(exc)) from None
         secrets = credential_headers(config.headers)

@@ -2,13 +2,18 @@
 
 Both tools are off unless enabled (``--tools +web``, or ``AgentOptions.tools``);
 :func:`web_tools` builds them from a :class:`WebConfig`. :class:`NetGuard` is the
-reusable SSRF gate (pre-flight plus dial-time address checks, redirect policy,
-no environment proxies) for any HTTP client that must not reach internal hosts.
+SSRF gate (pre-flight plus dial-time address checks, redirect policy, no
+environment proxies) for any HTTP client that must not reach internal hosts; it
+is the supervisor's (:class:`supervisor.NetGuard`, the same guard the egress proxy
+of sandboxed children uses), with the address policy of :mod:`sandbox`.
 """
 
 from __future__ import annotations
 
 import typing
+
+from sandbox import AddressPolicy, Allowance, blocked_reason, parse_allowance, parse_host
+from supervisor import NetGuard, Resolver, system_resolver
 
 from ..._lazy import lazy_exports as _lazy_exports
 from .config import WebConfig
@@ -17,11 +22,10 @@ if typing.TYPE_CHECKING:
     from sandbox import Sandbox
 
     from ..._registry import Tool
-    from .address import AddressPolicy, Allowance, blocked_reason, parse_allowance, parse_host
     from .browser import PageRenderer, find_chromium
     from .errors import BlockedTarget, BrowserError, FetchFailed, WebConfigError, WebError
     from .fetch import RenderMode, WebFetchTool
-    from .guard import NetGuard, Resolver, redirect_target, system_resolver
+    from .guard import check_url, open_client, redirect_target
     from .search import SearchOutput, WebSearchTool
 
 __all__ = [
@@ -42,7 +46,9 @@ __all__ = [
     "WebFetchTool",
     "WebSearchTool",
     "blocked_reason",
+    "check_url",
     "find_chromium",
+    "open_client",
     "parse_allowance",
     "parse_host",
     "redirect_target",
@@ -74,11 +80,6 @@ def web_tools(
 #: Where each other public name lives: imported on first use (PEP 562), so that
 #: an agent without the web tools (the default) does not load HTTP and HTML code.
 _WHERE: dict[str, str] = {
-    "AddressPolicy": ".address",
-    "Allowance": ".address",
-    "blocked_reason": ".address",
-    "parse_allowance": ".address",
-    "parse_host": ".address",
     "PageRenderer": ".browser",
     "find_chromium": ".browser",
     "BlockedTarget": ".errors",
@@ -88,10 +89,9 @@ _WHERE: dict[str, str] = {
     "WebError": ".errors",
     "RenderMode": ".fetch",
     "WebFetchTool": ".fetch",
-    "NetGuard": ".guard",
-    "Resolver": ".guard",
+    "check_url": ".guard",
+    "open_client": ".guard",
     "redirect_target": ".guard",
-    "system_resolver": ".guard",
     "SearchOutput": ".search",
     "WebSearchTool": ".search",
 }

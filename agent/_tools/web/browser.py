@@ -21,11 +21,20 @@ as "blocked by client". The browser needs no network of its own and gets none:
   network namespace to reach and only the profile and a private ``/tmp``
   writable, there is nothing for them to reach;
 * without bubblewrap (``--sandbox off``, no backend, or another backend such as
-  macOS's ``sandbox-exec``, which has not been made to hold Chromium) it runs as
-  a plain process group, with its host resolver mapping every name to "not
-  found" and a proxy address that refuses every connection, so a request that
-  escaped interception would still fail. ``--sandbox required`` then refuses to
-  render.
+  macOS's ``sandbox-exec``, which has not been made to hold Chromium) rendering is
+  **refused** unless the user allows it (``CORRAL_BROWSER_UNSANDBOXED=1``,
+  :attr:`WebConfig.browser_unsandboxed`); allowed, it runs as a plain process
+  group, with its host resolver mapping every name to "not found" and a proxy
+  address that refuses every connection, so an HTTP request that escaped
+  interception would still fail. ``--sandbox required`` refuses it whatever the
+  setting.
+
+**WebRTC is off in every mode.** A page's ``RTCPeerConnection`` sends STUN and
+ICE over UDP to any address it names, IP literals included: fetch interception
+does not see it, and neither the dead proxy nor the "not found" resolver carries
+UDP. The browser is told (command line and the profile's preferences) to use no
+UDP but through the proxy (``disable_non_proxied_udp``), so it gathers no
+candidate and sends nothing; QUIC is off too.
 
 Chromium's own sandbox is turned off (``--no-sandbox``) inside bubblewrap (which
 forbids the nested user namespaces it would need) and when running as root (it
@@ -56,12 +65,13 @@ import trio
 from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox, Spawned
 from sandbox import spawn as sandbox_spawn
 from sandbox._log import get_logger
+from supervisor import NetGuard
 
 from .cdp import CdpConnection, CdpEvent
 from .client import Fetched, fetch_checked
 from .config import WebConfig
 from .errors import BlockedTarget, BrowserError, WebError
-from .guard import NetGuard
+from .guard import open_client
 
 __all__ = ["PageRenderer", "Rendered", "find_chromium"]
 
@@ -95,7 +105,11 @@ _FLAGS = (
     "--hide-scrollbars",
     "--password-store=basic",
     "--use-mock-keychain",
+    # WebRTC: no UDP but through the proxy (a dead one), so no candidate is
+    # gathered and nothing is sent; the profile's preferences say the same.
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--disable-quic",
     "--host-resolver-rules=MAP * ~NOTFOUND",
     "--proxy-bypass-list=<-loopback>",
 )
@@ -120,6 +134,9 @@ _EXTRACT_MARGIN = 2.0
 _CLOSE_GRACE = 1.0
 #: The browser's stderr, inside its profile directory.
 _LOG = "chromium.log"
+#: Written as the fresh profile's ``Default/Preferences`` before the browser starts.
+_WEBRTC = {"ip_handling_policy": "disable_non_proxied_udp", "multiple_routes_enabled": False}
+_PREFERENCES = {"webrtc": {**_WEBRTC, "nonproxied_udp_enabled": False}}
 _REAP_GRACE = 5.0
 
 
@@ -343,6 +360,13 @@ class PageRenderer:
             raise BrowserError(
                 "start", "--sandbox required, but no sandbox backend is available for the browser"
             )
+        if self._sandbox is None and not self._config.browser_unsandboxed:
+            raise BrowserError(
+                "start",
+                "rendering is off without bubblewrap (the page would run as you, with only "
+                "corral's request interception between it and your network); install "
+                "bubblewrap, or allow it with CORRAL_BROWSER_UNSANDBOXED=1",
+            )
         return self.binary
 
     async def render(
@@ -364,11 +388,11 @@ class PageRenderer:
         profile deleted, before ``Cancelled`` propagates.
         """
         binary = self.check()
-        profile = await trio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix="corral-chromium-"))
+        profile = await trio.to_thread.run_sync(_make_profile)
         try:
             timeout = httpx.Timeout(self._config.read_timeout, connect=self._config.connect_timeout)
             async with (
-                self._guard.open_client(timeouts=timeout, max_connections=_PARALLEL) as client,
+                open_client(self._guard, timeouts=timeout, max_connections=_PARALLEL) as client,
                 self._launch(binary, profile) as cdp,
             ):
                 with _lone_web_error():
@@ -529,6 +553,19 @@ class PageRenderer:
                         self._sandbox.cleanup(plan)
                     except Exception as exc:  # best effort: the browser is already gone
                         log.warning("browser_sandbox_cleanup_failed", error=str(exc))
+
+
+def _make_profile() -> str:
+    """A fresh, private profile directory with WebRTC's UDP turned off."""
+    profile = tempfile.mkdtemp(prefix="corral-chromium-")
+    try:
+        os.mkdir(os.path.join(profile, "Default"), 0o700)
+        with open(os.path.join(profile, "Default", "Preferences"), "wb") as fh:
+            fh.write(msgspec.json.encode(_PREFERENCES))
+    except BaseException:
+        shutil.rmtree(profile, ignore_errors=True)
+        raise
+    return profile
 
 
 def _start(plan: LaunchPlan, stderr_path: str) -> Spawned:

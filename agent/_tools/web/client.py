@@ -1,6 +1,6 @@
 """One guarded HTTP request: every hop checked, the body read up to a byte cap.
 
-:func:`fetch_checked` pre-flights the URL with the :class:`~.guard.NetGuard`,
+:func:`fetch_checked` pre-flights the URL with the network guard,
 sends it on a guarded client (so the address is checked again at dial time),
 follows redirects itself, pre-flighting each hop, and reads the body as a stream
 until it ends or reaches the cap; the rest is never downloaded. The body is
@@ -17,9 +17,11 @@ from collections.abc import Awaitable, Callable
 import httpx
 import msgspec
 
+from supervisor import NetGuard
+
 from ..._providers.http import finish_chain
 from .errors import FetchFailed
-from .guard import NetGuard, redirect_target
+from .guard import check_url, redirect_target
 
 __all__ = ["ACCEPT_ENCODING", "Fetched", "fetch_checked", "read_capped"]
 
@@ -115,7 +117,7 @@ async def fetch_checked(
     POST, continue as GET without a body, as browsers do.
 
     Args:
-        client: a client from :meth:`NetGuard.open_client`.
+        client: a client from :func:`~.guard.open_client`.
         guard: the guard behind ``client``.
         url: where to send it.
         max_bytes: decoded body bytes kept; reading stops there.
@@ -132,7 +134,7 @@ async def fetch_checked(
 
     Cancellation: the response is closed and the request abandoned.
     """
-    current = await guard.check_url(url)
+    current = await check_url(guard, url)
     hops: list[str] = []
     send_headers = {"accept-encoding": ACCEPT_ENCODING}
     send_headers.update({k.lower(): v for k, v in (headers or {}).items()})
@@ -171,7 +173,7 @@ async def fetch_checked(
             # As browsers do: credentials meant for one origin never follow to another.
             for name in _ORIGIN_BOUND:
                 send_headers.pop(name, None)
-        current = await guard.check_url(target)
+        current = await check_url(guard, target)
         hops.append(str(current))
         if on_redirect is not None:
             await on_redirect(str(current))

@@ -1,13 +1,15 @@
 """Settings of the web tools, from options or the environment.
 
-========================== ==================================================
-``CORRAL_SEARXNG_URL``     SearXNG base URL for ``web_search`` (``--searxng``)
-``CORRAL_WEB_ALLOW``       comma- or space-separated exceptions to the network
-                           guard: ``127.0.0.1:8080``, ``10.0.0.0/8``,
-                           ``[::1]:8080`` (``--web-allow``, repeatable)
-``CORRAL_CHROMIUM``        the Chromium binary for rendering, or ``off``
-``CORRAL_WEB_MAX_CHARS``   default cap on ``web_fetch`` output (50000)
-========================== ==================================================
+============================== ==============================================
+``CORRAL_SEARXNG_URL``         SearXNG base URL for ``web_search`` (``--searxng``)
+``CORRAL_WEB_ALLOW``           comma- or space-separated exceptions to the network
+                               guard: ``127.0.0.1:8080``, ``10.0.0.0/8``,
+                               ``[::1]:8080`` (``--web-allow``, repeatable)
+``CORRAL_CHROMIUM``            the Chromium binary for rendering, or ``off``
+``CORRAL_BROWSER_UNSANDBOXED`` ``1``: render without bubblewrap too (off by
+                               default: the page would run as the user)
+``CORRAL_WEB_MAX_CHARS``       default cap on ``web_fetch`` output (50000)
+============================== ==============================================
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from .address import AddressPolicy, parse_allowance
+from sandbox import AddressPolicy, parse_allowance
+
 from .errors import WebConfigError
 
 __all__ = ["WebConfig"]
@@ -45,6 +48,9 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     total_timeout: float = 20.0
     #: Chromium binary; None finds one; ``"off"`` never renders.
     chromium: str | None = None
+    #: Render also where bubblewrap is not available (the browser then runs as the
+    #: user, confined only by corral's request interception and WebRTC being off).
+    browser_unsandboxed: bool = False
     #: Seconds the whole browser render may take (start, load, settle, extract).
     browser_timeout: float = 25.0
     #: Seconds to let a page's scripts run after its load event.
@@ -90,6 +96,11 @@ class WebConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         fields["allow"] = [*entries, *allow]
         if env.get("CORRAL_CHROMIUM", "").strip():
             fields["chromium"] = env["CORRAL_CHROMIUM"].strip()
+        unsandboxed = env.get("CORRAL_BROWSER_UNSANDBOXED", "").strip().lower()
+        if unsandboxed in ("1", "true", "yes", "on"):
+            fields["browser_unsandboxed"] = True
+        elif unsandboxed not in ("", "0", "false", "no", "off"):
+            raise WebConfigError("CORRAL_BROWSER_UNSANDBOXED", f"{unsandboxed!r}: use 1 or 0")
         if env.get("CORRAL_WEB_MAX_CHARS", "").strip():
             text = env["CORRAL_WEB_MAX_CHARS"].strip()
             if not text.isdigit() or int(text) < 1:

@@ -1,6 +1,6 @@
 """The ``web_fetch`` tool: a guarded GET that returns a page's text, not its HTML.
 
-1. The URL is pre-flighted and fetched through the :class:`~.guard.NetGuard`
+1. The URL is pre-flighted and fetched through the :class:`~supervisor.NetGuard`
    (every address checked before and at dial time, redirects followed by corral
    and checked hop by hop, environment proxies ignored), with connect, read and
    total timeouts and a cap on the body bytes read.
@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from sandbox import Sandbox
+from supervisor import NetGuard
 
 from ..._exceptions import ToolError
 from ..._providers.base import ToolSpec
@@ -37,7 +38,7 @@ from .client import Fetched, fetch_checked
 from .config import WebConfig
 from .errors import BrowserError, FetchFailed, WebError
 from .extract import ContentKind, PageText, classify, clean_text, page_text, truncate
-from .guard import NetGuard
+from .guard import open_client
 
 __all__ = ["APP_SHELL_BYTES", "USER_AGENT", "RenderMode", "WebFetchTool"]
 
@@ -163,7 +164,7 @@ class WebFetchTool:
         async def redirected(target: str) -> None:
             await progress(f"redirected to {clean_text(target)[:300]}")
 
-        async with self.guard.open_client(timeouts=timeout, headers=headers) as client:
+        async with open_client(self.guard, timeouts=timeout, headers=headers) as client:
             with trio.move_on_after(config.total_timeout):
                 return await fetch_checked(
                     client,

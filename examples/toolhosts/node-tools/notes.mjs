@@ -3,7 +3,9 @@
 // Three tools:
 //   add_note / list_notes keep the notes in the host's state, which the client
 //     sends with every call and gets back updated (state round-trip);
-//   countdown streams one `part` per tick through emit() before its final answer;
+//   countdown streams one `part` per tick through emit() before its final answer, and
+//     is `stateless`: it runs beside the others (calls that may change the state go
+//     one at a time);
 // and two optional hooks: get_config_schema (the max_notes setting, read by init)
 // and format_tool_call_preview (the one-line preview of a call).
 
@@ -47,6 +49,8 @@ export const tools = [
   {
     name: "countdown",
     description: "Count down, reporting each tick as it happens.",
+    // It never touches ctx.state: its calls run beside the others and answer no state.
+    stateless: true,
     parameters: {
       type: "object",
       properties: {

@@ -20,6 +20,7 @@ export const tools = [
     name: "echo",
     description: "Echo the text, streaming `parts` parts first.",
     parameters: object({ text: { type: "string" }, parts: { type: "integer" } }, ["text"]),
+    stateless: true,
     execute(args, emit) {
       for (let i = 0; i < (args.parts ?? 0); i++) emit({ part: i });
       return args.text;
@@ -37,6 +38,7 @@ export const tools = [
     name: "meet",
     description: "Wait until n calls run at once.",
     parameters: object({ n: { type: "integer" }, tag: { type: "string" } }, ["n", "tag"]),
+    stateless: true,
     async execute({ n, tag }) {
       const m = meeting(n);
       if (++m.count >= n) m.open();
@@ -48,6 +50,12 @@ export const tools = [
       clearTimeout(timer);
       return tag;
     },
+  },
+  {
+    name: "misdeclared",
+    description: "Says it is stateless, then reads ctx.state.",
+    stateless: true,
+    execute: (args, ctx) => ctx.state.count,
   },
   {
     name: "length",

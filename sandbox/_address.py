@@ -1,4 +1,7 @@
-"""Which network addresses a guarded client may reach: pure functions, no I/O.
+"""Which network addresses a guarded connection may reach: pure functions, no I/O.
+
+One classification for every guarded path: the web tools, MCP's HTTP client and
+the egress proxy of sandboxed children (see ``supervisor.NetGuard``).
 
 :func:`blocked_reason` classifies one IP address. It refuses everything that is
 not a public unicast address: loopback, private (RFC 1918, unique local),
@@ -33,6 +36,7 @@ __all__ = [
     "IPAddress",
     "blocked_reason",
     "is_localhost_name",
+    "local_reason",
     "parse_allowance",
     "parse_host",
 ]
@@ -116,6 +120,35 @@ def blocked_reason(ip: IPAddress) -> str | None:
                 return why
     if not ip.is_global:
         return "not globally routable"
+    return None
+
+
+#: The reasons of :func:`blocked_reason` that mean "this machine, its LAN or its cloud":
+#: the addresses a network grant may name only with ``unsafe`` (see :func:`local_reason`).
+_LOCAL = (
+    "unspecified",
+    "private",
+    "shared address space (CGNAT)",
+    "loopback",
+    "link-local",
+    "unique local",
+    "site-local",
+    "local-use NAT64",
+)
+
+
+def local_reason(ip: IPAddress) -> str | None:
+    """Why ``ip`` belongs to this machine, its LAN or its cloud provider, or None.
+
+    Loopback, private (RFC 1918, unique local), link-local (cloud metadata),
+    shared CGNAT space, unspecified, and the IPv6 forms that carry such an IPv4
+    address. Other non-public ranges (documentation, benchmarking, multicast,
+    reserved) are not "local": :func:`blocked_reason` still refuses them behind a
+    name, but a grant may name them without ``unsafe``.
+    """
+    why = blocked_reason(ip)
+    if why is not None and any(tag in why for tag in _LOCAL):
+        return why
     return None
 
 
