@@ -388,6 +388,8 @@ class BwrapSandbox:
         args: list[str] = []
         for grant in request.permissions.read_write:
             fd = binds.writable.get(grant)
+            if fd is not None and not stat.S_ISDIR(os.fstat(fd).st_mode):
+                continue  # a granted file holds nothing to protect (checked on its fd)
             if fd is None:
                 notes.append(
                     f"{grant}: protected paths inside it (git hooks and configuration) are "

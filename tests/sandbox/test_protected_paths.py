@@ -18,6 +18,7 @@ installation, as the real CLI computes it.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -396,3 +397,18 @@ def test_an_extension_with_a_writable_project_cannot_plant_git_hooks(world: Worl
     assert not (project / ".git" / "hooks" / "pre-commit").exists()
     assert (project / "notes.txt").read_text() == "fine\n"
     assert list((project / ".corral").iterdir()) == []
+
+
+def test_an_extension_with_a_writable_file_grant_starts_and_writes_it(world: World) -> None:
+    # A read_write grant may name a file: nothing is inside it to protect, and the
+    # protected-path binds must not look for one (they failed the start with
+    # "<file>/.corral: Not a directory").
+    folder = world.make_dir("work", "audit", writable=True)
+    log = folder / "audit.log"
+    log.write_text("")
+    os.lchown(log, world.who.uid, world.who.gid)
+    verdict = world.attack(
+        "write_files.py", json.dumps([str(log)]), permissions={"read_write": [str(log)]}
+    )
+    assert verdict["written"] == [str(log)]
+    assert log.read_text() == "owned by the extension\n"
