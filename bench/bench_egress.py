@@ -41,7 +41,8 @@ from _common import Row, main, median, quiet_logging
 
 import sandbox
 from sandbox import LaunchPlan, LaunchRequest, Permissions
-from supervisor import ChildProcess, Egress, NetGuard, open_child
+from supervisor import NetGuard
+from supervisor.lowlevel import ChildProcess, Egress, open_child
 
 SIZE = 10 * 1024 * 1024
 

@@ -13,7 +13,7 @@ touch the user's dotfiles:
   own installation, ``.corral``, git's hooks and configuration, the user's own;
   read-only, created empty if missing), corral's home and every credential store
   hidden, no network, or with a network setting (``--bash-network``) TCP to those
-  destinations only, through corral's egress proxy (:class:`supervisor.Egress`),
+  destinations only, through corral's egress proxy (:class:`supervisor.lowlevel.Egress`),
   served while the command runs. A working directory that is the home directory
   (or contains it), or is itself protected, is not writable.
 * **sandbox-exec** (macOS): the extension profile with the working directory as
@@ -62,15 +62,8 @@ from sandbox import (
     plan_shell,
 )
 from sandbox._log import get_logger
-from supervisor import (
-    ChildProcess,
-    Egress,
-    EgressReport,
-    NetGuard,
-    open_child,
-    signal_group,
-    toolkit,
-)
+from supervisor import EgressReport, NetGuard, toolkit
+from supervisor.lowlevel import ChildProcess, Egress, open_child, signal_group
 
 from .._exceptions import ToolError
 from .._registry import Progress

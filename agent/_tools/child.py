@@ -31,8 +31,8 @@ import trio
 
 from sandbox import LaunchPlan, LaunchRequest, Sandbox, select_sandbox
 from sandbox._log import get_logger
-from supervisor import ChildProcess, Egress, signal_group
-from supervisor import open_child as spawn_child
+from supervisor.lowlevel import ChildProcess, Egress, signal_group
+from supervisor.lowlevel import open_child as spawn_child
 
 __all__ = ["Child", "StopLadder", "exit_text", "open_child"]
 

@@ -28,7 +28,8 @@ import trio
 
 import supervisor
 from sandbox import LaunchRequest, Limits, Permissions, Sandbox
-from supervisor import Egress, EgressReport, NetGuard
+from supervisor import EgressReport, NetGuard
+from supervisor.lowlevel import Egress
 
 from ..child import exit_text, open_child
 
