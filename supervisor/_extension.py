@@ -44,7 +44,7 @@ from ._incarnation import Incarnation
 from ._io import StderrLog
 from ._lifecycle import LISTED, SERVING, ExtensionState, Lifecycle
 from ._manifest import ChildKind, ExtensionSpec
-from ._process import open_child
+from ._process import spawn_child
 from ._protocol import Registrations
 from ._requests import CallTool, Intercept, InvokeCommand, PreviewToolCall
 from ._restart import Verdict, crash_event, decide
@@ -384,9 +384,12 @@ class Extension:
         self._plan = plan
         self._pins = list(plan.pins) or self._pins
         try:
-            proc = await open_child(plan)
-        except OSError as exc:
+            proc = await spawn_child(plan)
+        except BaseException as exc:
+            # Also when cancelled while it starts: the plan's descriptors go with it.
             self._sandbox.cleanup(plan)
+            if not isinstance(exc, OSError):
+                raise
             self._refuse_start(f"cannot start {plan.argv[0]}: {exc.strerror or exc}")
             return None
         inc = Incarnation(

@@ -40,7 +40,7 @@ from ._exceptions import ExtensionGone, ExtensionStopping
 from ._io import StderrLog
 from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
-from ._reap import Claimed, kill_and_wait, leftovers, signal_group
+from ._reap import reap_group, signal_group
 from ._restart import describe_exit
 
 __all__ = ["Conversation", "Incarnation"]
@@ -258,19 +258,16 @@ class Incarnation:
         """Kill whatever is left of the incarnation and wait for it; bounded."""
         proc = self._proc
         # The extension is gone; its group (ordinary children) has no reason to live,
-        # nor has what escaped the group (the guardian adopted it: see _reap).
-        signal_group(proc.pid, signal.SIGKILL)
-        doomed: list[Claimed] = []
+        # nor has what escaped the group (the guardian adopted it: see _reap), unless
+        # the caller sweeps many at once.
         if self._sweep_into is not None:
             self._sweep_into.append(self._token)
-        else:
-            doomed = await leftovers([self._token], [proc.pid])
-        if doomed or proc.returncode is None:  # None: only if the ladder itself failed
-            with trio.move_on_after(self._config.term_grace) as waited:
-                await kill_and_wait(doomed)
-                await proc.wait()
-            if waited.cancelled_caught:
-                log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
+        await reap_group(
+            proc,
+            grace=self._config.term_grace,
+            tokens=[self._token],
+            sweep=self._sweep_into is None,
+        )
         self._writer.close()
         log.debug("incarnation_reaped", pid=proc.pid, returncode=proc.returncode)
         self._reaped = True  # from here on the pipes may be closed
@@ -353,7 +350,7 @@ class Incarnation:
         if not self._reaped:
             self._stderr.feed_pending(self._stderr_pipe)
         tail = self._stderr.tail[-1] if self._stderr.tail else ""
-        status, _ = describe_exit(rc, guardian_lost=self._proc.guardian_lost)
+        status = describe_exit(rc, guardian_lost=self._proc.guardian_lost)
         msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")
         self._calls.fail_all(ExtensionGone, msg, returncode=rc)
 

@@ -7,8 +7,10 @@ the supervisor instead of writing it again, as ``trio.lowlevel`` does for trio:
 
 * **lines**: :class:`LineReader` and :class:`LineWriter`, the NDJSON reader and
   writer every pipe of corral speaks (the RPC server's stdin and stdout too);
-* **children**: :class:`ChildProcess`, :func:`open_child` and :func:`signal_group`,
-  the one way corral starts a planned process and signals its group;
+* **children**: :func:`open_child`, the one way corral runs a child for as long
+  as one block (plan, spawn, serve its egress proxy, :class:`StopLadder`, reap,
+  release), its :class:`Child`, :func:`describe_exit` (how any child ended, in
+  words) and :func:`signal_group`;
 * **egress**: :class:`Egress`, the proxy that serves a child's network list;
 * **digests**: :func:`digest_tree` and :func:`file_sha256`, what a trust pin hashes;
 * **relays**: :class:`Relay` and :func:`mcp_server_spec`, a stdio MCP server
@@ -22,19 +24,20 @@ agent's needs change, so an embedder should prefer :mod:`supervisor`.
 
 from __future__ import annotations
 
+from ._child import Child, StopLadder, open_child
 from ._config import choice_file, ui_file
 from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
 from ._egress import Egress
 from ._lines import LineReader, LineWriter, Oversize
 from ._manifest import mcp_server_spec
-from ._process import ChildProcess, open_child
 from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
+from ._restart import describe_exit
 from ._spawn import SDK_DIR
 
 __all__ = [
     "SDK_DIR",
-    "ChildProcess",
+    "Child",
     "DigestLimits",
     "Egress",
     "LineReader",
@@ -42,8 +45,10 @@ __all__ = [
     "Oversize",
     "Relay",
     "RelayedProcess",
+    "StopLadder",
     "TreeDigest",
     "choice_file",
+    "describe_exit",
     "digest_tree",
     "file_sha256",
     "mcp_server_spec",
