@@ -2,7 +2,7 @@
 
 An :class:`Incarnation` holds one spawned process of an extension, its pipes and
 its exit, from spawn to reaped. :meth:`Incarnation.serve` runs, in one nursery,
-the stderr drain, the writer, the reader (the :class:`Conversation` spoken over
+the stderr drain, the writer, the reader (the :class:`~supervisor._seams.Conversation` spoken over
 stdio), the deadline timer of the calls in flight and, for a network list, the
 egress proxy (:mod:`supervisor._egress`), and waits for the process to exit. It
 always ends the same way, shielded and bounded, as trio's ``run_process`` does:
@@ -16,7 +16,8 @@ always ends the same way, shielded and bounded, as trio's ``run_process`` does:
    (see :mod:`supervisor._reap`), the pipes are closed and the sandbox releases
    the plan.
 
-Nothing here knows the extension protocol: a :class:`Conversation` brings it, so
+Nothing here knows the extension protocol: a
+:class:`~supervisor._seams.Conversation` brings it, so
 another kind of child speaking NDJSON over stdio (a tool host) needs another
 conversation, not another lifecycle.
 """
@@ -26,7 +27,6 @@ from __future__ import annotations
 import signal
 import time
 import typing
-from typing import Protocol
 
 import trio
 
@@ -42,8 +42,9 @@ from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
 from ._reap import reap_group, signal_group
 from ._restart import describe_exit
+from ._seams import Conversation
 
-__all__ = ["Conversation", "Incarnation"]
+__all__ = ["Incarnation"]
 
 log = get_logger(__name__)
 
@@ -56,20 +57,6 @@ _UNSENT = {
 #: After the process exits, how long the reader may take to reach EOF on stdout (a
 #: grandchild can hold the pipe open forever).
 _EOF_AFTER_EXIT = 0.5
-
-
-class Conversation(Protocol):
-    """What an incarnation speaks over the child's stdio."""
-
-    #: Bytes the shutdown ladder writes before it closes stdin (may be empty).
-    goodbye: bytes
-    #: Set when the child said it is leaving; the ladder then kills it after
-    #: ``ack_grace`` instead of waiting out ``shutdown_grace``.
-    acked: trio.Event
-
-    async def converse(self, reader: LineReader) -> None:
-        """Read and handle the child's stdout until EOF."""
-        ...
 
 
 @typing.final
