@@ -51,29 +51,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from sandbox._guardian_child import (
-        MAX_FDS,
-        PR_SET_CHILD_SUBREAPER,
-        prctl,
-        received,
-        run_child,
-        spare,
-        suppress,
-    )
+    from sandbox import _guardian_child as child
 else:
     # What a child does between fork and exec lives beside this file (standard
     # library only too). ``-I`` leaves this directory off sys.path: it goes last, so
     # that nothing here can shadow the standard library.
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-    from _guardian_child import (
-        MAX_FDS,
-        PR_SET_CHILD_SUBREAPER,
-        prctl,
-        received,
-        run_child,
-        spare,
-        suppress,
-    )
+    import _guardian_child as child
 
 #: How long the last clean-up may take before the guardian gives up and exits.
 CLEANUP_LIMIT = 10.0
@@ -124,7 +108,7 @@ class Guardian:
                 left = self.asked + SPARE_AFTER_IDLE / 1000 - time.monotonic()
                 if left <= 0:  # the host is quiet: a spare now costs no spawn anything
                     self.want_spare = False
-                    with suppress(OSError):  # then the next spawn forks
+                    with child.suppress(OSError):  # then the next spawn forks
                         self.park([])
                     continue
                 timeout = int(left * 1000) + 1
@@ -154,12 +138,12 @@ class Guardian:
     def request(self) -> bool:
         """Handle one request; False when the host is gone."""
         try:
-            msg, ancdata, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+            msg, ancdata, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(child.MAX_FDS * 4))
         except (ConnectionError, OSError):
             return False
         if not msg:
             return False
-        fds = received(ancdata)
+        fds = child.received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
         try:
@@ -206,7 +190,7 @@ class Guardian:
         if pid == 0:
             ours.close()
             try:
-                spare(theirs, cgroups, self.pid)
+                child.spare(theirs, cgroups, self.pid)
             finally:
                 os._exit(127)
         theirs.close()
@@ -247,7 +231,7 @@ class Guardian:
                     os.close(fd)
                 raise
             if pid == 0:
-                run_child(order, fds, exec_w, self.pid)
+                child.run_child(order, fds, exec_w, self.pid)
         os.close(exec_w)
         self.children[pid] = (status_w, list(order.get("cgroups", ())))
         self.starting[exec_r] = pid
@@ -278,7 +262,7 @@ class Guardian:
             self.tell(entry[0], record(b"x", 0))
 
     def tell(self, fd: int, data: bytes) -> None:
-        with suppress(OSError):  # the host closed its end: it no longer cares
+        with child.suppress(OSError):  # the host closed its end: it no longer cares
             os.write(fd, data)
 
     def reap(self) -> None:
@@ -318,9 +302,9 @@ class Guardian:
                 fd = os.pidfd_open(pid)
             except OSError:
                 continue  # gone already
-            with suppress(OSError):
+            with child.suppress(OSError):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
-            if len(fds) < MAX_FDS:
+            if len(fds) < child.MAX_FDS:
                 pids.append(pid)
                 fds.append(fd)
             else:
@@ -387,22 +371,22 @@ class Guardian:
         while time.monotonic() < deadline:
             doomed = self.descendants()
             for pid in self.children:  # their groups too, where /proc cannot tell
-                with suppress(OSError):
+                with child.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
             for path in cgroups:
                 doomed += _cgroup_kill(path)
             for pid in doomed:
-                with suppress(OSError):
+                with child.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             self.reap()
             if not doomed:
                 break
             # Killed processes take a moment to exit: SIGCHLD (or the timeout) wakes us.
-            with suppress(InterruptedError):
+            with child.suppress(InterruptedError):
                 waiter.poll(10)
             self.woken()
         for path in cgroups:
-            with suppress(OSError):
+            with child.suppress(OSError):
                 os.rmdir(path)
 
 
@@ -430,7 +414,7 @@ def _children(pid: int) -> list[int] | None:
 
 def _cgroup_kill(path: str) -> list[int]:
     """Processes left in a cgroup (after asking v2 to kill them all at once)."""
-    with suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
+    with child.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
         f.write("1")
     try:
         with open(os.path.join(path, "cgroup.procs")) as f:
@@ -444,12 +428,12 @@ def main() -> None:
     if len(sys.argv) > 2:  # the host's soft limit of descriptors before it raised its own
         soft = int(sys.argv[2])
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        with suppress(ValueError, OSError):
+        with child.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
     sock = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
-    if prctl is not None:
-        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if child.prctl is not None:
+        child.prctl(child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     guardian = Guardian(sock)
     try:
         guardian.serve()
