@@ -321,8 +321,13 @@ class ExtensionTool:
     async def preview(self, args: dict[str, Any]) -> str | None:
         """The tool host's one-line preview of a call with ``args`` (None: none).
 
+        Only a tool host makes previews: an extension's tool answers None here,
+        without a round trip to the supervisor.
+
         Cancellation: the preview is dropped.
         """
+        if self._info.kind is not ChildKind.TOOL_HOST:
+            return None
         return await self._caller.preview_tool_call(self._info.name, args)
 
 

@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
     # Appended, not prepended: an explicit PYTHONPATH (e.g. a temporary shim) wins.
     sys.path.append(str(ROOT))
 
-from supervisor import SDK_DIR  # noqa: E402 (needs the path above when run as a script)
+from supervisor.lowlevel import SDK_DIR  # noqa: E402 (needs the path above when run as a script)
 
 
 class Row(msgspec.Struct, frozen=True, kw_only=True):

@@ -24,7 +24,8 @@ import psutil
 import trio
 from _common import ROOT, stopwatch
 
-from supervisor import SDK_DIR, SupervisorClient, SupervisorConfig, open_supervisor
+from supervisor import SupervisorClient, SupervisorConfig, open_supervisor
+from supervisor.lowlevel import SDK_DIR
 
 CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
 

@@ -40,8 +40,9 @@ import trio
 from _common import Row, main, median, quiet_logging
 
 import sandbox
-from sandbox import LaunchPlan, LaunchRequest, Permissions
-from supervisor import ChildProcess, Egress, NetGuard, open_child
+from sandbox import LaunchRequest, Permissions
+from supervisor import NetGuard
+from supervisor.lowlevel import Child, Egress, StopLadder, open_child
 
 SIZE = 10 * 1024 * 1024
 
@@ -103,7 +104,7 @@ for line in sys.stdin:
 class _Client:
     """One client process, asked for one download per line."""
 
-    def __init__(self, proc: ChildProcess) -> None:
+    def __init__(self, proc: Child) -> None:
         self.proc = proc
         self._buf = b""
 
@@ -146,36 +147,23 @@ async def _downloads(
     """``count`` alternating downloads each way: direct, connect, http."""
     client = [sys.executable, "-I", "-c", CLIENT, str(port)]
     entry = [f"127.0.0.1:{port}"]
-    direct_plan = sandbox.select_sandbox("off").plan(_request(base, False, client))
-    proxied_plan = backend.plan(_request(base, entry, client))
-    plans: list[tuple[sandbox.Sandbox, LaunchPlan]] = []
     results: dict[str, list[dict[str, float]]] = {"direct": [], "connect": [], "http": []}
     egress = Egress("bench", entry, NetGuard(), grant="permissions.network")
-    try:
-        direct = _Client(await open_child(direct_plan))
-        plans.append((sandbox.select_sandbox("off"), direct_plan))
-        proxied = _Client(await open_child(proxied_plan))
-        plans.append((backend, proxied_plan))
-        listener = proxied.proc.egress_listener
-        assert listener is not None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(egress.serve, listener)
-            for mode in ("direct", "connect", "http"):  # warm-up
-                await (direct if mode == "direct" else proxied).download(mode)
-            for _ in range(count):
-                for mode in ("direct", "connect", "http"):
-                    who = direct if mode == "direct" else proxied
-                    results[mode].append(await who.download(mode))
-            nursery.cancel_scope.cancel()
-        for c in (direct, proxied):
-            assert c.proc.stdin is not None
-            await c.proc.stdin.aclose()
-            with trio.move_on_after(10):
-                await c.proc.wait()
-            await c.proc.aclose()
-    finally:
-        for owner, plan in plans:
-            owner.cleanup(plan)
+    # Each child is stopped by closing its stdin (it leaves), then reaped and released.
+    ladder = StopLadder(close_grace=10)
+    async with (
+        open_child(None, _request(base, False, client), ladder=ladder) as direct_child,
+        open_child(
+            backend, _request(base, entry, client), egress=egress, ladder=ladder
+        ) as proxied_child,
+    ):
+        direct, proxied = _Client(direct_child), _Client(proxied_child)
+        for mode in ("direct", "connect", "http"):  # warm-up
+            await (direct if mode == "direct" else proxied).download(mode)
+        for _ in range(count):
+            for mode in ("direct", "connect", "http"):
+                who = direct if mode == "direct" else proxied
+                results[mode].append(await who.download(mode))
     return results
 
 

@@ -53,8 +53,9 @@ from _exts import child_env
 from bench_toolkit import JS_MODULE, LEAN_EXT, RAW_MODULE, TYPED_MODULE, runner_argv
 
 from agent._cli.logs import configure_logging
-from supervisor import SDK_DIR, SupervisorClient, SupervisorConfig, TextBlock, open_supervisor
+from supervisor import SupervisorClient, SupervisorConfig, TextBlock, open_supervisor
 from supervisor._hostwire import Method, OkResponse, Request, decode_host_message, encode_request
+from supervisor.lowlevel import SDK_DIR
 
 WINDOW = 32
 ARGS = {"text": "hi"}

@@ -43,7 +43,6 @@ import msgspec
 from _common import Row, Rows, main, median
 from _exts import child_env
 
-from supervisor import SDK_DIR
 from supervisor._frames import decode_ext_frame
 from supervisor._hostwire import (
     OkResponse,
@@ -54,6 +53,7 @@ from supervisor._hostwire import (
 )
 from supervisor._sdk.corral_tools import tool
 from supervisor._spawn import PYTHON_RUNNER
+from supervisor.lowlevel import SDK_DIR
 
 WINDOW = 32
 

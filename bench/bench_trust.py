@@ -27,7 +27,8 @@ from pathlib import Path
 from _common import ROOT, Row, Rows, main, median
 
 import supervisor._digest as digest_mod
-from supervisor import TrustStore, digest_tree, load_manifest
+from supervisor import TrustStore, load_manifest
+from supervisor.lowlevel import digest_tree
 
 EXAMPLES = ROOT / "examples" / "extensions"
 

@@ -281,7 +281,9 @@ class BwrapSandbox:
             shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
             args = [
                 self.config.bwrap,
-                *self.namespace_args(perms.network is True or netns_of_child),
+                *self.namespace_args(
+                    (perms.network is True and not request.private_network) or netns_of_child
+                ),
                 # A list needs the TLS trust stores too (name resolution is the proxy's).
                 *_filesystem_args(shm, tmp, self._etc.args(bool(perms.network), fds)),
                 *binds.open(self.config.bind_fd),
@@ -331,6 +333,7 @@ class BwrapSandbox:
             raise
         pass_fds = [*binds.fds, *fds]
         self.own(pass_fds)
+        pass_fds += request.pass_fds  # the caller's: passed, never closed here
         return LaunchPlan(
             argv=[*args, "--", *command],
             env=env,

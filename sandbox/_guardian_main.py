@@ -9,15 +9,15 @@ once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD`
   directory, which descriptors go where, and what to prepare) with the child's
   descriptors attached (``SCM_RIGHTS``). The guardian forks, which is cheap for a
   small single-threaded process, and the child prepares itself and executes the
-  program: new session, descriptors in place, ``PR_SET_PDEATHSIG`` (it dies if the
-  guardian does), child subreaper (daemons of the extension stay its
-  descendants), cgroup membership, rlimits, and inode-capped tmpfs mounts in a
-  user and mount namespace of its own (see :mod:`sandbox._bwrap`), and for a
-  network list a network namespace of its own, with the egress proxy's listener
-  in it, handed to the host before ``exec``. The reply is
-  the pid and the read end of a *status pipe*: the guardian writes there whether
-  the program started (or why not) and, once it has reaped the child, its wait
-  status.
+  program (its side is ``_guardian_child.py``, beside this file): new session,
+  descriptors in place, ``PR_SET_PDEATHSIG`` (it dies if the guardian does), child
+  subreaper (daemons of the extension stay its descendants), cgroup membership,
+  rlimits, and inode-capped tmpfs mounts in a user and mount namespace of its own
+  (see :mod:`sandbox._bwrap`), and for a network list a network namespace of its
+  own, with the egress proxy's listener in it, handed to the host before ``exec``.
+  The reply is the pid and the read end of a *status pipe*: the guardian writes
+  there whether the program started (or why not) and, once it has reaped the
+  child, its wait status.
 * **Guarding.** The guardian is a child subreaper itself, so every process the
   children leave behind (a double-forked daemon in a new session, with a clean
   environment) stays a descendant of it. When the host goes away, however it
@@ -38,9 +38,7 @@ from __future__ import annotations
 # host's first spawn waits for that.
 import _signal as signal  # type: ignore[import-not-found]
 import _socket as socket
-import ctypes
 import errno
-import fcntl
 import marshal
 import os
 import resource
@@ -53,260 +51,24 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
-_CLONE_NEWUSER = 0x10000000
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
-_SIOCGIFFLAGS = 0x8913
-_SIOCSIFFLAGS = 0x8914
-_IFF_UP = 0x1
-_MS_NOSUID = 2
-_MS_NODEV = 4
-_MS_REC = 0x4000
-_MS_SLAVE = 1 << 19
-#: Exit status of a child whose preparation failed (a message went to its stderr).
-SETUP_FAILED_EXIT = 125
-#: Descriptors one message may carry (SCM_RIGHTS takes at most 253).
-MAX_FDS = 250
+    from sandbox import _guardian_child as child
+else:
+    # What a child does between fork and exec lives beside this file (standard
+    # library only too). ``-I`` leaves this directory off sys.path: it goes last, so
+    # that nothing here can shadow the standard library.
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import _guardian_child as child
+
 #: How long the last clean-up may take before the guardian gives up and exits.
 CLEANUP_LIMIT = 10.0
 #: Milliseconds without a spawn order after which a spare is parked for the next prepared
 #: spawn into no cgroup (a burst of spawns forks each child instead of waiting for it).
 SPARE_AFTER_IDLE = 20
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_prctl = getattr(_libc, "prctl", None)
-_unshare = getattr(_libc, "unshare", None)
-_mount = getattr(_libc, "mount", None)
-if _prctl is not None:
-    _prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-if _mount is not None:
-    _mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
-
-
-class _suppress:
-    """``contextlib.suppress``, without importing ``contextlib`` (see the imports)."""
-
-    def __init__(self, *kinds: type[BaseException]) -> None:
-        self.kinds = kinds
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
-        return kind is not None and issubclass(kind, self.kinds)
-
 
 def record(tag: bytes, value: int, step: str = "") -> bytes:
     data = marshal.dumps((tag, value, step))
     return struct.pack("!H", len(data)) + data
-
-
-class _SetupFailed(Exception):
-    def __init__(self, step: str, err: int) -> None:
-        super().__init__(step, err)
-        self.step = step
-        self.errno = err
-
-
-# --- in the child, between fork and exec -----------------------------------------------
-
-
-def _place_fds(fds: list[int], targets: list[int], keep: list[int]) -> None:
-    """Put received descriptor ``fds[i]`` at number ``targets[i]``; close all others."""
-    base = max([*targets, 2]) + 1
-    temps = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in fds]
-    for temp, target in zip(temps, targets, strict=True):
-        os.dup2(temp, target, inheritable=True)
-    kept = {*targets, *keep}
-    try:
-        open_fds = os.listdir("/proc/self/fd")
-    except OSError:
-        open_fds = os.listdir("/dev/fd")
-    for name in open_fds:
-        if int(name) not in kept:
-            with _suppress(OSError):  # the listing's own, already closed
-                os.close(int(name))
-
-
-def _namespaces(mounts: list[tuple[str, int, int]], egress: list[int] | None) -> None:
-    """A user namespace of our own, mapping only our ids, with (``mounts``) a mount
-    namespace holding inode-capped tmpfs and (``egress``) a network namespace with
-    the egress proxy's listener; bwrap, run inside, uses both."""
-    uid, gid = os.getuid(), os.getgid()
-    if _unshare is None or _mount is None:
-        raise _SetupFailed("unshare", errno.ENOSYS)
-    flags = _CLONE_NEWUSER | (_CLONE_NEWNS if mounts else 0) | (_CLONE_NEWNET if egress else 0)
-    if _unshare(flags) != 0:
-        raise _SetupFailed("unshare", ctypes.get_errno())
-    for path, data in (
-        ("/proc/self/setgroups", b"deny"),
-        ("/proc/self/uid_map", f"{uid} {uid} 1".encode()),
-        ("/proc/self/gid_map", f"{gid} {gid} 1".encode()),
-    ):
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-    # Keep our mounts to ourselves whatever the host's propagation is.
-    if mounts and _mount(None, b"/", None, _MS_REC | _MS_SLAVE, None) != 0:
-        raise _SetupFailed("make-rslave", ctypes.get_errno())
-    for target, size, inodes in mounts:
-        options = f"size={size},nr_inodes={inodes},mode=1777".encode()
-        if _mount(b"tmpfs", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
-            raise _SetupFailed("mount", ctypes.get_errno())
-    if egress:
-        _listen(*egress)
-
-
-def _listen(reply: int, port: int) -> None:
-    """Bring up the new namespace's loopback, listen on ``127.0.0.1:port`` there, and
-    send the listening socket to the host over ``reply`` (then close both).
-
-    The host accepts the child's connections on it directly: no process of ours
-    stays in the namespace. No ``SO_REUSEPORT``: nothing else can bind the port.
-    """
-    try:
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            # struct ifreq: the name, then the flags (a short) of the interface.
-            got = fcntl.ioctl(probe.fileno(), _SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0))
-            (flags,) = struct.unpack_from("16xH", got)
-            up = struct.pack("16sH14x", b"lo", flags | _IFF_UP)
-            fcntl.ioctl(probe.fileno(), _SIOCSIFFLAGS, up)
-        finally:
-            probe.close()
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            listener.bind(("127.0.0.1", port))
-            listener.listen(128)
-            rights = struct.pack("i", listener.fileno())
-            sent = socket.socket(fileno=reply)
-            try:
-                sent.sendmsg([b"L"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
-            finally:
-                sent.close()
-        finally:
-            listener.close()
-    except OSError as exc:
-        raise _SetupFailed("egress", exc.errno or errno.EIO) from None
-
-
-def _execute(argv: list[str], env: dict[str, str]) -> None:
-    """``execve`` the program, looked up on the order's PATH like ``execvpe``; on
-    failure, the most telling error."""
-    program = argv[0]
-    if "/" in program:
-        os.execve(program, argv, env)
-    found = None
-    for directory in env.get("PATH", os.defpath).split(os.pathsep):
-        try:
-            os.execve(os.path.join(directory or ".", program), argv, env)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) and found is None:
-                found = exc
-    raise found or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
-
-
-def _join(cgroups: list[str]) -> None:
-    """Move this process into ``cgroups`` (a kernel RCU grace period, 10-20 ms, unless
-    another process joined one just before)."""
-    for path in cgroups:
-        try:
-            # "0" means "the writing process" in both cgroup versions.
-            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
-            try:
-                os.write(fd, b"0")
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise _SetupFailed("cgroup", exc.errno or errno.EIO) from None
-
-
-def _reset_signals() -> None:
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.set_wakeup_fd(-1)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-
-
-def _spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
-    """A child parked in its cgroups before anyone needs it, then given its order.
-
-    Joining a cgroup costs a grace period; a spare pays it while nothing waits
-    (see :meth:`Guardian.park`), so the spawn that takes it starts at once.
-    """
-    _reset_signals()
-    _place_fds([], [], [0, 1, 2, sock.fileno()])  # nothing of the guardian's while it waits
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != guardian:
-            os._exit(SETUP_FAILED_EXIT)
-    try:
-        _join(cgroups)
-    except _SetupFailed:
-        os._exit(SETUP_FAILED_EXIT)
-    msg, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
-    if not msg:
-        os._exit(0)  # the guardian let it go
-    fds = _received(ancdata)
-    order = marshal.loads(msg)
-    order["cgroups"] = []  # joined already
-    # Received descriptors are inheritable: the exec pipe must close at exec.
-    os.set_inheritable(fds[-1], False)
-    _run_child(order, fds[:-1], fds[-1], guardian)
-
-
-def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
-    """Everything between fork and exec (the guardian is single-threaded: any Python is safe)."""
-    _reset_signals()
-    if order.get("session", True):
-        os.setsid()
-    _place_fds(fds, order["targets"], [exec_w])
-    try:
-        os.chdir(order["cwd"])
-    except OSError as exc:
-        raise _SetupFailed("chdir", exc.errno or errno.EIO) from None
-    if order.get("prepare") and _prctl is not None:
-        if _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            raise _SetupFailed("pdeathsig", ctypes.get_errno())
-        if os.getppid() != guardian:  # the guardian died before the line above
-            os._exit(SETUP_FAILED_EXIT)
-        # Orphans of the program's own children stay its descendants while it runs
-        # (the supervisor finds daemons that cleared their environment that way).
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    _join(order.get("cgroups", ()))
-    for which, soft, hard in order.get("rlimits", ()):
-        resource.setrlimit(which, (soft, hard))
-    if order.get("tmpfs") or order.get("egress"):
-        try:
-            _namespaces(order.get("tmpfs", ()), order.get("egress"))
-        except _SetupFailed as exc:
-            message = "corral sandbox: cannot prepare the sandbox's namespaces (%s: errno %d)\n"
-            os.write(2, (message % (exc.step, exc.errno)).encode())
-            os._exit(SETUP_FAILED_EXIT)
-    try:
-        _execute(order["argv"], order["env"])
-    except OSError as exc:
-        raise _SetupFailed("exec", exc.errno or errno.EIO) from None
-
-
-def _run_child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
-    if exec_w in order["targets"]:
-        # A descriptor placed at exec_w's number would close the exec pipe: the guardian
-        # would report the program started before it even ran (a spare's exec_w is small).
-        moved = fcntl.fcntl(exec_w, fcntl.F_DUPFD_CLOEXEC, max(order["targets"]) + 1)
-        os.close(exec_w)
-        exec_w = moved
-    try:
-        _child(order, fds, exec_w, guardian)
-    except _SetupFailed as exc:
-        os.write(exec_w, marshal.dumps((exc.errno, exc.step)))
-    except BaseException:  # a bug here: report it as a failure to start
-        os.write(exec_w, marshal.dumps((errno.EIO, "setup")))
-    os._exit(127)
 
 
 # --- the guardian ----------------------------------------------------------------------
@@ -346,7 +108,7 @@ class Guardian:
                 left = self.asked + SPARE_AFTER_IDLE / 1000 - time.monotonic()
                 if left <= 0:  # the host is quiet: a spare now costs no spawn anything
                     self.want_spare = False
-                    with _suppress(OSError):  # then the next spawn forks
+                    with child.suppress(OSError):  # then the next spawn forks
                         self.park([])
                     continue
                 timeout = int(left * 1000) + 1
@@ -376,12 +138,12 @@ class Guardian:
     def request(self) -> bool:
         """Handle one request; False when the host is gone."""
         try:
-            msg, ancdata, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+            msg, ancdata, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(child.MAX_FDS * 4))
         except (ConnectionError, OSError):
             return False
         if not msg:
             return False
-        fds = _received(ancdata)
+        fds = child.received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
         try:
@@ -428,7 +190,7 @@ class Guardian:
         if pid == 0:
             ours.close()
             try:
-                _spare(theirs, cgroups, self.pid)
+                child.spare(theirs, cgroups, self.pid)
             finally:
                 os._exit(127)
         theirs.close()
@@ -469,7 +231,7 @@ class Guardian:
                     os.close(fd)
                 raise
             if pid == 0:
-                _run_child(order, fds, exec_w, self.pid)
+                child.run_child(order, fds, exec_w, self.pid)
         os.close(exec_w)
         self.children[pid] = (status_w, list(order.get("cgroups", ())))
         self.starting[exec_r] = pid
@@ -500,7 +262,7 @@ class Guardian:
             self.tell(entry[0], record(b"x", 0))
 
     def tell(self, fd: int, data: bytes) -> None:
-        with _suppress(OSError):  # the host closed its end: it no longer cares
+        with child.suppress(OSError):  # the host closed its end: it no longer cares
             os.write(fd, data)
 
     def reap(self) -> None:
@@ -540,9 +302,9 @@ class Guardian:
                 fd = os.pidfd_open(pid)
             except OSError:
                 continue  # gone already
-            with _suppress(OSError):
+            with child.suppress(OSError):
                 signal.pidfd_send_signal(fd, signal.SIGKILL)
-            if len(fds) < MAX_FDS:
+            if len(fds) < child.MAX_FDS:
                 pids.append(pid)
                 fds.append(fd)
             else:
@@ -609,31 +371,23 @@ class Guardian:
         while time.monotonic() < deadline:
             doomed = self.descendants()
             for pid in self.children:  # their groups too, where /proc cannot tell
-                with _suppress(OSError):
+                with child.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
             for path in cgroups:
                 doomed += _cgroup_kill(path)
             for pid in doomed:
-                with _suppress(OSError):
+                with child.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             self.reap()
             if not doomed:
                 break
             # Killed processes take a moment to exit: SIGCHLD (or the timeout) wakes us.
-            with _suppress(InterruptedError):
+            with child.suppress(InterruptedError):
                 waiter.poll(10)
             self.woken()
         for path in cgroups:
-            with _suppress(OSError):
+            with child.suppress(OSError):
                 os.rmdir(path)
-
-
-def _received(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
-    fds: list[int] = []
-    for level, kind, data in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
-    return fds
 
 
 def _children(pid: int) -> list[int] | None:
@@ -660,7 +414,7 @@ def _children(pid: int) -> list[int] | None:
 
 def _cgroup_kill(path: str) -> list[int]:
     """Processes left in a cgroup (after asking v2 to kill them all at once)."""
-    with _suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
+    with child.suppress(OSError), open(os.path.join(path, "cgroup.kill"), "w") as f:
         f.write("1")
     try:
         with open(os.path.join(path, "cgroup.procs")) as f:
@@ -674,12 +428,12 @@ def main() -> None:
     if len(sys.argv) > 2:  # the host's soft limit of descriptors before it raised its own
         soft = int(sys.argv[2])
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        with _suppress(ValueError, OSError):
+        with child.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
     sock = socket.socket(fileno=fd)
     os.set_inheritable(fd, False)
-    if _prctl is not None:
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if child.prctl is not None:
+        child.prctl(child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     guardian = Guardian(sock)
     try:
         guardian.serve()

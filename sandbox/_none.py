@@ -64,7 +64,13 @@ class NoneSandbox:
                     if request.permissions.destinations
                     else []
                 ),
+                *(
+                    ["private network not enforced: the host's whole network"]
+                    if request.private_network
+                    else []
+                ),
             ],
+            pass_fds=list(request.pass_fds),
         )
 
     def cleanup(self, plan: LaunchPlan) -> None:

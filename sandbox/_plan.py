@@ -72,6 +72,17 @@ class LaunchRequest(msgspec.Struct, frozen=True, kw_only=True):
     #: Paths no runtime bind may contain or lie inside (corral's home); the user's
     #: home and the current directory (the project tree) are never contained either.
     hidden: list[str] = []
+    #: A network namespace of its own (its own loopback only), whatever
+    #: ``permissions.network`` says: with ``network: true`` the child keeps what that
+    #: grant allows inside the sandbox (unix sockets, the resolver's and TLS files)
+    #: and reaches nothing outside it (a headless browser, whose every request corral
+    #: answers itself). Only a backend with network namespaces can give it: ``none``
+    #: notes that it does not.
+    private_network: bool = False
+    #: The caller's descriptors the program inherits besides its stdio, at the same
+    #: numbers. The plan passes them (in :attr:`LaunchPlan.pass_fds`) without owning
+    #: them: the caller closes them once the child started.
+    pass_fds: list[int] = []
 
 
 class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,8 +102,9 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: Human-readable notes (degraded hardening, missing features).
     notes: list[str] = []
     #: Descriptors the child must inherit (``Popen(pass_fds=...)``), e.g. the seccomp
-    #: filter bwrap reads at start-up. Owned by the plan: :meth:`Sandbox.cleanup` closes
-    #: them, so a plan is spawned at most once.
+    #: filter bwrap reads at start-up. Owned by the plan (:meth:`Sandbox.cleanup` closes
+    #: them, so a plan is spawned at most once), except the request's own
+    #: (:attr:`LaunchRequest.pass_fds`), which stay the caller's.
     pass_fds: list[int] = []
     #: Further cgroup directories the child joins (cgroup v1 keeps memory and pids in
     #: separate hierarchies); :func:`sandbox.spawn`'s child joins them with ``cgroup``.

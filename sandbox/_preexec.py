@@ -6,7 +6,7 @@ from the plan (:func:`child_order`): its descriptors, a new session, and, for a
 prepared launch, ``PR_SET_PDEATHSIG=SIGKILL`` (it dies with the guardian, which
 itself ends everything when the host dies), child subreaper, the plan's cgroups,
 its rlimits and its inode-capped tmpfs (see :mod:`sandbox._bwrap`). The child's
-side is ``_guardian_main.py``.
+side is ``_guardian_child.py`` (run by the guardian program, ``_guardian_main.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ._plan import LaunchPlan
 __all__ = ["SETUP_FAILED_EXIT", "child_order", "rlimits_for"]
 
 #: Exit status of a child whose preparation failed (e.g. the private /tmp could not
-#: be mounted); it said why on its stderr. Kept equal to ``_guardian_main``'s.
+#: be mounted); it said why on its stderr. Kept equal to ``_guardian_child``'s.
 SETUP_FAILED_EXIT = 125
 
 _MIB = 1024 * 1024

@@ -206,7 +206,7 @@ class SeatbeltSandbox:
             name=request.name,
             read_only=read_only,
             read_write=read_write,
-            network=perms.network is True,
+            network=perms.network is True and not request.private_network,
         )
         notes = [
             *runtime.notes,
@@ -229,6 +229,7 @@ class SeatbeltSandbox:
             notes=notes,
             run_dirs=[tmp],
             pins=list(request.pins),
+            pass_fds=list(request.pass_fds),
         )
 
     def cleanup(self, plan: LaunchPlan) -> None:

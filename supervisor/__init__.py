@@ -1,12 +1,15 @@
 """corral's supervisor: runs extensions and tool hosts as supervised subprocesses.
 
 Open one with :func:`open_supervisor`; talk to it through the
-:class:`SupervisorClient` it yields.
+:class:`SupervisorClient` it yields. This facade is what an embedder needs; the
+plumbing corral's agent builds on (lines, child processes, the egress proxy,
+digests, relays) is in :mod:`supervisor.lowlevel`, and the typed tool builder in
+:mod:`supervisor.toolkit`.
 """
 
 from __future__ import annotations
 
-from . import toolkit
+from . import lowlevel, toolkit
 from ._api import (
     CommandInfo,
     CommandOutcome,
@@ -37,16 +40,13 @@ from ._config import (
     HostInfo,
     RestartPolicy,
     SupervisorConfig,
-    choice_file,
     corral_home,
     data_dir,
     identity_of,
     log_file,
     quarantine_file,
-    ui_file,
 )
-from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
-from ._egress import Egress, EgressReport
+from ._egress import EgressReport
 from ._exceptions import (
     CallFailed,
     CallTimeout,
@@ -69,7 +69,6 @@ from ._exceptions import (
 from ._frames import PROTOCOL_VERSION, ImageBlock, TextBlock
 from ._hostwire import NativeFormat
 from ._lifecycle import ExtensionState
-from ._lines import LineReader, LineWriter, Oversize
 from ._manifest import (
     MANIFEST_NAME,
     ChildKind,
@@ -80,14 +79,9 @@ from ._manifest import (
     Source,
     discover,
     load_manifest,
-    mcp_server_spec,
 )
 from ._netguard import NetGuard, Resolver, system_resolver
-from ._process import ChildProcess, open_child
-from ._reap import signal_group
-from ._relay import Relay, RelayedProcess
 from ._requests import EmitEvent
-from ._spawn import SDK_DIR
 from ._supervisor import open_supervisor
 from ._trust import (
     TrustPin,
@@ -102,19 +96,15 @@ from ._version import VERSION
 __all__ = [
     "MANIFEST_NAME",
     "PROTOCOL_VERSION",
-    "SDK_DIR",
     "VERSION",
     "CallFailed",
     "CallTimeout",
     "ChildKind",
-    "ChildProcess",
     "CommandInfo",
     "CommandOutcome",
-    "DigestLimits",
     "DirectoryUnhashable",
     "Discovery",
     "Displayed",
-    "Egress",
     "EgressRefused",
     "EgressReport",
     "EmitEvent",
@@ -136,8 +126,6 @@ __all__ = [
     "InterceptOutcome",
     "Intervention",
     "InterventionKind",
-    "LineReader",
-    "LineWriter",
     "Manifest",
     "ManifestError",
     "NativeFormat",
@@ -146,11 +134,8 @@ __all__ = [
     "NetRefused",
     "NetUnresolved",
     "Notified",
-    "Oversize",
     "ProtocolViolation",
     "Quarantined",
-    "Relay",
-    "RelayedProcess",
     "ReloadStats",
     "Resolver",
     "RestartPolicy",
@@ -165,7 +150,6 @@ __all__ = [
     "ToolInfo",
     "ToolOutcome",
     "ToolsChanged",
-    "TreeDigest",
     "TrustError",
     "TrustPin",
     "TrustState",
@@ -175,23 +159,17 @@ __all__ = [
     "UnknownCommand",
     "UnknownExtension",
     "UnknownTool",
-    "choice_file",
     "corral_home",
     "data_dir",
     "describe_permissions",
-    "digest_tree",
     "discover",
-    "file_sha256",
     "identity_of",
     "load_manifest",
     "log_file",
-    "mcp_server_spec",
-    "open_child",
+    "lowlevel",
     "open_supervisor",
     "quarantine_file",
-    "signal_group",
     "system_resolver",
     "toolkit",
     "trust_command",
-    "ui_file",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import typing
 from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
@@ -44,32 +44,9 @@ from ._requests import (
     StartChild,
     StopChild,
 )
+from ._seams import Backend
 
-__all__ = ["Backend", "SupervisorClient"]
-
-
-class Backend(Protocol):
-    """What the client needs of a supervisor (``_Supervisor`` in this process)."""
-
-    def submit(self, request: Request) -> Reply[Any]:
-        """Route ``request`` now (never blocks); its answer comes through the reply."""
-        ...
-
-    def call_tool(self, request: CallTool) -> Reply[Any]:
-        """Route a tool call now (never blocks): ``submit``'s hot path."""
-        ...
-
-    def subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
-        """A new event channel."""
-        ...
-
-    def tool_infos(self) -> list[ToolInfo]:
-        """Extension tools registered now."""
-        ...
-
-    def command_infos(self) -> list[CommandInfo]:
-        """Extension commands registered now."""
-        ...
+__all__ = ["SupervisorClient"]
 
 
 @typing.final

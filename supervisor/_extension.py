@@ -13,7 +13,9 @@ The parts, each in its own module:
   table; every move below is checked there;
 * one incarnation (:mod:`supervisor._incarnation`): spawn → serve → one shielded,
   bounded cleanup (ladder, reap, sweep);
-* the protocol its kind speaks (:mod:`supervisor._talk`).
+* the protocol its kind speaks (:mod:`supervisor._talk`);
+* the requests it answers (:mod:`supervisor._door`: tool calls, commands,
+  intercepts, events), its base class.
 
 An exit we did not ask for is a crash: pending calls fail at once, and the
 restart policy (:mod:`supervisor._restart`), backoff and quarantine decide what
@@ -26,7 +28,6 @@ import random
 import time
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import trio
 
@@ -36,17 +37,16 @@ from sandbox._log import lazy_structlog as structlog  # structlog.contextvars, o
 
 from . import _frames as f
 from ._api import EgressRefused, Quarantined
-from ._calls import REQUEST_IDS, CallKind, PendingCalls, Reply
+from ._calls import CallKind, PendingCalls
 from ._config import SupervisorConfig, log_file, quarantine_file
+from ._door import Door
 from ._egress import egress_of
-from ._exceptions import ExtensionGone, ExtensionStopping
 from ._incarnation import Incarnation
 from ._io import StderrLog
 from ._lifecycle import LISTED, SERVING, ExtensionState, Lifecycle
 from ._manifest import ChildKind, ExtensionSpec
-from ._process import open_child
+from ._process import spawn_child
 from ._protocol import Registrations
-from ._requests import CallTool, Intercept, InvokeCommand, PreviewToolCall
 from ._restart import Verdict, crash_event, decide
 from ._spawn import launch_request
 from ._talk import Host, Session, Talk, new_session, open_talk
@@ -72,8 +72,9 @@ class _Exit(typing.NamedTuple):
 
 
 @typing.final
-class Extension:
-    """Supervises one extension (see the module docstring)."""
+class Extension(Door):
+    """Supervises one extension (see the module docstring); what is asked of it
+    (calls, commands, intercepts, events) comes in through :class:`Door`."""
 
     def __init__(
         self,
@@ -384,9 +385,12 @@ class Extension:
         self._plan = plan
         self._pins = list(plan.pins) or self._pins
         try:
-            proc = await open_child(plan)
-        except OSError as exc:
+            proc = await spawn_child(plan)
+        except BaseException as exc:
+            # Also when cancelled while it starts: the plan's descriptors go with it.
             self._sandbox.cleanup(plan)
+            if not isinstance(exc, OSError):
+                raise
             self._refuse_start(f"cannot start {plan.argv[0]}: {exc.strerror or exc}")
             return None
         inc = Incarnation(
@@ -536,112 +540,6 @@ class Extension:
             self._record_quarantine(reason, crashes)
         if self._lifecycle.state is not S.QUARANTINED:  # adopt() may have recorded one
             self._lifecycle.move(S.QUARANTINED)  # * -> QUARANTINED
-
-    # --- calls ---------------------------------------------------------------------------
-
-    def call_tool(self, req: CallTool, reply: Reply[Any]) -> None:
-        """Send ``tool_call`` and answer ``reply`` with a :class:`ToolOutcome`.
-
-        Never blocks: failures answer the reply at once. The deadline
-        (``tool_timeout``) starts now, so it covers writing the request, and is
-        enforced by the owner's timer task rather than by a cancel scope in the caller.
-        """
-        # _opened and _send, inlined (the hot path); a fresh reply, kind TOOL.
-        reply.name = req.name
-        counts = self._calls.counts
-        counts["calls"] += 1
-        talk = self._talk
-        if self._lifecycle.state not in SERVING:
-            error: ExtensionGone = self._unavailable(reply.what)
-        elif talk is None:
-            error = ExtensionGone(self.name, reply.what, "the extension is not running")
-        else:
-            rid = f"t{next(REQUEST_IDS)}"  # (PendingCalls.new_id, inlined)
-            problem = talk.send_tool(rid, req, reply)
-            if problem is None:
-                return
-            error = ExtensionGone(self.name, reply.what, problem)
-        counts["errors"] += 1
-        reply.fail(error)
-
-    def preview_tool_call(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
-        """Answer ``reply`` with the tool host's one-line preview of a call, or None."""
-        talk = self._talk
-        if talk is None or not self.serving:
-            reply.set(None)
-        else:
-            talk.preview(req, reply)
-
-    def invoke_command(self, req: InvokeCommand, reply: Reply[Any]) -> None:
-        """Send ``command_invoked`` and answer ``reply`` with a :class:`CommandOutcome`."""
-        if self._opened(reply, CallKind.COMMAND, req.name):
-            rid = PendingCalls.new_id(CallKind.COMMAND)
-            frame = f.CommandInvoked(id=rid, name=req.name, args=req.args.strip())
-            self._send(rid, f.encode_frame(frame), reply)
-
-    def intercept(
-        self,
-        req: Intercept,
-        args: dict[str, Any] | None,
-        text: str | None,
-        reply: Reply[Any],
-    ) -> None:
-        """Send ``event_intercept`` with the chain's current ``args`` and ``text``; the
-        reply gets the extension's :class:`~supervisor._frames.EventInterceptResponse`."""
-        if self._opened(reply, CallKind.INTERCEPT, req.event):
-            rid = PendingCalls.new_id(CallKind.INTERCEPT)
-            frame = f.EventIntercept(
-                id=rid,
-                event=req.event,
-                step=req.step,
-                tool_id=req.tool_id,
-                tool_name=req.tool_name,
-                tool_args=args,
-                text=text,
-            )
-            self._send(rid, f.encode_frame(frame), reply)
-
-    def _opened(self, reply: Reply[Any], kind: CallKind, name: str) -> bool:
-        """Count a call; False (and ``reply`` answered) when it cannot be sent now."""
-        if reply.done:
-            return False
-        reply.kind, reply.name = kind, name
-        counts = self._calls.counts
-        counts["calls"] += 1
-        if self._lifecycle.state not in SERVING:
-            counts["errors"] += 1
-            reply.fail(self._unavailable(reply.what))
-            return False
-        return True
-
-    def _send(self, rid: str, line: bytes, reply: Reply[Any]) -> None:
-        talk = self._talk
-        if talk is None or not line:
-            error: str | None = "the extension is not running"
-        else:
-            error = talk.call(rid, line, reply)
-        if error is not None:
-            self._calls.counts["errors"] += 1
-            reply.fail(ExtensionGone(self.name, reply.what, error))
-
-    def send_event(self, frame: f.Event) -> None:
-        """Queue a one-way lifecycle event if the extension subscribed to it."""
-        if self._inc is not None and self.serving and frame.event in self._regs.events:
-            self._inc.send(f.encode_frame(frame))
-
-    def _unavailable(self, what: str) -> ExtensionGone:
-        state = self._lifecycle.state
-        if state is S.STOPPING or self._stop_requested:
-            return ExtensionStopping(self.name, what, "the extension is being stopped")
-        if state in (S.BACKOFF, S.STARTING):
-            why = f" (last exit: {self._problem})" if self._problem else ""
-            return ExtensionGone(self.name, what, f"the extension is restarting{why}")
-        return ExtensionGone(self.name, what, f"the extension is {state.value}")
-
-    @property
-    def calls(self) -> PendingCalls:
-        """Its calls in flight, counters and latencies (read them; never change them)."""
-        return self._calls
 
     @property
     def uptime(self) -> float | None:

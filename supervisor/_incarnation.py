@@ -2,7 +2,7 @@
 
 An :class:`Incarnation` holds one spawned process of an extension, its pipes and
 its exit, from spawn to reaped. :meth:`Incarnation.serve` runs, in one nursery,
-the stderr drain, the writer, the reader (the :class:`Conversation` spoken over
+the stderr drain, the writer, the reader (the :class:`~supervisor._seams.Conversation` spoken over
 stdio), the deadline timer of the calls in flight and, for a network list, the
 egress proxy (:mod:`supervisor._egress`), and waits for the process to exit. It
 always ends the same way, shielded and bounded, as trio's ``run_process`` does:
@@ -16,7 +16,8 @@ always ends the same way, shielded and bounded, as trio's ``run_process`` does:
    (see :mod:`supervisor._reap`), the pipes are closed and the sandbox releases
    the plan.
 
-Nothing here knows the extension protocol: a :class:`Conversation` brings it, so
+Nothing here knows the extension protocol: a
+:class:`~supervisor._seams.Conversation` brings it, so
 another kind of child speaking NDJSON over stdio (a tool host) needs another
 conversation, not another lifecycle.
 """
@@ -26,7 +27,6 @@ from __future__ import annotations
 import signal
 import time
 import typing
-from typing import Protocol
 
 import trio
 
@@ -40,10 +40,11 @@ from ._exceptions import ExtensionGone, ExtensionStopping
 from ._io import StderrLog
 from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
-from ._reap import Claimed, kill_and_wait, leftovers, signal_group
+from ._reap import reap_group, signal_group
 from ._restart import describe_exit
+from ._seams import Conversation
 
-__all__ = ["Conversation", "Incarnation"]
+__all__ = ["Incarnation"]
 
 log = get_logger(__name__)
 
@@ -56,20 +57,6 @@ _UNSENT = {
 #: After the process exits, how long the reader may take to reach EOF on stdout (a
 #: grandchild can hold the pipe open forever).
 _EOF_AFTER_EXIT = 0.5
-
-
-class Conversation(Protocol):
-    """What an incarnation speaks over the child's stdio."""
-
-    #: Bytes the shutdown ladder writes before it closes stdin (may be empty).
-    goodbye: bytes
-    #: Set when the child said it is leaving; the ladder then kills it after
-    #: ``ack_grace`` instead of waiting out ``shutdown_grace``.
-    acked: trio.Event
-
-    async def converse(self, reader: LineReader) -> None:
-        """Read and handle the child's stdout until EOF."""
-        ...
 
 
 @typing.final
@@ -258,19 +245,16 @@ class Incarnation:
         """Kill whatever is left of the incarnation and wait for it; bounded."""
         proc = self._proc
         # The extension is gone; its group (ordinary children) has no reason to live,
-        # nor has what escaped the group (the guardian adopted it: see _reap).
-        signal_group(proc.pid, signal.SIGKILL)
-        doomed: list[Claimed] = []
+        # nor has what escaped the group (the guardian adopted it: see _reap), unless
+        # the caller sweeps many at once.
         if self._sweep_into is not None:
             self._sweep_into.append(self._token)
-        else:
-            doomed = await leftovers([self._token], [proc.pid])
-        if doomed or proc.returncode is None:  # None: only if the ladder itself failed
-            with trio.move_on_after(self._config.term_grace) as waited:
-                await kill_and_wait(doomed)
-                await proc.wait()
-            if waited.cancelled_caught:
-                log.warning("leftovers_still_running", pids=[c.pid for c in doomed])
+        await reap_group(
+            proc,
+            grace=self._config.term_grace,
+            tokens=[self._token],
+            sweep=self._sweep_into is None,
+        )
         self._writer.close()
         log.debug("incarnation_reaped", pid=proc.pid, returncode=proc.returncode)
         self._reaped = True  # from here on the pipes may be closed
@@ -353,7 +337,7 @@ class Incarnation:
         if not self._reaped:
             self._stderr.feed_pending(self._stderr_pipe)
         tail = self._stderr.tail[-1] if self._stderr.tail else ""
-        status, _ = describe_exit(rc, guardian_lost=self._proc.guardian_lost)
+        status = describe_exit(rc, guardian_lost=self._proc.guardian_lost)
         msg = f"the extension exited ({status})" + (f"; stderr: {tail}" if tail else "")
         self._calls.fail_all(ExtensionGone, msg, returncode=rc)
 

@@ -1,7 +1,9 @@
 """Child processes of a launch plan, with piped stdio, awaited without polling.
 
-The one wrapper for a child corral spawns: extensions (the supervisor) and the
-agent's ``bash`` tool both use :func:`open_child` and :class:`ChildProcess`.
+The one wrapper for a child corral spawns: :func:`spawn_child` gives a
+:class:`ChildProcess`, which the owner of a supervised child (an incarnation) and
+the one-block child helper (:func:`supervisor._child.open_child`: ``bash``, the
+browser, dynamic tools) both hold.
 
 Children are started by the sandbox's guardian (:func:`sandbox.spawn`): the host
 never forks, and spawning is a message to the guardian and back (a fraction of a
@@ -24,7 +26,7 @@ import trio
 
 from sandbox import LaunchPlan, Spawned, spawn
 
-__all__ = ["ChildProcess", "open_child"]
+__all__ = ["ChildProcess", "spawn_child"]
 
 
 @typing.final
@@ -32,7 +34,7 @@ class ChildProcess:
     """A running child; :meth:`wait` waits for its exit, :meth:`aclose` closes its pipes.
 
     ``stdin``, ``stdout`` and ``stderr`` are the host's ends of the pipes
-    :func:`open_child` made (None for a stream that was not piped).
+    :func:`spawn_child` made (None for a stream that was not piped).
     """
 
     def __init__(
@@ -120,19 +122,27 @@ class ChildProcess:
         await trio.lowlevel.checkpoint()
 
 
-async def open_child(
-    plan: LaunchPlan, *, stdin: bool = True, merge_stderr: bool = False, prepare: bool = True
+async def spawn_child(
+    plan: LaunchPlan,
+    *,
+    stdin: int = subprocess.PIPE,
+    stdout: int = subprocess.PIPE,
+    stderr: int = subprocess.PIPE,
+    prepare: bool = True,
 ) -> ChildProcess:
-    """Spawn ``plan`` in a new session (its own process group) with piped stdio.
+    """Spawn ``plan`` in a new session (its own process group).
 
     The new session detaches the child from the user's terminal, so it cannot read
     from it or inject input; the process group lets the host signal the child and
-    its children at once.
+    its children at once. Owners stop it with their own ladder and
+    :func:`~supervisor._reap.reap_group`; :func:`~supervisor._child.open_child`
+    does all of it for a child that lives as long as one block.
 
     Args:
         plan: what to run.
-        stdin: pipe stdin (False: ``/dev/null``).
-        merge_stderr: send stderr into the stdout pipe (``stderr`` is then None).
+        stdin: ``subprocess.PIPE`` (default), ``DEVNULL`` or a descriptor.
+        stdout: as ``stdin``.
+        stderr: as ``stdin``, or ``subprocess.STDOUT`` (into the stdout pipe).
         prepare: apply the plan's preparation in the child (limits, cgroup, death
             with the host); False starts ``plan.argv`` as a plain process in a new
             session (the unsandboxed ``bash`` tool). See :func:`sandbox.spawn`.
@@ -147,8 +157,9 @@ async def open_child(
     """
     child = spawn(
         plan,
-        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
         prepare=prepare,
         wait_started=False,
         files=False,

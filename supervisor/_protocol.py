@@ -1,6 +1,6 @@
 """The extension protocol over one incarnation's stdio: handshake, registration, routing.
 
-:class:`ExtensionProtocol` is the :class:`~supervisor._incarnation.Conversation`
+:class:`ExtensionProtocol` is the :class:`~supervisor._seams.Conversation`
 of an extension (seed phase 4, see ``docs/protocol.md``):
 
 * **handshake**: the first line must be a valid ``hello`` naming the manifest's
@@ -38,6 +38,7 @@ from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
 from ._lines import MORE, LineReader, Oversize
 from ._requests import CallTool, PreviewToolCall
+from ._seams import Pipe
 from ._version import VERSION
 
 __all__ = [
@@ -110,19 +111,13 @@ class Host(Protocol):
         ...
 
 
-class _Pipe(Protocol):
-    def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
-
-    def kill(self) -> None: ...
-
-
 class ChildProtocol:
     """What the protocol of every kind of supervised child keeps and does alike:
     its owner, the pipe, the calls, the refusal and the early exit, its registrations.
     """
 
     def __init__(
-        self, owner: Owner, pipe: _Pipe, calls: PendingCalls, config: SupervisorConfig
+        self, owner: Owner, pipe: Pipe, calls: PendingCalls, config: SupervisorConfig
     ) -> None:
         self._owner = owner
         self._name = owner.name
@@ -242,7 +237,7 @@ class ExtensionProtocol(ChildProtocol):
     def __init__(
         self,
         owner: Owner,
-        pipe: _Pipe,
+        pipe: Pipe,
         *,
         calls: PendingCalls,
         config: SupervisorConfig,

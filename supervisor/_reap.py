@@ -30,13 +30,17 @@ import os
 import signal
 import sys
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import trio
 
 from sandbox import sweep_orphans
+from sandbox._log import get_logger
 
 from ._spawn import INSTANCE_VAR
+
+if typing.TYPE_CHECKING:
+    from ._process import ChildProcess
 
 __all__ = [
     "Claimed",
@@ -44,8 +48,11 @@ __all__ = [
     "find_leftovers",
     "kill_and_wait",
     "leftovers",
+    "reap_group",
     "signal_group",
 ]
+
+log = get_logger(__name__)
 
 _LINUX = sys.platform.startswith("linux")
 _PIDFD = _LINUX and hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
@@ -211,3 +218,33 @@ async def kill_and_wait(claimed: list[Claimed]) -> None:
         for c in claimed:
             if c.fd >= 0:
                 os.close(c.fd)
+
+
+async def reap_group(
+    proc: ChildProcess, *, grace: float, tokens: Sequence[str] = (), sweep: bool = True
+) -> None:
+    """The end of every child: SIGKILL to its group, its exit awaited, then what it
+    left behind (the guardian's orphans: a daemon that left the group) killed and
+    awaited; all of it bounded by ``grace``. Callers shield it.
+
+    Args:
+        proc: the child (it leads its process group).
+        grace: seconds the waits may take together.
+        tokens: instance tokens to look for where there are no pidfds (see
+            :func:`leftovers`).
+        sweep: look for leftovers now (False: the caller sweeps many at once).
+
+    Cancellation: stops waiting; the signals are sent all the same.
+    """
+    signal_group(proc.pid, signal.SIGKILL)
+    deadline = trio.current_time() + grace
+    with trio.move_on_at(deadline):
+        # First the exit: what escaped the group is an orphan only once it is gone.
+        await proc.wait()
+    doomed = await leftovers(list(tokens), [proc.pid]) if sweep else []
+    if doomed or proc.returncode is None:
+        with trio.move_on_at(deadline) as waited:
+            await kill_and_wait(doomed)
+            await proc.wait()
+        if waited.cancelled_caught:
+            log.warning("leftovers_still_running", pid=proc.pid, pids=[c.pid for c in doomed])

@@ -1,5 +1,7 @@
 """What follows an exit the host did not ask for: the restart policy, as pure logic.
 
+:func:`describe_exit` is also the one text for how any child ended.
+
 :func:`decide` takes the facts of one exit (status, refusal, restart policy, the
 recent crash times) and returns a :class:`Decision`; the owner task carries it out
 (state, events, quarantine record, the backoff sleep). Keeping it pure keeps the
@@ -17,7 +19,7 @@ import msgspec
 from ._api import ExtensionCrashed
 from ._config import RestartPolicy, SupervisorConfig
 
-__all__ = ["Decision", "Verdict", "crash_event", "decide", "describe_exit"]
+__all__ = ["Decision", "Verdict", "crash_event", "decide", "describe_exit", "exit_signal"]
 
 
 class Verdict(enum.Enum):
@@ -46,26 +48,40 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
     recent: tuple[float, ...] = ()
 
 
-def describe_exit(returncode: int | None, *, guardian_lost: bool = False) -> tuple[str, str | None]:
-    """``("exit status 3", None)`` or ``("killed by SIGKILL", "SIGKILL")``; with
-    ``guardian_lost``, the text says that the guardian's death killed it."""
-    if returncode is not None and returncode < 0:
-        name = signal.Signals(-returncode).name
-        if guardian_lost:
-            return f"killed by {name}: corral's guardian process died", name
-        return f"killed by {name}", name
-    return f"exit status {returncode}", None
+def exit_signal(returncode: int | None) -> str | None:
+    """The name of the signal that killed a child (``"SIGKILL"``), or None when it
+    exited by itself (or has not exited)."""
+    if returncode is None or returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:  # a real-time signal, say
+        return f"signal {-returncode}"
+
+
+def describe_exit(returncode: int | None, *, guardian_lost: bool = False) -> str:
+    """How a child ended, in words: ``exit status 3`` or ``killed by SIGKILL`` (the one
+    text for every child corral runs; under bwrap, signal N shows as status 128 + N).
+
+    With ``guardian_lost`` it says that the guardian's death killed it; ``None`` (not
+    reaped yet) is ``still running``.
+    """
+    if returncode is None:
+        return "still running"
+    name = exit_signal(returncode)
+    if name is None:
+        return f"exit status {returncode}"
+    return f"killed by {name}" + (": corral's guardian process died" if guardian_lost else "")
 
 
 def crash_event(
     name: str, returncode: int | None, reason: str, tail: list[str], restart_in: float | None
 ) -> ExtensionCrashed:
     """The event announcing an exit (or a refusal, ``returncode`` None)."""
-    sig = describe_exit(returncode)[1] if returncode is not None else None
     return ExtensionCrashed(
         extension=name,
         returncode=returncode,
-        signal=sig,
+        signal=exit_signal(returncode),
         reason=reason,
         stderr_tail=tail,
         restart_in=restart_in,
@@ -104,7 +120,7 @@ def decide(
         retry: how to try again after a quarantine (default: ``corral ext enable NAME``
             or a reload).
     """
-    status, _ = describe_exit(returncode, guardian_lost=guardian_lost)
+    status = describe_exit(returncode, guardian_lost=guardian_lost)
     if refused is not None:
         return Decision(verdict=Verdict.FAILED, reason=refused, recent=tuple(crashes))
     reason = f"exited before {early_exit} ({status})" if early_exit else status

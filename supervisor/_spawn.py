@@ -2,7 +2,7 @@
 
 :func:`launch_request` builds what the sandbox needs (argv with an absolute
 interpreter, the allowlisted environment, the data directory); the sandbox turns it
-into a :class:`~sandbox.LaunchPlan`; :func:`~supervisor._process.open_child`
+into a :class:`~sandbox.LaunchPlan`; :func:`~supervisor._process.spawn_child`
 starts the plan in its own session and process group, with the limits applied in
 the child before ``exec``. Every kind of child goes through here: a tool host with a
 ``runtime`` runs one of corral's runners from the SDK directory (bound read-only),

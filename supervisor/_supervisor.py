@@ -8,7 +8,6 @@ ladder for every extension in parallel and sweeps anything they left behind.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -30,9 +29,6 @@ from ._api import (
     CommandInfo,
     EgressRefused,
     ExtensionInfo,
-    ExtensionKept,
-    ExtensionRestarted,
-    ExtensionStarted,
     ExtensionStopped,
     InterceptOutcome,
     ReloadStats,
@@ -40,6 +36,7 @@ from ._api import (
     ToolInfo,
     ToolsChanged,
 )
+from ._broadcast import Broadcast
 from ._calls import Reply
 from ._client import SupervisorClient
 from ._config import HostInfo, SupervisorConfig, quarantine_file
@@ -75,7 +72,7 @@ from ._requests import (
 )
 from ._spawn import ChosenOnUse
 from ._status import ProcessFigures, discovery_infos, extension_infos
-from ._swap import Swap, plan_swap, reload_stats
+from ._swap import plan_swap, reload_stats
 from ._talk import Session
 from ._trust import TrustStore
 
@@ -130,9 +127,7 @@ class _Supervisor:
         self._registry: Registry[Extension] = Registry(
             config.reserved_tools, config.reserved_commands
         )
-        self._subscribers: list[trio.MemorySendChannel[SupervisorEvent]] = []
-        self._dropped = 0
-        self._announced: dict[str, int] = {}
+        self._broadcast = Broadcast()
         #: Extensions whose ignored built-in tool intervention was logged (once each).
         self._intercept_warned: set[str] = set()
         self._reload_lock = trio.Lock()
@@ -172,39 +167,11 @@ class _Supervisor:
 
     def subscribe(self, buffer: int) -> trio.MemoryReceiveChannel[SupervisorEvent]:
         """A new event channel; it first learns what is already running."""
-        send, recv = trio.open_memory_channel[SupervisorEvent](buffer)
-        self._subscribers.append(send)
-        # A new subscriber first learns what is already running.
-        for ext in self._exts:
-            if ext.serving and ext.pid is not None:
-                with contextlib.suppress(trio.WouldBlock):
-                    send.send_nowait(self._started_event(ext))
-        return recv
-
-    def _started_event(self, ext: Extension) -> ExtensionStarted:
-        assert ext.pid is not None
-        plan = ext.plan
-        return ExtensionStarted(
-            extension=ext.name,
-            pid=ext.pid,
-            sandboxed=bool(plan and plan.sandboxed),
-            backend=plan.backend if plan else "none",
-            tools=sorted(ext.tools),
-            commands=sorted(ext.commands),
-            note="; ".join(plan.notes) if plan else "",
-        )
+        return self._broadcast.subscribe(buffer, self._exts)
 
     def publish(self, event: SupervisorEvent) -> None:
         """Send ``event`` to every subscriber; a full one loses it (counted, logged)."""
-        for chan in list(self._subscribers):
-            try:
-                chan.send_nowait(event)
-            except trio.WouldBlock:
-                self._dropped += 1
-                if self._dropped <= 10 or self._dropped % 1000 == 0:
-                    log.warning("event_dropped", kind=type(event).__name__, total=self._dropped)
-            except (trio.ClosedResourceError, trio.BrokenResourceError):
-                self._subscribers.remove(chan)
+        self._broadcast.publish(event)
 
     def extension_changed(self, ext: Extension) -> None:
         """An extension became ready, changed registrations, or left the registry.
@@ -214,18 +181,7 @@ class _Supervisor:
         """
         if ext in self._incoming:
             return
-        if ext.serving and ext.pid is not None and self._announced.get(ext.name) != ext.pid:
-            first = ext.name not in self._announced
-            self._announced[ext.name] = ext.pid
-            plan = ext.plan
-            if first:
-                if plan is not None and not plan.sandboxed:
-                    log.warning("extension_unsandboxed", extension=ext.name, why=plan.notes)
-                self.publish(self._started_event(ext))
-            else:
-                self.publish(
-                    ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts)
-                )
+        self._broadcast.serving(ext)
         if not self._starting:
             self._on_change_all()
 
@@ -346,8 +302,7 @@ class _Supervisor:
             await self._stop_all([*self._exts, *self._incoming])
         for ext in self._exts:
             self.publish(ExtensionStopped(extension=ext.name))
-        for chan in self._subscribers:
-            chan.close()
+        self._broadcast.close()
 
     # --- requests (Backend) --------------------------------------------------------------
 
@@ -492,7 +447,7 @@ class _Supervisor:
                 # One step, no checkpoint: every call and chain sees one generation.
                 self._discovery = discovery
                 self._exts = swap.exts
-                self._announce(swap)
+                self._broadcast.swapped(swap)
                 self._on_change_all()
             stopped = await self._stop_all(swap.retired)
             await self._stop_all(swap.discarded)
@@ -505,22 +460,6 @@ class _Supervisor:
                 kept_old=stats.kept_old,
             )
             reply.set(stats)
-
-    def _announce(self, swap: Swap[Extension]) -> None:
-        """Events of a swap: the retired stopped, the new started, the kept kept."""
-        for ext in swap.retired:
-            self._announced.pop(ext.name, None)
-            self.publish(ExtensionStopped(extension=ext.name))
-        new = {e.name: e for e in swap.discarded}
-        for ext in swap.exts:
-            if ext in swap.staying:
-                continue
-            if ext in swap.kept:
-                why = new[ext.name].problem if ext.name in new else "its manifest did not load"
-                self.publish(ExtensionKept(extension=ext.name, pid=ext.pid, reason=why))
-            elif ext.serving and ext.pid is not None:
-                self._announced[ext.name] = ext.pid
-                self.publish(self._started_event(ext))
 
     def _on_change_all(self) -> None:
         """Rebuild the registry; announce ``tools_changed`` when the agent's view changed."""
@@ -570,8 +509,7 @@ class _Supervisor:
                 return
             await self._stop_all([ext])
             self._exts.remove(ext)
-        self._announced.pop(name, None)
-        self.publish(ExtensionStopped(extension=name))
+        self._broadcast.stopped(name)
         self._on_change_all()
         reply.set(None)
 

@@ -3,7 +3,7 @@
 Every kind shares the owner task (:mod:`supervisor._extension`), the lifecycle, the
 incarnation (spawn, serve, the shutdown ladder, reaping), restart and quarantine,
 trust, the sandbox and the environment allowlist. What differs is one
-:class:`Talk`: a :class:`~supervisor._incarnation.Conversation` that also turns the
+:class:`~supervisor._seams.Talk`: a :class:`~supervisor._seams.Conversation` that also turns the
 owner's requests into lines. Adding a kind is one protocol module implementing
 :class:`Talk` and one entry in :func:`open_talk`.
 
@@ -23,19 +23,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-import trio
-
 from ._api import EgressRefused, SupervisorEvent
-from ._calls import PendingCalls, Reply
+from ._calls import PendingCalls
 from ._config import HostInfo, SupervisorConfig, ui_file
 from ._hoststate import HostSession
-from ._lines import LineReader
 from ._manifest import ChildKind, ExtensionSpec
 from ._netguard import NetGuard
 from ._protocol import ExtensionProtocol
 from ._protocol import Owner as ExtensionOwner
 from ._relay import Relay, RelayProtocol
-from ._requests import CallTool, PreviewToolCall
+from ._seams import Pipe, Talk
 from ._toolhost import Owner as HostOwner
 from ._toolhost import ToolHostProtocol
 
@@ -46,42 +43,6 @@ __all__ = ["Host", "Session", "Talk", "new_session", "open_talk"]
 
 #: What outlives an incarnation, by kind.
 Session = HostSession | Relay
-
-
-class Talk(Protocol):
-    """What the owner task needs of the protocol one incarnation speaks."""
-
-    #: Written by the shutdown ladder before stdin is closed.
-    goodbye: bytes
-    #: Set when the child acknowledged the goodbye.
-    acked: trio.Event
-    #: Why start-up refused the child (it is killed and not restarted), or None.
-    refused: str | None
-    #: The child's stdout ended before start-up was over.
-    early_exit: bool
-    #: What an early exit missed, for the crash report (``"sending hello"``).
-    first_step: str
-
-    async def converse(self, reader: LineReader) -> None:
-        """Start-up, then route every line until EOF."""
-        ...
-
-    def send_tool(self, rid: str, req: CallTool, reply: Reply[Any]) -> str | None:
-        """Send tool call ``rid`` (or queue it, for a tool host's state) and track it;
-        an error text when it cannot be sent."""
-        ...
-
-    def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:
-        """Send ``line`` and track it as call ``rid``; an error text when it cannot."""
-        ...
-
-    def preview(self, req: PreviewToolCall, reply: Reply[str | None]) -> None:
-        """Answer ``reply`` with a one-line preview of a call, or None."""
-        ...
-
-    def host_changed(self) -> None:
-        """The provider, model or cwd changed."""
-        ...
 
 
 class Owner(ExtensionOwner, HostOwner, Protocol):
@@ -120,15 +81,6 @@ class Host(Protocol):
         ...
 
 
-class _Pipe(Protocol):
-    @property
-    def pid(self) -> int: ...
-
-    def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
-
-    def kill(self) -> None: ...
-
-
 def new_session(kind: ChildKind) -> Session:
     """A new run's session for a child of ``kind``."""
     return Relay() if kind is ChildKind.MCP_SERVER else HostSession()
@@ -136,7 +88,7 @@ def new_session(kind: ChildKind) -> Session:
 
 def open_talk(
     owner: Owner,
-    pipe: _Pipe,
+    pipe: Pipe,
     calls: PendingCalls,
     config: SupervisorConfig,
     host: Host,

@@ -1,6 +1,6 @@
 """The tool-host protocol over one incarnation's stdio (seed ``tool-host-protocol.md``, v1).
 
-:class:`ToolHostProtocol` is the :class:`~supervisor._incarnation.Conversation` of a
+:class:`ToolHostProtocol` is the :class:`~supervisor._seams.Conversation` of a
 tool host: the second kind of supervised child, next to the extension protocol of
 :mod:`supervisor._protocol`. Everything else (spawn, sandbox, trust, restart,
 quarantine, the shutdown ladder, logs, stats) is the extension's machinery.
@@ -79,6 +79,7 @@ from ._lines import LineReader, Oversize
 from ._protocol import ChildProtocol, Registrations, tool_problem
 from ._requests import CallTool, PreviewToolCall
 from ._schema import check_schema
+from ._seams import Pipe
 
 __all__ = ["ToolHostProtocol"]
 
@@ -127,12 +128,6 @@ class Host(Protocol):
         """The current provider, model and cwd (``get_tags`` gets them)."""
 
 
-class _Pipe(Protocol):
-    def send(self, data: bytes, *, coalesce: bool = False) -> str | None: ...
-
-    def kill(self) -> None: ...
-
-
 @typing.final
 class ToolHostProtocol(ChildProtocol):
     """The tool-host protocol spoken with one incarnation (see the module docstring)."""
@@ -145,7 +140,7 @@ class ToolHostProtocol(ChildProtocol):
     def __init__(
         self,
         owner: Owner,
-        pipe: _Pipe,
+        pipe: Pipe,
         *,
         calls: PendingCalls,
         config: SupervisorConfig,

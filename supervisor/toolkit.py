@@ -2,7 +2,7 @@
 
 ``from supervisor.toolkit import tool`` and ``from supervisor import toolkit`` name
 the same builder: the standard-library-only ``corral_tools`` module that sandboxed
-tool hosts import from the SDK directory (``supervisor.SDK_DIR``), re-exported here
+tool hosts import from the SDK directory (``supervisor.lowlevel.SDK_DIR``), re-exported here
 so that code in the agent's process imports it like any other module.
 """
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from supervisor import SDK_DIR
+from supervisor.lowlevel import SDK_DIR
 
 #: Fixtures that live in the helpers package: ``launch`` (an extension as a bare
 #: subprocess, for the SDK's and the examples' tests).

@@ -1,4 +1,4 @@
-"""Each package's public surface is exactly its ``__all__`` (the one check, three packages)."""
+"""Each package's public surface is exactly its ``__all__`` (the one check, every facade)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,12 @@ from helpers.exports import check_exports
 import agent
 import sandbox
 import supervisor
+import supervisor.lowlevel
 
 
-@pytest.mark.parametrize("package", [agent, supervisor, sandbox], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "package", [agent, supervisor, supervisor.lowlevel, sandbox], ids=lambda p: p.__name__
+)
 def test_the_package_exports_exactly_all(package: types.ModuleType) -> None:
     check_exports(package)
 
@@ -27,3 +30,11 @@ def test_the_toolkit_is_a_module_too() -> None:
     assert toolkit.__all__ == corral_tools.__all__
     assert (tool, Tool, Repair) == (corral_tools.tool, corral_tools.Tool, corral_tools.Repair)
     assert all(getattr(toolkit, n) is getattr(corral_tools, n) for n in toolkit.__all__)
+
+
+def test_the_toolbox_is_apart_from_the_kernel() -> None:
+    # What an embedder needs is in `supervisor`; the agent's plumbing only in
+    # `supervisor.lowlevel` (never both).
+    assert not set(supervisor.__all__) & set(supervisor.lowlevel.__all__)
+    assert "open_child" in supervisor.lowlevel.__all__
+    assert "open_supervisor" in supervisor.__all__

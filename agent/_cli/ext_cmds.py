@@ -29,15 +29,14 @@ from supervisor import (
     TrustState,
     TrustStore,
     TrustVerdict,
-    choice_file,
     corral_home,
     describe_permissions,
     discover,
     load_manifest,
     log_file,
     quarantine_file,
-    ui_file,
 )
+from supervisor.lowlevel import choice_file, ui_file
 
 from .ext_files import UserError, cell, ext_dirs, installed_dir
 from .ext_install import ext_install, ext_remove

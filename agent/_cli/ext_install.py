@@ -23,7 +23,6 @@ from supervisor import (
     TrustState,
     TrustStore,
     TrustVerdict,
-    choice_file,
     corral_home,
     data_dir,
     identity_of,
@@ -31,6 +30,7 @@ from supervisor import (
     log_file,
     quarantine_file,
 )
+from supervisor.lowlevel import choice_file
 
 from .ext_files import UserError, cell, installed_dir, is_git_url
 from .helptext import epilog

@@ -18,7 +18,6 @@ import trio
 from supervisor import (
     Discovery,
     ExtensionSpec,
-    TreeDigest,
     TrustError,
     TrustState,
     TrustStore,
@@ -28,6 +27,7 @@ from supervisor import (
     discover,
     trust_command,
 )
+from supervisor.lowlevel import TreeDigest
 
 from .._host import AgentOptions
 from .render import HumanRenderer

@@ -11,7 +11,7 @@ The protocol is seeds/rpc.md plus corral's additions (``docs/rpc.md``); one
 * prompts and compactions are queued on the runtime, answered ``started`` when
   accepted; ``ext_*`` commands run one at a time, in order, in their own task, so a
   slow ``/command`` never delays an ``abort``;
-* one :class:`~supervisor.LineWriter` owns stdout: a line finding it idle is
+* one :class:`~supervisor.lowlevel.LineWriter` owns stdout: a line finding it idle is
   written at once, the others are queued and written by its task, batched.
 
 Ids are kept as raw JSON and echoed byte for byte. End of input lets queued work
@@ -32,7 +32,8 @@ import msgspec
 import trio
 
 from sandbox._log import get_logger
-from supervisor import VERSION, LineReader, LineWriter, Oversize, SupervisorError
+from supervisor import VERSION, SupervisorError
+from supervisor.lowlevel import LineReader, LineWriter, Oversize
 
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError

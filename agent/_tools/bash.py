@@ -13,7 +13,7 @@ touch the user's dotfiles:
   own installation, ``.corral``, git's hooks and configuration, the user's own;
   read-only, created empty if missing), corral's home and every credential store
   hidden, no network, or with a network setting (``--bash-network``) TCP to those
-  destinations only, through corral's egress proxy (:class:`supervisor.Egress`),
+  destinations only, through corral's egress proxy (:class:`supervisor.lowlevel.Egress`),
   served while the command runs. A working directory that is the home directory
   (or contains it), or is itself protected, is not writable.
 * **sandbox-exec** (macOS): the extension profile with the working directory as
@@ -24,9 +24,11 @@ touch the user's dotfiles:
   ``.git/hooks``, corral's installation and ``~/.bashrc`` included. Only the
   ``intercept_builtin`` permission stands between an extension and the shell then.
 
-Whatever happens (normal exit, timeout, cancellation) the whole process group is
-killed with ``SIGKILL`` afterwards, so background jobs cannot outlive the call, and
-the shell is always reaped. Output keeps the first and the last half of the limit
+The command runs on the supervisor's child helper
+(:func:`supervisor.lowlevel.open_child`): whatever happens (normal exit, timeout,
+cancellation) the whole process group, and whatever left it, is killed with
+``SIGKILL`` afterwards, so background jobs cannot outlive the call, the shell is
+always reaped and the sandbox's plan released. Output keeps the first and the last half of the limit
 with a marker in between.
 
 ``bash`` is a typed tool of the builder (see :mod:`.typed`): :class:`BashArgs`
@@ -43,7 +45,7 @@ from __future__ import annotations
 
 import collections
 import shutil
-import signal
+import subprocess
 import typing
 from collections.abc import Callable, Sequence
 from typing import Annotated
@@ -61,16 +63,8 @@ from sandbox import (
     host_environment,
     plan_shell,
 )
-from sandbox._log import get_logger
-from supervisor import (
-    ChildProcess,
-    Egress,
-    EgressReport,
-    NetGuard,
-    open_child,
-    signal_group,
-    toolkit,
-)
+from supervisor import EgressReport, NetGuard, toolkit
+from supervisor.lowlevel import Egress, describe_exit, open_child
 
 from .._exceptions import ToolError
 from .._registry import Progress
@@ -79,14 +73,10 @@ from .typed import BuiltinTool
 
 __all__ = ["PROGRESS_BURST", "PROGRESS_INTERVAL", "BashTool", "BoundedOutput", "ProgressLines"]
 
-log = get_logger(__name__)
-
 #: Host variables the shell sees besides the allowlist of everything corral starts.
 _ENV_EXTRA = ("SHELL", "TZ")
 #: After the shell exits or is killed, wait this long for the pipe to close.
 _DRAIN_GRACE = 2.0
-#: Bound on the shielded reap after SIGKILL (it is immediate in practice).
-_REAP_GRACE = 5.0
 #: Progress lines sent at most every interval (seconds), and at most this many at a time.
 PROGRESS_INTERVAL = 0.1
 PROGRESS_BURST = 8
@@ -383,18 +373,11 @@ class BashTool(BuiltinTool):
         plan = self._plan(argv, env)
         return await self._execute(argv, env, plan, timeout, ProgressLines(progress))
 
-    async def _spawn(
-        self, argv: list[str], env: dict[str, str], plan: LaunchPlan | None
-    ) -> ChildProcess:
-        if plan is None:
-            # No sandbox: a plain process in a new session, output and errors merged.
-            plain = LaunchPlan(
-                argv=argv, env=env, cwd=self.workspace.root, backend="none", sandboxed=False
-            )
-            return await open_child(plain, stdin=False, merge_stderr=True, prepare=False)
-        # The sandbox forks from its own long-lived thread (PR_SET_PDEATHSIG is tied
-        # to the forking thread); the call blocks only for the fork itself.
-        return await open_child(plan, stdin=False, merge_stderr=True)
+    def _plain(self, argv: list[str], env: dict[str, str]) -> LaunchPlan:
+        """No sandbox: a plain process in a new session, output and errors merged."""
+        return LaunchPlan(
+            argv=argv, env=env, cwd=self.workspace.root, backend="none", sandboxed=False
+        )
 
     async def _execute(
         self,
@@ -404,61 +387,50 @@ class BashTool(BuiltinTool):
         seconds: float,
         lines: ProgressLines,
     ) -> str:
-        try:
-            child = await self._spawn(argv, env, plan)
-        except OSError as exc:
-            self._cleanup(plan)
-            raise ToolError(f"bash: cannot start {argv[0]}: {exc.strerror}") from exc
-        except BaseException:
-            # Cancelled while the program started (an abort): the plan's descriptors
-            # (bound paths, the seccomp filter) must not outlive the call.
-            self._cleanup(plan)
-            raise
         output = BoundedOutput(self._output_limit)
-        timed_out = False
-        stdout = child.stdout
-        assert stdout is not None
+        timed_out = started = False
         try:
-            drained = trio.Event()
+            # The sandbox's plan is released with the child, also when an abort lands
+            # while the program starts (the bound paths, the seccomp filter).
+            async with open_child(
+                self._sandbox if plan is not None else None,
+                plan if plan is not None else self._plain(argv, env),
+                egress=self._egress,
+                stdin=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+                prepare=plan is not None,
+            ) as child:
+                started = True
+                stdout = child.stdout
+                assert stdout is not None
+                drained = trio.Event()
 
-            async def drain() -> None:
-                try:
-                    while chunk := await stdout.receive_some(65536):
-                        output.feed(chunk)
-                        lines.feed(bytes(chunk))
-                except (trio.ClosedResourceError, trio.BrokenResourceError):
-                    pass
-                drained.set()
+                async def drain() -> None:
+                    try:
+                        while chunk := await stdout.receive_some(65536):
+                            output.feed(chunk)
+                            lines.feed(bytes(chunk))
+                    except (trio.ClosedResourceError, trio.BrokenResourceError):
+                        pass
+                    drained.set()
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(drain)
-                nursery.start_soon(lines.run_pump)
-                if self._egress is not None and child.egress_listener is not None:
-                    nursery.start_soon(self._egress.serve, child.egress_listener)
-                with trio.move_on_after(seconds) as scope:
-                    await child.wait()
-                timed_out = scope.cancelled_caught
-                # Background jobs keep the pipe open; nothing may outlive the call.
-                signal_group(child.pid, signal.SIGKILL)
-                with trio.move_on_after(_DRAIN_GRACE):
-                    await drained.wait()
-                nursery.cancel_scope.cancel()
-            await lines.flush()
-        finally:
-            with trio.CancelScope(shield=True):
-                signal_group(child.pid, signal.SIGKILL)
-                with trio.move_on_after(_REAP_GRACE):
-                    await child.wait()
-                await child.aclose()
-                self._cleanup(plan)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(drain)
+                    nursery.start_soon(lines.run_pump)
+                    with trio.move_on_after(seconds) as scope:
+                        await child.wait()
+                    timed_out = scope.cancelled_caught
+                    # Background jobs keep the pipe open; nothing may outlive the call.
+                    child.kill()
+                    with trio.move_on_after(_DRAIN_GRACE):
+                        await drained.wait()
+                    nursery.cancel_scope.cancel()
+                await lines.flush()
+        except OSError as exc:
+            if started:
+                raise
+            raise ToolError(f"bash: cannot start {argv[0]}: {exc.strerror}") from exc
         return self._result(output, child.returncode, timed_out, seconds)
-
-    def _cleanup(self, plan: LaunchPlan | None) -> None:
-        if plan is not None and self._sandbox is not None:
-            try:
-                self._sandbox.cleanup(plan)
-            except Exception as exc:  # cleanup is best effort; the call already finished
-                log.warning("bash_sandbox_cleanup_failed", error=str(exc))
 
     def _result(
         self, output: BoundedOutput, returncode: int | None, timed_out: bool, timeout: float
@@ -467,17 +439,7 @@ class BashTool(BuiltinTool):
         if timed_out:
             note = f"[timed out after {timeout:g} s; the command and its children were killed]"
             raise ToolError(f"{text}\n{note}" if text else note)
-        if returncode is None or returncode != 0:
-            if returncode is not None and returncode < 0:
-                note = f"[killed by signal {_signal_name(-returncode)}]"
-            else:
-                note = f"[exit code {returncode}]"
+        if returncode != 0:
+            note = f"[{describe_exit(returncode)}]"
             raise ToolError(f"{text}\n{note}" if text else note)
         return text or "(no output)"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)

@@ -10,9 +10,7 @@ descriptors with those before.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,18 +18,11 @@ from typing import Any
 import pytest
 import trio
 from helpers.cancelkit import cancel_at_step
+from helpers.procs import open_fds
 
 import sandbox
 from agent._tools.bash import BashTool
 from agent._tools.confine import Workspace
-
-
-def _fds() -> dict[str, str]:
-    out = {}
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now
-            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
-    return out
 
 
 async def _progress(text: str, part: Any = None, /) -> None:
@@ -47,11 +38,11 @@ async def test_a_cancelled_sandboxed_bash_call_leaves_no_descriptor(tmp_path: Pa
     args = {"command": "echo hi"}
     with trio.fail_after(120):
         await tool.run("warm", args, _progress)  # the guardian and its socket, once
-        before = _fds()
+        before = open_fds()
         for at in itertools.count(1):
             with cancel_at_step(at) as instrument:
                 await tool.run(f"c{at}", args, _progress)
-            left = {fd: what for fd, what in _fds().items() if before.get(fd) != what}
+            left = {fd: what for fd, what in open_fds().items() if before.get(fd) != what}
             assert not left, (at, left)
             if not instrument.fired:
                 break

@@ -36,7 +36,8 @@ from agent._tools.mcp import (
     user_config_path,
 )
 from agent._tools.mcp.config import expanded
-from supervisor import ManifestError, mcp_server_spec
+from supervisor import ManifestError
+from supervisor.lowlevel import mcp_server_spec
 
 TIMEOUT = 60
 

@@ -226,3 +226,38 @@ def test_openai_sends_a_chat_completions_envelope_as_it_is() -> None:
         if m["role"] == "tool"
     }
     assert sent == {"k1": parts, "k2": "fallback"}
+
+
+async def test_only_a_tool_hosts_tool_asks_for_a_preview() -> None:
+    # An extension has no previews: its tools answer None without a request to the
+    # supervisor (a round trip per call that always answered nothing).
+    from agent._registry import ToolRegistry
+    from supervisor import ChildKind, ToolInfo
+
+    asked: list[str] = []
+
+    class Caller:
+        def tools(self) -> list[ToolInfo]:
+            return [
+                ToolInfo(name="ext_tool", description="", schema={}, extension="e"),
+                ToolInfo(
+                    name="host_tool",
+                    description="",
+                    schema={},
+                    extension="h",
+                    kind=ChildKind.TOOL_HOST,
+                ),
+            ]
+
+        async def call_tool(self, name: str, args: dict[str, Any], **_: Any) -> Any:
+            raise AssertionError("not called")
+
+        async def preview_tool_call(self, name: str, args: dict[str, Any]) -> str | None:
+            asked.append(name)
+            return f"preview of {name}"
+
+    registry = ToolRegistry([], Caller())
+    registry.sync()
+    assert await registry.preview("ext_tool", {}) is None
+    assert await registry.preview("host_tool", {}) == "preview of host_tool"
+    assert asked == ["host_tool"]

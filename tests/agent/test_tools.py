@@ -234,7 +234,7 @@ async def test_bash_runs_in_the_workspace(bash: BashTool, tree: tuple[Path, Path
 async def test_bash_exit_code_is_an_error(bash: BashTool) -> None:
     result = await run(bash, command="echo nope; exit 3")
     assert result.is_error
-    assert body(result) == "nope\n[exit code 3]"
+    assert body(result) == "nope\n[exit status 3]"
 
 
 async def test_bash_environment_is_allowlisted(
@@ -266,6 +266,21 @@ async def test_bash_background_jobs_do_not_outlive_the_call(bash: BashTool) -> N
     before = {p.pid for p in children()}
     result = await run(bash, command="sleep 300 >/dev/null 2>&1 & echo spawned")
     assert body(result) == "spawned"
+    assert lasting(before) == []
+
+
+async def test_bash_a_daemon_that_left_the_group_does_not_outlive_the_call(
+    bash: BashTool,
+) -> None:
+    # setsid: a session and a group of its own, out of reach of the group's SIGKILL;
+    # the guardian adopted it when the shell exited, and the call's end kills it.
+    before = {p.pid for p in children()}
+    command = (
+        "setsid sleep 300 >/dev/null 2>&1 & "
+        "until [ $(ps -o sid= -p $!) = $! ]; do :; done; echo daemon"  # it left
+    )
+    result = await run(bash, command=command)
+    assert body(result) == "daemon"
     assert lasting(before) == []
 
 

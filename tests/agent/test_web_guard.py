@@ -9,9 +9,11 @@ every request: the assertion that matters is that it saw none. The
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
+import httpcore
 import httpx
 import pytest
 import trio
@@ -222,3 +224,33 @@ async def test_credentials_never_follow_a_redirect_to_another_origin(
     assert "authorization" not in away.headers
     assert "cookie" not in away.headers
     assert away.headers["x-other"] == "kept"
+
+
+def test_a_transport_the_guard_cannot_hold_is_refused() -> None:
+    # One factory builds the guarded transports of the web tools (httpx) and of MCP's
+    # HTTP client (httpx2): a transport without a pool it can replace is refused,
+    # never left dialing unguarded.
+    from agent._tools.web.guard import _install, guarded_transport
+
+    for library in ("httpx", "httpx2"):
+        transport = guarded_transport(
+            NetGuard(),
+            ssl.create_default_context(),
+            max_connections=1,
+            max_keepalive=0,
+            library=library,  # type: ignore[arg-type]
+        )
+        assert "GuardedBackend" in repr(transport._pool._network_backend)
+
+    class Unpooled:
+        pass
+
+    with pytest.raises(RuntimeError, match="cannot install the network guard"):
+        _install(
+            Unpooled(),
+            NetGuard(),
+            httpcore,
+            httpcore.TrioBackend(),
+            ssl.create_default_context(),
+            httpx.Limits(),
+        )

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from helpers.paths import TOOLHOST_EXAMPLES as EXAMPLES
 
-from supervisor import SDK_DIR
 from supervisor._hostwire import (
     HostEvent,
     OkResponse,
@@ -29,6 +28,7 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
+from supervisor.lowlevel import SDK_DIR
 
 TIMEOUT = 60
 

@@ -18,7 +18,8 @@ from typing import Any
 import trio
 
 from sandbox import IPAddress
-from supervisor import Egress, EgressRefused, NetGuard
+from supervisor import EgressRefused, NetGuard
+from supervisor.lowlevel import Egress
 
 #: Bound on every network step of these tests.
 TIMEOUT = 20.0

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from helpers.paths import REPO
-from supervisor import SDK_DIR as SDK
+from supervisor.lowlevel import SDK_DIR as SDK
 
 SDK_DIR = Path(SDK)
 SDK_FILE = SDK_DIR / "corral_ext.py"

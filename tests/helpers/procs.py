@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing
 
@@ -84,3 +85,12 @@ def environ(pid: int) -> dict[str, str]:
 def num_fds() -> int:
     """Open file descriptors of this (test) process."""
     return typing.cast(int, psutil.Process(os.getpid()).num_fds())
+
+
+def open_fds() -> dict[str, str]:
+    """This process's open descriptors and what each names (``/proc/self/fd``)."""
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now
+            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
+    return out

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor import SDK_DIR
 from supervisor._hostwire import (
     ErrorResponse,
     HostEvent,
@@ -33,6 +32,7 @@ from supervisor._hostwire import (
     encode_request,
 )
 from supervisor._spawn import PYTHON_RUNNER
+from supervisor.lowlevel import SDK_DIR
 
 from .paths import TOOLHOST_FIXTURES as FIXTURES
 

@@ -91,7 +91,10 @@ class Lab:
         fields: dict[str, Any] = {
             "home": str(self.home),
             "sandbox": "required",
-            "ready_quiet": 0.1,
+            # Its extension sends ``ready`` after registering: a quiet period as short
+            # as 0.1 s was a loaded machine's pause between two frames taken for ready
+            # (the command then unknown); it only needs to stay under the cap.
+            "ready_quiet": 2.0,
             "restart_backoff": 0.05,
             "restart_backoff_max": 0.2,
             "shutdown_grace": 1.0,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import socket
 import subprocess
 import sys
 import threading
@@ -97,6 +98,53 @@ def test_network_shares_the_host_namespace(bwrap: BwrapSandbox, tmp_path: Path) 
         assert "/etc/resolv.conf" in plan.argv or not os.path.exists("/etc/resolv.conf")
     finally:
         bwrap.cleanup(plan)
+
+
+def test_a_private_network_keeps_the_grant_inside_and_reaches_nothing_outside(
+    bwrap: BwrapSandbox, tmp_path: Path
+) -> None:
+    # What a headless browser needs: unix sockets (network: true's seccomp filter)
+    # in a network namespace of its own. A descriptor of the caller's comes along,
+    # and stays the caller's.
+    listener = socket.create_server(("127.0.0.1", 0))
+    read_end, write_end = os.pipe()
+    code = (
+        "import os, socket, sys\n"
+        "socket.socket(socket.AF_UNIX).close()\n"
+        f"os.write({write_end}, b'passed')\n"
+        "try:\n"
+        f"    socket.create_connection(('127.0.0.1', {listener.getsockname()[1]}), 2)\n"
+        "except OSError:\n"
+        "    print('refused')\n"
+    )
+    request = _request(
+        tmp_path,
+        argv=[sys.executable, "-c", code],
+        permissions=Permissions(network=True),
+        private_network=True,
+        pass_fds=[write_end],
+    )
+    try:
+        plan = bwrap.plan(request)
+        assert "--unshare-net" in plan.argv
+        assert "/etc/resolv.conf" in plan.argv or not os.path.exists("/etc/resolv.conf")
+        assert write_end in plan.pass_fds
+        bwrap.cleanup(plan)
+        os.fstat(write_end)  # the caller's: not closed by the cleanup
+        code_, out, err = run_planned(bwrap, request)
+        assert code_ == 0, err
+        assert out.decode().split() == ["refused"]
+        assert os.read(read_end, 16) == b"passed"
+    finally:
+        listener.close()
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_none_says_it_cannot_make_a_private_network(tmp_path: Path) -> None:
+    plan = select_sandbox("off").plan(_request(tmp_path, private_network=True, pass_fds=[5]))
+    assert "private network not enforced: the host's whole network" in plan.notes
+    assert plan.pass_fds == [5]
 
 
 def test_cleanup_is_idempotent(bwrap: BwrapSandbox, tmp_path: Path) -> None:

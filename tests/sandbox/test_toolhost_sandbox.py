@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import trio
 
-from supervisor import SDK_DIR, ExtensionState, SupervisorConfig, TextBlock, open_supervisor
+from supervisor import ExtensionState, SupervisorConfig, TextBlock, open_supervisor
+from supervisor.lowlevel import SDK_DIR
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
 

@@ -32,9 +32,9 @@ from supervisor import (
     NetGuard,
     SupervisorClient,
     TextBlock,
-    mcp_server_spec,
     open_supervisor,
 )
+from supervisor.lowlevel import mcp_server_spec
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from supervisor import SDK_DIR
 from supervisor._hostwire import (
     OPTIONAL_METHODS,
     ErrorInfo,
@@ -32,6 +31,7 @@ from supervisor._hostwire import (
     decode_tool_schemas,
     encode_request,
 )
+from supervisor.lowlevel import SDK_DIR
 
 
 def line(obj: Any) -> bytes:

@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from supervisor import LineReader, LineWriter
 from supervisor._lines import MORE, Oversize, Unsent
+from supervisor.lowlevel import LineReader, LineWriter
 
 
 async def read_lines(chunks: list[bytes], limit: int) -> list[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor import SupervisorConfig
-from supervisor._restart import Decision, Verdict, decide, describe_exit
+from supervisor._restart import Decision, Verdict, decide, describe_exit, exit_signal
 
 CFG = SupervisorConfig(
     home="/nonexistent",
@@ -32,9 +32,15 @@ def run(crashes: tuple[float, ...] = (), now: float = 100.0, **kw: object) -> De
     return decide(**args)  # type: ignore[arg-type]
 
 
-def test_describe_exit() -> None:
-    assert describe_exit(3) == ("exit status 3", None)
-    assert describe_exit(-9) == ("killed by SIGKILL", "SIGKILL")
+def test_one_text_for_how_a_child_ended() -> None:
+    assert describe_exit(3) == "exit status 3"
+    assert describe_exit(-9) == "killed by SIGKILL"
+    assert describe_exit(-9, guardian_lost=True) == (
+        "killed by SIGKILL: corral's guardian process died"
+    )
+    assert describe_exit(-40) == "killed by signal 40"  # no name: not an error
+    assert describe_exit(None) == "still running"
+    assert (exit_signal(-15), exit_signal(0), exit_signal(None)) == ("SIGTERM", None, None)
 
 
 def test_refusal_is_final_and_not_a_crash() -> None:

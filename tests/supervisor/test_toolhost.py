@@ -31,10 +31,9 @@ from supervisor import (
     TextBlock,
     ToolsChanged,
     identity_of,
-    signal_group,
-    ui_file,
 )
 from supervisor._manifest import ChildKind
+from supervisor.lowlevel import signal_group, ui_file
 
 RUNNERS = {
     "py": ("python", "py_tools.py"),

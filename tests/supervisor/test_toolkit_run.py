@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from supervisor import SDK_DIR
+from supervisor.lowlevel import SDK_DIR
 
 PROGRAM = Path(__file__).with_name("toolhost_fixtures") / "standalone_tool.py"
 TIMEOUT = 60

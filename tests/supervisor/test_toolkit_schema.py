@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 import pytest
 
-from supervisor import SDK_DIR
 from supervisor._sdk.corral_tools import Tool, raw_tool, tool
+from supervisor.lowlevel import SDK_DIR
 
 
 class Color(enum.Enum):

@@ -13,7 +13,6 @@ import pytest
 import supervisor._digest as digest_mod
 from sandbox import Limits, Permissions
 from supervisor import (
-    DigestLimits,
     DirectoryUnhashable,
     ExtensionSpec,
     TrustError,
@@ -22,13 +21,12 @@ from supervisor import (
     TrustStoreError,
     data_dir,
     describe_permissions,
-    digest_tree,
-    file_sha256,
     identity_of,
     load_manifest,
     log_file,
     quarantine_file,
 )
+from supervisor.lowlevel import DigestLimits, digest_tree, file_sha256
 
 
 def make_ext(root: Path, name: str = "demo", **manifest: object) -> Path:

@@ -28,9 +28,8 @@ import trio
 
 import supervisor
 from sandbox import LaunchRequest, Limits, Permissions, Sandbox
-from supervisor import Egress, EgressReport, NetGuard
-
-from ..child import exit_text, open_child
+from supervisor import EgressReport, NetGuard
+from supervisor.lowlevel import Egress, describe_exit, open_child
 
 __all__ = ["LIMITS", "SDK_DIR", "DynamicRunner", "RunCaps", "RunResult"]
 
@@ -71,7 +70,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
 
     def status(self) -> str:
         """How it ended, for messages."""
-        return exit_text(self.returncode)
+        return describe_exit(self.returncode)
 
 
 def _environment(where: str, scratch: str) -> dict[str, str]:

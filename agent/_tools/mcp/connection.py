@@ -31,11 +31,11 @@ import anyio
 import trio
 
 from sandbox._log import get_logger
+from supervisor.lowlevel import describe_exit
 
 from ..._providers.base import ToolSpec
 from ..._registry import Progress, ToolKind, ToolRunResult, error_result
 from ..._version import __version__
-from ..child import exit_text
 from ..web.guard import tls_context
 from .bounds import McpLimits, bound_tools, convert_result
 from .config import Origin, ServerConfig, ServerDecl, Transport, expanded
@@ -355,7 +355,7 @@ class McpConnection:
         tail = process.stderr_tail()
         life = self._life
         # The supervisor's reason first: it killed the process (a line over its limit).
-        life.death = process.violation or f"exited ({exit_text(status)})" + (
+        life.death = process.violation or f"exited ({describe_exit(status)})" + (
             f"; last stderr: {tail[-1]}" if tail else ""
         )
         self.problem = life.death

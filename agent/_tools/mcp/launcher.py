@@ -32,7 +32,8 @@ from typing import Protocol
 import trio
 
 from sandbox._log import get_logger
-from supervisor import ExtensionSpec, ManifestError, Relay, SupervisorError, mcp_server_spec
+from supervisor import ExtensionSpec, ManifestError, SupervisorError
+from supervisor.lowlevel import Relay, mcp_server_spec
 
 from .config import ServerConfig
 from .errors import ConnectFailed

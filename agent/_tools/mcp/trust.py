@@ -33,7 +33,8 @@ from pathlib import Path
 
 import msgspec
 
-from supervisor import DigestLimits, DirectoryUnhashable, digest_tree, file_sha256
+from supervisor import DirectoryUnhashable
+from supervisor.lowlevel import DigestLimits, digest_tree, file_sha256
 
 from ..statefile import locked, read_private, replace_file
 from .config import Origin, ServerDecl, expanded

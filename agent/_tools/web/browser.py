@@ -4,8 +4,9 @@ One call, one browser: :meth:`PageRenderer.render` starts Chromium with a fresh
 profile in a temporary directory, drives it over ``--remote-debugging-pipe``
 (:mod:`.cdp`), loads the page, lets its scripts run for a settle period after the
 load event, reads ``document.body.innerText``, and then kills the browser's
-whole process group, reaps it and deletes the profile, whatever happened
-(success, error, timeout, cancellation).
+whole process group (and what left it), reaps it and deletes the profile, whatever
+happened (success, error, timeout, cancellation): the browser runs on the
+supervisor's child helper (:func:`supervisor.lowlevel.open_child`).
 
 **Every request the page makes goes through the network guard.** The browser
 intercepts all requests of all its targets (``Fetch.enable`` on the browser
@@ -15,11 +16,11 @@ checks apply as to the plain fetch, and a refused request fails inside the page
 as "blocked by client". The browser needs no network of its own and gets none:
 
 * with bubblewrap it runs in the sandbox with a fresh, empty network namespace
-  (``--unshare-net``), the profile as the only writable path, and the sandbox's
-  process, memory and file limits. The sandbox's seccomp filter is the variant
-  that allows unix sockets, which Chromium needs for its own processes; with no
-  network namespace to reach and only the profile and a private ``/tmp``
-  writable, there is nothing for them to reach;
+  (the launch request's ``private_network``), the profile as the only writable
+  path, and the sandbox's process, memory and file limits. The sandbox's seccomp
+  filter is the variant that allows unix sockets, which Chromium needs for its
+  own processes; with no network namespace to reach and only the profile and a
+  private ``/tmp`` writable, there is nothing for them to reach;
 * without bubblewrap (``--sandbox off``, no backend, or another backend such as
   macOS's ``sandbox-exec``, which has not been made to hold Chromium) rendering is
   **refused** unless the user allows it (``CORRAL_BROWSER_UNSANDBOXED=1``,
@@ -48,7 +49,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -59,13 +59,12 @@ from typing import Any
 
 import httpx
 import msgspec
-import psutil
 import trio
 
-from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox, Spawned
-from sandbox import spawn as sandbox_spawn
+from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox
 from sandbox._log import get_logger
 from supervisor import NetGuard
+from supervisor.lowlevel import open_child
 
 from .cdp import CdpConnection, CdpEvent
 from .client import Fetched, fetch_checked
@@ -137,7 +136,6 @@ _LOG = "chromium.log"
 #: Written as the fresh profile's ``Default/Preferences`` before the browser starts.
 _WEBRTC = {"ip_handling_policy": "disable_non_proxied_udp", "multiple_routes_enabled": False}
 _PREFERENCES = {"webrtc": {**_WEBRTC, "nonproxied_udp_enabled": False}}
-_REAP_GRACE = 5.0
 
 
 def find_chromium(configured: str | None = None) -> str | None:
@@ -195,22 +193,6 @@ def _high_fd(fd: int) -> int:
     moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
     os.close(fd)
     return moved
-
-
-def _kill_tree(pid: int, known: list[int]) -> None:
-    """SIGKILL the process group ``pid`` leads and every process in ``known``."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    for other in known:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(other, signal.SIGKILL)
-
-
-def _descendants(pid: int) -> list[int]:
-    try:
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    except psutil.Error:
-        return []
 
 
 @typing.final
@@ -332,9 +314,9 @@ class PageRenderer:
     ) -> None:
         self._guard = guard
         self._config = config
-        # Only bubblewrap has been made to hold Chromium (an empty network namespace
-        # added to the plan); other backends render unsandboxed, or not at all when
-        # a sandbox is required.
+        # Only bubblewrap has been made to hold Chromium (a private network namespace
+        # with unix sockets); other backends render unsandboxed, or not at all when a
+        # sandbox is required.
         self._sandbox = sandbox if sandbox is not None and sandbox.backend == "bwrap" else None
         self._require_sandbox = require_sandbox
         self._user_agent = user_agent
@@ -492,21 +474,21 @@ class PageRenderer:
             ext_dir=profile,
             data_dir=None,
             permissions=Permissions(
-                # Allowed here only so the seccomp filter lets Chromium create unix
-                # sockets; the network namespace is taken away again just below.
+                # So that the seccomp filter lets Chromium create unix sockets, in a
+                # network namespace of its own (private_network): no network at all.
                 network=True,
                 read_only=read_only,
                 read_write=[profile],
                 data_dir=False,
                 limits=Limits(memory_mb=2048, processes=512, open_files=4096, tmp_mb=256),
             ),
+            private_network=True,
+            pass_fds=pass_fds,
         )
         try:
-            plan = self._sandbox.plan(request)
+            return self._sandbox.plan(request)
         except Exception as exc:  # a backend failure becomes an error result
             raise BrowserError("start", f"the sandbox cannot run the browser: {exc}") from exc
-        argv = [plan.argv[0], "--unshare-net", *plan.argv[1:]]
-        return msgspec.structs.replace(plan, argv=argv, pass_fds=[*plan.pass_fds, *pass_fds])
 
     @asynccontextmanager
     async def _launch(self, binary: str, profile: str) -> AsyncIterator[CdpConnection]:
@@ -516,43 +498,47 @@ class PageRenderer:
         # A port nobody listens on (bound, never listening): connections to it are
         # refused, and no one else can take it while the browser runs.
         dead = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        dead.bind(("127.0.0.1", 0))
-        plan: LaunchPlan | None = None
-        proc: Spawned | None = None
-        cdp: CdpConnection | None = None
-        stderr_path = os.path.join(profile, _LOG)
+        log_fd = -1
+        started = False
         try:
+            dead.bind(("127.0.0.1", 0))
+            log_fd = await trio.to_thread.run_sync(_open_log, profile)
             argv = self._argv(binary, profile, child_fds, dead.getsockname()[1])
             plan = self._plan(argv, profile, child_fds)
-            try:
-                proc = await trio.to_thread.run_sync(_start, plan, stderr_path)
-            except OSError as exc:
-                raise BrowserError("start", f"cannot run {binary}: {exc.strerror}") from exc
-            for fd in child_fds:
-                os.close(fd)
-            child_fds = []
-            log.info("browser_started", pid=proc.pid, sandbox=plan.backend)
-            cdp = CdpConnection(
-                trio.lowlevel.FdStream(to_browser), trio.lowlevel.FdStream(from_browser)
-            )
-            to_browser = from_browser = -1
-            yield cdp
+            # On the supervisor's child helper: whatever ends the render, the browser's
+            # group and what left it are killed and reaped, and the plan released.
+            async with open_child(
+                self._sandbox,
+                plan,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log_fd,
+            ) as child:
+                started = True
+                for fd in (*child_fds, log_fd):
+                    os.close(fd)
+                child_fds, log_fd = [], -1
+                log.info("browser_started", pid=child.pid, sandbox=plan.backend)
+                cdp = CdpConnection(
+                    trio.lowlevel.FdStream(to_browser), trio.lowlevel.FdStream(from_browser)
+                )
+                to_browser = from_browser = -1
+                try:
+                    yield cdp
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await cdp.aclose()
+            log.info("browser_stopped", pid=child.pid, returncode=child.returncode)
+        except OSError as exc:
+            if started:
+                raise
+            raise BrowserError("start", f"cannot run {binary}: {exc.strerror}") from exc
         finally:
-            with trio.CancelScope(shield=True):
-                dead.close()
-                if cdp is not None:
-                    await cdp.aclose()
-                for fd in (*child_fds, to_browser, from_browser):
-                    if fd >= 0:
-                        with contextlib.suppress(OSError):
-                            os.close(fd)
-                if proc is not None:
-                    await _stop(proc)
-                if plan is not None and self._sandbox is not None:
-                    try:
-                        self._sandbox.cleanup(plan)
-                    except Exception as exc:  # best effort: the browser is already gone
-                        log.warning("browser_sandbox_cleanup_failed", error=str(exc))
+            dead.close()
+            for fd in (*child_fds, log_fd, to_browser, from_browser):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
 
 def _make_profile() -> str:
@@ -568,21 +554,10 @@ def _make_profile() -> str:
     return profile
 
 
-def _start(plan: LaunchPlan, stderr_path: str) -> Spawned:
-    # Blocking: the log file is opened here, and the guardian is asked to spawn.
-    with open(stderr_path, "wb") as stderr:
-        return sandbox_spawn(
-            plan, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
-        )
-
-
-async def _stop(proc: Spawned) -> None:
-    """Kill the browser's process group (and any descendant that left it), then reap."""
-    known = await trio.to_thread.run_sync(_descendants, proc.pid)
-    _kill_tree(proc.pid, known)
-    with trio.move_on_after(_REAP_GRACE):
-        await trio.to_thread.run_sync(proc.wait, abandon_on_cancel=True)
-    log.info("browser_stopped", pid=proc.pid, returncode=proc.returncode)
+def _open_log(profile: str) -> int:
+    """The browser's stderr: a new file in its profile (blocking)."""
+    path = os.path.join(profile, _LOG)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
 
 
 def _tail(profile: str, lines: int = 3) -> str:

@@ -16,7 +16,9 @@ too). An HTTP request is checked at two moments:
    refused here at the latest; the TLS handshake still verifies the certificate
    against the host *name*.
 
-:func:`open_client` gives an ``httpx.AsyncClient`` built on that backend with
+:func:`guarded_transport` is the one way a guarded transport is built (httpx's
+here, httpx2's for MCP's HTTP client); :func:`open_client` gives an
+``httpx.AsyncClient`` built on it with
 ``trust_env=False`` (a proxy from ``HTTP_PROXY`` and friends would connect on our
 behalf and bypass the dial-time check) and without automatic redirects: callers
 follow them hop by hop with :func:`redirect_target` and pre-flight each hop. The
@@ -26,11 +28,13 @@ guard's own errors become the web tools' (:class:`~.errors.BlockedTarget`,
 
 from __future__ import annotations
 
+import importlib
 import ssl
+import types
 import typing
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpcore
 import httpx
@@ -45,6 +49,7 @@ __all__ = [
     "GuardedBackend",
     "check_url",
     "guarded",
+    "guarded_transport",
     "open_client",
     "redirect_target",
     "tls_context",
@@ -148,10 +153,8 @@ async def open_client(
 
     Cancellation: the client is closed (shielded) on the way out.
     """
-    transport = GuardedTransport(
-        guard,
-        ssl_context=await tls_context(),
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
+    transport: httpx.AsyncHTTPTransport = guarded_transport(
+        guard, await tls_context(), max_connections=max_connections, max_keepalive=0
     )
     client = httpx.AsyncClient(
         transport=transport,
@@ -167,13 +170,87 @@ async def open_client(
             await client.aclose()
 
 
-@typing.final
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """An httpcore network backend that resolves, checks, and dials exact addresses."""
+def guarded_transport(
+    guard: NetGuard,
+    ssl_context: ssl.SSLContext,
+    *,
+    max_connections: int,
+    max_keepalive: int,
+    library: Literal["httpx", "httpx2"] = "httpx",
+) -> Any:
+    """An ``AsyncHTTPTransport`` whose every connection ``guard`` checks at dial time:
+    the one way corral builds a guarded HTTP transport.
 
-    def __init__(self, guard: NetGuard, inner: httpcore.AsyncNetworkBackend | None = None) -> None:
+    Environment proxies are ignored (``trust_env=False``: a proxy would connect on
+    our behalf, out of the guard's sight).
+
+    Args:
+        guard: the network guard.
+        ssl_context: the verifying TLS context (:func:`tls_context`).
+        max_connections: connections open at once.
+        max_keepalive: idle connections kept.
+        library: ``"httpx"`` (the web tools), or ``"httpx2"``, the fork the MCP SDK's
+            HTTP client is built on (imported only then).
+
+    Raises:
+        RuntimeError: that library's transport is shaped otherwise (see
+            :func:`_install`).
+    """
+    core: types.ModuleType = httpcore
+    http: types.ModuleType = httpx
+    if library == "httpx2":  # MCP's: imported when used
+        core, http = importlib.import_module("httpcore2"), importlib.import_module("httpx2")
+    inner = core.AnyIOBackend() if library == "httpx2" else core.TrioBackend()
+    limits = http.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive)
+    transport = http.AsyncHTTPTransport(verify=ssl_context, trust_env=False, limits=limits)
+    _install(transport, guard, core, inner, ssl_context, limits)
+    return transport
+
+
+def _install(
+    transport: Any,
+    guard: NetGuard,
+    core: types.ModuleType,
+    inner: Any,
+    ssl_context: ssl.SSLContext,
+    limits: Any,
+) -> None:
+    """Put ``transport``'s connection pool on a :class:`GuardedBackend`.
+
+    httpx builds its pool without a way to choose the network backend: the pool is
+    replaced with an identical one (``limits``, ``ssl_context``) that has one. A
+    transport shaped otherwise is refused rather than left dialing unguarded.
+
+    Raises:
+        RuntimeError: ``transport`` has no pool of ``core``'s kind.
+    """
+    if not isinstance(getattr(transport, "_pool", None), core.AsyncConnectionPool):
+        raise RuntimeError(f"unsupported {core.__name__} version: cannot install the network guard")
+    transport._pool = core.AsyncConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=GuardedBackend(guard, inner, (core.ConnectError, core.ConnectTimeout)),
+    )
+
+
+@typing.final
+class GuardedBackend:
+    """A network backend (httpcore's interface, which httpcore2 shares) that
+    resolves, checks, and dials exact addresses.
+
+    Args:
+        guard: the network guard.
+        inner: the library's own backend, which connects to one checked address.
+        failures: what ``inner`` raises when an address does not answer (the next
+            one is tried).
+    """
+
+    def __init__(self, guard: NetGuard, inner: Any, failures: tuple[type[Exception], ...]) -> None:
         self._guard = guard
-        self._inner = inner or httpcore.TrioBackend()
+        self._inner = inner
+        self._failures = failures
 
     def __repr__(self) -> str:
         return f"<GuardedBackend {self._guard!r}>"
@@ -184,19 +261,19 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         port: int,
         timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
         local_address: str | None = None,
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+        socket_options: Iterable[Any] | None = None,
+    ) -> Any:
         """Resolve ``host``, refuse if any answer is refused, connect to a checked address.
 
         Raises:
             BlockedTarget: the policy refuses an address, or the peer is not the
                 address that was checked.
-            httpcore.ConnectError: no checked address accepted the connection.
+            ConnectError: (the library's) no checked address accepted the connection.
 
         Cancellation: the connection attempt is abandoned and its socket closed.
         """
 
-        async def connect(ip: str) -> httpcore.AsyncNetworkStream:
+        async def connect(ip: str) -> Any:
             return await self._inner.connect_tcp(
                 ip,
                 port,
@@ -205,43 +282,17 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 socket_options=socket_options,
             )
 
-        failures = (httpcore.ConnectError, httpcore.ConnectTimeout)
-        return await guarded(self._guard.dial(host, port, connect, failures))
+        return await guarded(self._guard.dial(host, port, connect, self._failures))
 
     async def connect_unix_socket(
         self,
         path: str,
         timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
-        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+        socket_options: Iterable[Any] | None = None,
+    ) -> Any:
         """Refused: a guarded client only speaks TCP to checked addresses."""
         raise BlockedTarget(path, "unix sockets are not reachable through the guard")
 
     async def sleep(self, seconds: float) -> None:
         """As the inner backend."""
         await self._inner.sleep(seconds)
-
-
-@typing.final
-class GuardedTransport(httpx.AsyncHTTPTransport):
-    """httpx's own transport, with its connection pool on a :class:`GuardedBackend`."""
-
-    def __init__(
-        self, guard: NetGuard, *, ssl_context: ssl.SSLContext, limits: httpx.Limits
-    ) -> None:
-        super().__init__(verify=ssl_context, trust_env=False, limits=limits)
-        # httpx builds its pool without a way to choose the network backend; replace
-        # it with an identical pool that has one. Refuse to run on an httpx whose
-        # transport is shaped differently rather than silently dial unguarded.
-        if not isinstance(getattr(self, "_pool", None), httpcore.AsyncConnectionPool):
-            raise RuntimeError("unsupported httpx version: cannot install the network guard")
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            network_backend=GuardedBackend(guard),
-        )
-
-    def __repr__(self) -> str:
-        return f"<GuardedTransport {self._pool!r}>"

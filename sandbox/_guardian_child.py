@@ -1,0 +1,280 @@
+"""The guardian's child: everything between the guardian's ``fork`` and ``exec``.
+
+Part of the guardian program (``_guardian_main.py``), not a module of the package:
+standard library only, imported by the guardian from its own directory. A child
+(or a spare, forked ahead of time and parked in its cgroups) carries out one
+*order*, plain data built by :func:`sandbox._preexec.child_order`: a new session,
+its descriptors in place and every other one closed, ``PR_SET_PDEATHSIG`` and
+child subreaper for a prepared launch, cgroup membership, rlimits, a user and
+mount namespace with inode-capped tmpfs mounts, and for a network list a network
+namespace holding the egress proxy's listener, sent to the host before ``exec``.
+It reports on the *exec pipe*: nothing (it closed at ``exec``: the program runs)
+or ``(errno, step)``.
+"""
+
+from __future__ import annotations
+
+# The C halves of ``socket`` and ``signal`` (see _guardian_main.py's imports).
+import _signal as signal  # type: ignore[import-not-found]
+import _socket as socket
+import ctypes
+import errno
+import fcntl
+import marshal
+import os
+import resource
+import struct
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REC = 0x4000
+_MS_SLAVE = 1 << 19
+#: Exit status of a child whose preparation failed (a message went to its stderr).
+SETUP_FAILED_EXIT = 125
+#: Descriptors one message may carry (SCM_RIGHTS takes at most 253).
+MAX_FDS = 250
+
+_libc = ctypes.CDLL(None, use_errno=True)
+prctl = getattr(_libc, "prctl", None)
+_unshare = getattr(_libc, "unshare", None)
+_mount = getattr(_libc, "mount", None)
+if prctl is not None:
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+if _mount is not None:
+    _mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
+
+
+class suppress:
+    """``contextlib.suppress``, without importing ``contextlib`` (see the imports)."""
+
+    def __init__(self, *kinds: type[BaseException]) -> None:
+        self.kinds = kinds
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        return kind is not None and issubclass(kind, self.kinds)
+
+
+class _SetupFailed(Exception):
+    def __init__(self, step: str, err: int) -> None:
+        super().__init__(step, err)
+        self.step = step
+        self.errno = err
+
+
+def _place_fds(fds: list[int], targets: list[int], keep: list[int]) -> None:
+    """Put received descriptor ``fds[i]`` at number ``targets[i]``; close all others."""
+    base = max([*targets, 2]) + 1
+    temps = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in fds]
+    for temp, target in zip(temps, targets, strict=True):
+        os.dup2(temp, target, inheritable=True)
+    kept = {*targets, *keep}
+    try:
+        open_fds = os.listdir("/proc/self/fd")
+    except OSError:
+        open_fds = os.listdir("/dev/fd")
+    for name in open_fds:
+        if int(name) not in kept:
+            with suppress(OSError):  # the listing's own, already closed
+                os.close(int(name))
+
+
+def _namespaces(mounts: list[tuple[str, int, int]], egress: list[int] | None) -> None:
+    """A user namespace of our own, mapping only our ids, with (``mounts``) a mount
+    namespace holding inode-capped tmpfs and (``egress``) a network namespace with
+    the egress proxy's listener; bwrap, run inside, uses both."""
+    uid, gid = os.getuid(), os.getgid()
+    if _unshare is None or _mount is None:
+        raise _SetupFailed("unshare", errno.ENOSYS)
+    flags = _CLONE_NEWUSER | (_CLONE_NEWNS if mounts else 0) | (_CLONE_NEWNET if egress else 0)
+    if _unshare(flags) != 0:
+        raise _SetupFailed("unshare", ctypes.get_errno())
+    for path, data in (
+        ("/proc/self/setgroups", b"deny"),
+        ("/proc/self/uid_map", f"{uid} {uid} 1".encode()),
+        ("/proc/self/gid_map", f"{gid} {gid} 1".encode()),
+    ):
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+    # Keep our mounts to ourselves whatever the host's propagation is.
+    if mounts and _mount(None, b"/", None, _MS_REC | _MS_SLAVE, None) != 0:
+        raise _SetupFailed("make-rslave", ctypes.get_errno())
+    for target, size, inodes in mounts:
+        options = f"size={size},nr_inodes={inodes},mode=1777".encode()
+        if _mount(b"tmpfs", os.fsencode(target), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+            raise _SetupFailed("mount", ctypes.get_errno())
+    if egress:
+        _listen(*egress)
+
+
+def _listen(reply: int, port: int) -> None:
+    """Bring up the new namespace's loopback, listen on ``127.0.0.1:port`` there, and
+    send the listening socket to the host over ``reply`` (then close both).
+
+    The host accepts the child's connections on it directly: no process of ours
+    stays in the namespace. No ``SO_REUSEPORT``: nothing else can bind the port.
+    """
+    try:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            # struct ifreq: the name, then the flags (a short) of the interface.
+            got = fcntl.ioctl(probe.fileno(), _SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0))
+            (flags,) = struct.unpack_from("16xH", got)
+            up = struct.pack("16sH14x", b"lo", flags | _IFF_UP)
+            fcntl.ioctl(probe.fileno(), _SIOCSIFFLAGS, up)
+        finally:
+            probe.close()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", port))
+            listener.listen(128)
+            rights = struct.pack("i", listener.fileno())
+            sent = socket.socket(fileno=reply)
+            try:
+                sent.sendmsg([b"L"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+            finally:
+                sent.close()
+        finally:
+            listener.close()
+    except OSError as exc:
+        raise _SetupFailed("egress", exc.errno or errno.EIO) from None
+
+
+def _execute(argv: list[str], env: dict[str, str]) -> None:
+    """``execve`` the program, looked up on the order's PATH like ``execvpe``; on
+    failure, the most telling error."""
+    program = argv[0]
+    if "/" in program:
+        os.execve(program, argv, env)
+    found = None
+    for directory in env.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            os.execve(os.path.join(directory or ".", program), argv, env)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) and found is None:
+                found = exc
+    raise found or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+def _join(cgroups: list[str]) -> None:
+    """Move this process into ``cgroups`` (a kernel RCU grace period, 10-20 ms, unless
+    another process joined one just before)."""
+    for path in cgroups:
+        try:
+            # "0" means "the writing process" in both cgroup versions.
+            fd = os.open(os.path.join(path, "cgroup.procs"), os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _SetupFailed("cgroup", exc.errno or errno.EIO) from None
+
+
+def _reset_signals() -> None:
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
+    """A child parked in its cgroups before anyone needs it, then given its order.
+
+    Joining a cgroup costs a grace period; a spare pays it while nothing waits
+    (see ``Guardian.park`` in _guardian_main.py), so the spawn that takes it starts at once.
+    """
+    _reset_signals()
+    _place_fds([], [], [0, 1, 2, sock.fileno()])  # nothing of the guardian's while it waits
+    if prctl is not None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != guardian:
+            os._exit(SETUP_FAILED_EXIT)
+    try:
+        _join(cgroups)
+    except _SetupFailed:
+        os._exit(SETUP_FAILED_EXIT)
+    msg, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
+    if not msg:
+        os._exit(0)  # the guardian let it go
+    fds = received(ancdata)
+    order = marshal.loads(msg)
+    order["cgroups"] = []  # joined already
+    # Received descriptors are inheritable: the exec pipe must close at exec.
+    os.set_inheritable(fds[-1], False)
+    run_child(order, fds[:-1], fds[-1], guardian)
+
+
+def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
+    """Everything between fork and exec (the guardian is single-threaded: any Python is safe)."""
+    _reset_signals()
+    if order.get("session", True):
+        os.setsid()
+    _place_fds(fds, order["targets"], [exec_w])
+    try:
+        os.chdir(order["cwd"])
+    except OSError as exc:
+        raise _SetupFailed("chdir", exc.errno or errno.EIO) from None
+    if order.get("prepare") and prctl is not None:
+        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise _SetupFailed("pdeathsig", ctypes.get_errno())
+        if os.getppid() != guardian:  # the guardian died before the line above
+            os._exit(SETUP_FAILED_EXIT)
+        # Orphans of the program's own children stay its descendants while it runs
+        # (the supervisor finds daemons that cleared their environment that way).
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _join(order.get("cgroups", ()))
+    for which, soft, hard in order.get("rlimits", ()):
+        resource.setrlimit(which, (soft, hard))
+    if order.get("tmpfs") or order.get("egress"):
+        try:
+            _namespaces(order.get("tmpfs", ()), order.get("egress"))
+        except _SetupFailed as exc:
+            message = "corral sandbox: cannot prepare the sandbox's namespaces (%s: errno %d)\n"
+            os.write(2, (message % (exc.step, exc.errno)).encode())
+            os._exit(SETUP_FAILED_EXIT)
+    try:
+        _execute(order["argv"], order["env"])
+    except OSError as exc:
+        raise _SetupFailed("exec", exc.errno or errno.EIO) from None
+
+
+def run_child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
+    if exec_w in order["targets"]:
+        # A descriptor placed at exec_w's number would close the exec pipe: the guardian
+        # would report the program started before it even ran (a spare's exec_w is small).
+        moved = fcntl.fcntl(exec_w, fcntl.F_DUPFD_CLOEXEC, max(order["targets"]) + 1)
+        os.close(exec_w)
+        exec_w = moved
+    try:
+        _child(order, fds, exec_w, guardian)
+    except _SetupFailed as exc:
+        os.write(exec_w, marshal.dumps((exc.errno, exc.step)))
+    except BaseException:  # a bug here: report it as a failure to start
+        os.write(exec_w, marshal.dumps((errno.EIO, "setup")))
+    os._exit(127)
+
+
+def received(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
+    return fds

@@ -1,0 +1,58 @@
+"""The supervisor's toolbox: what corral's own agent builds on, beside the kernel.
+
+:mod:`supervisor` is what an embedder needs: :func:`~supervisor.open_supervisor`,
+its client, its configuration, events, outcomes, manifests, trust and errors. This
+module holds the plumbing the agent (and any other builder of tools) reuses from
+the supervisor instead of writing it again, as ``trio.lowlevel`` does for trio:
+
+* **lines**: :class:`LineReader` and :class:`LineWriter`, the NDJSON reader and
+  writer every pipe of corral speaks (the RPC server's stdin and stdout too);
+* **children**: :func:`open_child`, the one way corral runs a child for as long
+  as one block (plan, spawn, serve its egress proxy, :class:`StopLadder`, reap,
+  release), its :class:`Child`, :func:`describe_exit` (how any child ended, in
+  words) and :func:`signal_group`;
+* **egress**: :class:`Egress`, the proxy that serves a child's network list;
+* **digests**: :func:`digest_tree` and :func:`file_sha256`, what a trust pin hashes;
+* **relays**: :class:`Relay` and :func:`mcp_server_spec`, a stdio MCP server
+  supervised like an extension and relayed to its client;
+* **places**: :data:`SDK_DIR` (corral's SDK and tool-host runners),
+  :func:`choice_file` and :func:`ui_file` (per-identity state files).
+
+Everything here is public and typed like the main facade; it changes when the
+agent's needs change, so an embedder should prefer :mod:`supervisor`.
+"""
+
+from __future__ import annotations
+
+from ._child import Child, StopLadder, open_child
+from ._config import choice_file, ui_file
+from ._digest import DigestLimits, TreeDigest, digest_tree, file_sha256
+from ._egress import Egress
+from ._lines import LineReader, LineWriter, Oversize
+from ._manifest import mcp_server_spec
+from ._reap import signal_group
+from ._relay import Relay, RelayedProcess
+from ._restart import describe_exit
+from ._spawn import SDK_DIR
+
+__all__ = [
+    "SDK_DIR",
+    "Child",
+    "DigestLimits",
+    "Egress",
+    "LineReader",
+    "LineWriter",
+    "Oversize",
+    "Relay",
+    "RelayedProcess",
+    "StopLadder",
+    "TreeDigest",
+    "choice_file",
+    "describe_exit",
+    "digest_tree",
+    "file_sha256",
+    "mcp_server_spec",
+    "open_child",
+    "signal_group",
+    "ui_file",
+]
