@@ -88,6 +88,7 @@ from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
 from ._requests import EmitEvent
 from ._spawn import SDK_DIR
+from ._statefile import StateFile, StateFileRefused
 from ._supervisor import open_supervisor
 from ._trust import (
     TrustPin,
@@ -156,6 +157,8 @@ __all__ = [
     "RestartPolicy",
     "Runtime",
     "Source",
+    "StateFile",
+    "StateFileRefused",
     "SupervisorClient",
     "SupervisorClosed",
     "SupervisorConfig",
