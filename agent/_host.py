@@ -61,9 +61,10 @@ from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
 from ._providers.base import Provider, ProviderSettings
 from ._providers.factory import make_provider
-from ._registry import Tool, ToolRegistry, ToolSet
+from ._registry import ToolRegistry
 from ._sessions import SessionHeader, SessionStore, latest_session
 from ._tools import BUILTIN_TOOLS
+from ._tools.base import Tool, ToolSet
 from ._tools.bash import BashTool
 from ._tools.confine import Workspace
 from ._tools.dynamic import DYNAMIC_TOOLS, dynamic_tools
