@@ -36,8 +36,9 @@ from supervisor import CommandOutcome, ExtensionInfo, ReloadStats
 
 from ._events import AgentEvent, Done, Emit, ErrorEvent, TurnEnd, UsageTotals
 from ._exceptions import AgentBusy, AgentError, RuntimeClosed
-from ._host import AgentHost, AgentOptions, open_agent
+from ._host import AgentHost, open_agent
 from ._messages import ImageContent, Message
+from ._options import AgentOptions
 from ._providers.base import ModelInfo, Provider, ToolSpec
 
 __all__ = [

@@ -27,7 +27,8 @@ from supervisor import SupervisorError
 
 from .._events import Done
 from .._exceptions import AgentError
-from .._host import AgentHost, AgentOptions, open_agent
+from .._host import AgentHost, open_agent
+from .._options import AgentOptions
 from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig

@@ -20,7 +20,7 @@ import trio
 
 from sandbox._log import get_logger
 
-from .._host import AgentOptions
+from .._options import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
 from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio

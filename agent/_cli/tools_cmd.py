@@ -24,7 +24,7 @@ import trio
 from supervisor import corral_home
 
 from .._audit import AuditLog, ToolAction, audit_path
-from .._host import AgentOptions
+from .._options import AgentOptions
 from .._tools.dynamic import (
     SOURCE,
     Catalog,
