@@ -2,7 +2,7 @@
 
 Each command is a thin shim around ``trio.run``. User mistakes and unusable
 setups (unknown provider, malformed script, bad ``--cwd``, unreadable session)
-become :class:`AgentCLIError`: one clear line, no traceback.
+become :class:`~.errors.CLIError`: one clear message, no traceback.
 :func:`agent_options` adds the options every agent-running command shares, and
 is reused by ``corral rpc``.
 """
@@ -33,6 +33,7 @@ from .._providers.base import ProviderSettings
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
 from .allocator import unpool_large_buffers
+from .errors import CLIError
 from .ext_files import ext_dirs
 from .helptext import AGENT_ENV, COMMON_ENV, epilog
 from .lifecycle import SignalCancel, check_started, requested_extensions
@@ -44,7 +45,6 @@ from .term import is_terminal
 from .trust import check_extensions
 
 __all__ = [
-    "AgentCLIError",
     "agent_options",
     "chat_cmd",
     "demo_cmd",
@@ -65,14 +65,6 @@ log = get_logger()
 RUN_LATE_AFTER = 2.0
 
 
-class AgentCLIError(click.ClickException):
-    """A user mistake or an unusable setup, shown as one line without a traceback."""
-
-    def format_message(self) -> str:
-        # Supervisor errors quote manifests and extension output.
-        return visible(self.message)
-
-
 def _user_error(exc: BaseException) -> BaseException | None:
     if isinstance(exc, AgentError | SupervisorError):
         return exc
@@ -85,13 +77,13 @@ def _user_error(exc: BaseException) -> BaseException | None:
 
 
 def run_trio(main: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``trio.run(main, *args)``, turning agent and supervisor errors into :class:`AgentCLIError`.
+    """``trio.run(main, *args)``, turning agent and supervisor errors into :class:`CLIError`.
 
     The process is a long agent session: large transient buffers go back to the
     system when freed (:func:`~agent._cli.allocator.unpool_large_buffers`).
 
     Raises:
-        AgentCLIError: ``main`` failed with an :class:`AgentError` or a
+        CLIError: ``main`` failed with an :class:`AgentError` or a
             :class:`SupervisorError` (possibly inside an exception group).
     """
     unpool_large_buffers()
@@ -101,7 +93,7 @@ def run_trio(main: Callable[..., Awaitable[T]], *args: Any) -> T:
         found = _user_error(exc)
         if found is None:
             raise
-        raise AgentCLIError(str(found)) from None
+        raise CLIError(str(found)) from None
 
 
 _SETTINGS = ProviderSettings()
@@ -308,7 +300,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             try:
                 web = WebConfig.from_env(searxng_url=searxng, allow=web_allow)
             except AgentError as exc:
-                raise AgentCLIError(str(exc)) from None
+                raise CLIError(str(exc)) from None
         options = AgentOptions(
             provider=provider,
             model=model,
@@ -347,15 +339,15 @@ def refuse_untrusted(options: AgentOptions) -> None:
     one left out may be the guard the user counts on.
 
     Raises:
-        AgentCLIError: one line per untrusted extension, each naming the command
+        CLIError: one line per untrusted extension, each naming the command
             that trusts it.
     """
     try:
         _, untrusted = check_extensions(options)
     except SupervisorError as exc:
-        raise AgentCLIError(f"cannot check which extensions are trusted: {exc}") from None
+        raise CLIError(f"cannot check which extensions are trusted: {exc}") from None
     if untrusted:
-        raise AgentCLIError("\n".join(v.problem for v in untrusted))
+        raise CLIError("\n".join(v.problem for v in untrusted))
 
 
 async def report_extensions(host: AgentHost, renderer: HumanRenderer) -> None:
@@ -585,13 +577,13 @@ def demo_cmd(ctx: click.Context, examples: Path | None, sandbox: str) -> None:
         configure_logging(level="error")
     where = examples or default_examples_dir()
     if where is None:
-        raise AgentCLIError(
+        raise CLIError(
             "cannot find the example extensions (corral's package ships them; is the "
             "installation complete?); pass --examples DIR (examples/extensions of a checkout)"
         )
     missing = missing_examples(where)
     if missing:
-        raise AgentCLIError(
+        raise CLIError(
             f"--examples {where}: not the example extensions (missing {', '.join(missing)}); "
             "pass examples/extensions of a corral checkout"
         )
