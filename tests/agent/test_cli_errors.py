@@ -19,14 +19,10 @@ from agent._cli.main import main
 _CLI = Path(agent._cli.__file__).parent
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    h = tmp_path / "home"
-    monkeypatch.setenv("CORRAL_HOME", str(h))
-    work = tmp_path / "work"
-    work.mkdir()
+@pytest.fixture(autouse=True)
+def _in_work(home: Path, work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A private CORRAL_HOME; no project-local extensions unless a test makes some.
     monkeypatch.chdir(work)
-    return h
 
 
 def corral(*args: str) -> Result:
@@ -68,16 +64,14 @@ def test_every_line_of_a_message_is_made_safe() -> None:
         (("run", "--sandbox", "maybe", "hi"), 2, "Invalid value for '--sandbox'"),
     ],
 )
-def test_messages_and_exit_statuses_stay(
-    home: Path, args: tuple[str, ...], status: int, words: str
-) -> None:
+def test_messages_and_exit_statuses_stay(args: tuple[str, ...], status: int, words: str) -> None:
     out = corral(*args)
     assert out.exit_code == status, out.output
     assert words in out.output
     assert "Traceback" not in out.output
 
 
-def test_untrusted_extensions_are_one_line_each(home: Path) -> None:
+def test_untrusted_extensions_are_one_line_each() -> None:
     # refuse_untrusted says one line per extension (it printed them joined by a
     # literal "\n" before the CLI had one error type).
     local = Path.cwd() / ".corral" / "extensions"
