@@ -178,6 +178,53 @@ def test_the_key_must_be_private(tmp_path: Path, sealer: Sealer) -> None:
         Sealer(sealer.dir).seal({})
 
 
+_KEY_USER = """
+import sys
+from agent._tools.dynamic import CatalogError, Sealer
+sealer = Sealer(sys.argv[1])
+sys.stdin.readline()  # every process is ready: go
+try:
+    print(sealer.seal({"a": 1}))
+except CatalogError as exc:
+    print(f"error: {exc}")
+"""
+
+
+def test_sessions_starting_at_once_agree_on_one_key(tmp_path: Path) -> None:
+    # The key is made under a lock and renamed into place whole: a second session
+    # starting at the same moment never reads half a key, nor makes another one.
+    for round_ in range(8):
+        state = tmp_path / f"home{round_}" / "state"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _KEY_USER, str(state)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        try:
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            seals = {proc.communicate(timeout=60)[0].strip() for proc in procs}
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        assert len(seals) == 1, seals
+        assert seals.pop().startswith("hmac-sha256:")
+        key = state / "dynamic-tools.key"
+        assert key.stat().st_size == 32
+        assert sorted(p.name for p in state.iterdir()) == [
+            "dynamic-tools.key",
+            "dynamic-tools.key.lock",
+        ]
+
+
 _WRITER = """
 import sys, msgspec
 from agent._tools.dynamic import CatalogEntry, open_catalog
