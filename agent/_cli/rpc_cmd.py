@@ -23,8 +23,9 @@ from sandbox._log import get_logger
 from .._options import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
-from .agent_cmds import agent_options, refuse_untrusted, run_trio
+from .agent_cmds import refuse_untrusted, run_trio
 from .errors import CLIError
+from .flags import agent_options
 from .helptext import AGENT_ENV, epilog
 from .logs import configure_logging, logging_configured
 
