@@ -47,7 +47,7 @@ if typing.TYPE_CHECKING:
         ToolError,
         UnknownProvider,
     )
-    from ._host import BUILTIN_TOOLS, OPTIONAL_TOOLS, AgentHost, AgentOptions, open_agent
+    from ._host import AgentHost, open_agent
     from ._loop import AgentLoop, LoopState
     from ._messages import (
         ImageContent,
@@ -57,6 +57,7 @@ if typing.TYPE_CHECKING:
         ToolCallContent,
         ToolResultContent,
     )
+    from ._options import AgentOptions
     from ._providers.base import (
         ModelInfo,
         ModelRequest,
@@ -77,6 +78,7 @@ if typing.TYPE_CHECKING:
         RuntimeState,
         open_runtime,
     )
+    from ._tools.selection import BUILTIN_TOOLS, OPTIONAL_TOOLS
     from ._tools.web import WebConfig
 
 __all__ = [
@@ -150,16 +152,16 @@ _WHERE: dict[str, str] = {
     "Retry": "._events",
     "ProviderSettings": "._providers.base",
     "InterventionRecord": "._messages",
-    "OPTIONAL_TOOLS": "._host",
+    "OPTIONAL_TOOLS": "._tools.selection",
     "AgentBusy": "._exceptions",
     "AgentError": "._exceptions",
     "AgentEvent": "._events",
     "AgentHost": "._host",
     "AgentLoop": "._loop",
-    "AgentOptions": "._host",
+    "AgentOptions": "._options",
     "AssistantMessage": "._events",
     "AssistantStart": "._events",
-    "BUILTIN_TOOLS": "._host",
+    "BUILTIN_TOOLS": "._tools.selection",
     "CompactDone": "._events",
     "Done": "._events",
     "Emit": "._events",

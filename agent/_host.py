@@ -10,25 +10,15 @@ queueing, abort and ``done`` on top.
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import typing
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import msgspec
 import trio
 
-from sandbox import (
-    PermissionsError,
-    Sandbox,
-    SandboxMode,
-    SandboxUnavailable,
-    check_network,
-    select_sandbox,
-)
+from sandbox import SandboxMode
 from sandbox._log import get_logger
 from supervisor import (
     CommandInfo,
@@ -59,94 +49,17 @@ from ._audit import AuditLog, audit_path
 from ._events import AgentEvent, Emit, ExtDisplay, ExtNotify, ExtStatus
 from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
-from ._providers.base import Provider, ProviderSettings
+from ._options import AgentOptions, bash_network
+from ._providers.base import Provider
 from ._providers.factory import make_provider
-from ._registry import Tool, ToolRegistry, ToolSet
 from ._sessions import SessionHeader, SessionStore, latest_session
-from ._tools import BUILTIN_TOOLS
-from ._tools.bash import BashTool
-from ._tools.confine import Workspace
-from ._tools.dynamic import DYNAMIC_TOOLS, dynamic_tools
-from ._tools.files import EditTool, ReadTool, WriteTool
-from ._tools.selection import select_tools
-from ._tools.web import WEB_TOOLS, WebConfig, web_tools
+from ._tools.selection import BUILTIN_TOOLS, OPTIONAL_TOOLS
+from ._toolsetup import SessionTools, ToolSetup
 from ._transcript import Transcript
 
-if typing.TYPE_CHECKING:
-    from ._tools.dynamic import DynamicTools
-    from ._tools.mcp import McpServers
-
-__all__ = [
-    "BUILTIN_TOOLS",
-    "OPTIONAL_TOOLS",
-    "AgentHost",
-    "AgentOptions",
-    "agent_event_for",
-    "open_agent",
-]
+__all__ = ["AgentHost", "agent_event_for", "open_agent"]
 
 log = get_logger(__name__)
-
-#: The tools of ``--tools +mcp`` (kept here so that naming them imports nothing).
-_MCP_TOOLS = ("mcp_connect", "mcp_disconnect", "mcp_list")
-#: Built-in tools that are off unless asked for (``--tools +web``, ``+dynamic``, ``+mcp``).
-OPTIONAL_TOOLS = (*WEB_TOOLS, *DYNAMIC_TOOLS, *_MCP_TOOLS)
-_GROUPS = {"web": WEB_TOOLS, "dynamic": DYNAMIC_TOOLS, "mcp": _MCP_TOOLS}
-
-
-class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """Everything needed to open an agent session."""
-
-    provider: str = "offline"
-    model: str | None = None
-    cwd: str = "."
-    #: ``--ext`` paths, loaded before project-local and global extensions.
-    ext_paths: list[str] = []
-    #: Load installed (project-local and global) extensions too.
-    discover: bool = True
-    sandbox: str = "auto"
-    #: corral's home; None means ``$CORRAL_HOME`` or the platform default.
-    home: str | None = None
-    #: Session name to save to / resume from, or None for no persistence.
-    session: str | None = None
-    #: Resume the most recently written session of ``cwd`` (``--continue``).
-    continue_session: bool = False
-    max_steps: int = 16
-    system_prompt: str | None = None
-    append_system_prompt: str | None = None
-    #: JSONL script for the ``scripted`` provider.
-    script: str | None = None
-    base_url: str | None = None
-    api_key: str | None = None
-    #: Timeouts, ``max_tokens`` and retries of the model calls.
-    provider_settings: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
-    #: Start once the other extensions are ready, leaving one that has not said
-    #: ``hello`` after this many seconds to join (or fail) on its own; None waits
-    #: for every extension (see ``SupervisorConfig.late_after``).
-    late_after: float | None = None
-    #: Built-in tools to offer: exact names, or ``+name``/``-name`` changes to the
-    #: defaults (``["+web"]`` adds ``web_fetch`` and ``web_search``); None: the defaults.
-    tools: list[str] | None = None
-    #: Settings of the web tools; None reads them from ``CORRAL_*`` variables.
-    web: WebConfig | None = None
-    #: The dynamic tools' catalog file (``*.json``: the JSON store); None:
-    #: ``$CORRAL_HOME/state/dynamic-tools.db``. Dynamic tools are on with ``+dynamic``.
-    dynamic_catalog: str | None = None
-    #: Start the MCP servers of ``$CORRAL_HOME/mcp.json`` and (trusted) ``./.corral/mcp.json``.
-    mcp_servers: bool = True
-    #: Exceptions to the MCP network guard (``127.0.0.1:8080``, ``10.0.0.0/8``), added
-    #: to those of ``CORRAL_MCP_ALLOW``.
-    mcp_allow: list[str] = []
-    #: Paths the agent's ``bash``, ``write`` and ``edit`` never change, besides the
-    #: defaults (corral's installation, ``.corral``, git's hooks and configuration):
-    #: relative to ``cwd`` (or absolute, or ``~/...``), a trailing ``/`` for a
-    #: directory, e.g. ``[".envrc", ".vscode/"]``. None reads ``CORRAL_PROTECT``
-    #: (separated by ``:``).
-    protect: list[str] | None = None
-    #: Destinations the ``bash`` tool's commands may reach through corral's egress
-    #: proxy (entries as in ``permissions.network``), added to those of
-    #: ``CORRAL_BASH_NETWORK``; none by default.
-    bash_network: list[str] = []
 
 
 def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
@@ -216,19 +129,16 @@ class AgentHost:
         supervisor: SupervisorClient,
         options: AgentOptions,
         home: Path,
-        bash: BashTool | None,
-        dynamic: DynamicTools | None = None,
-        mcp: McpServers | None = None,
-        mcp_problems: list[str] | None = None,
+        tools: SessionTools,
     ) -> None:
         self.engine = engine
         self.supervisor = supervisor
         self.options = options
         self.home = home
-        self.bash = bash
-        self.dynamic = dynamic
-        self.mcp = mcp
-        self.mcp_problems = mcp_problems or []
+        self.bash = tools.bash
+        self.dynamic = tools.dynamic
+        self.mcp = tools.mcp
+        self.mcp_problems = tools.mcp_problems
 
     def __repr__(self) -> str:
         return f"<AgentHost {self.engine!r}>"
@@ -293,121 +203,6 @@ class AgentHost:
         info = await self.supervisor.enable(name)
         self.engine.extensions_changed()
         return info
-
-
-def _bash_network(options: AgentOptions) -> list[str]:
-    """The ``bash`` tool's destinations, checked (the user's own: local ones too).
-
-    Raises:
-        AgentError: an entry is malformed (the setting named).
-    """
-    env = [e for e in re.split(r"[,\s]+", os.environ.get("CORRAL_BASH_NETWORK", "")) if e]
-    entries = [*env, *options.bash_network]
-    try:
-        network, _ = check_network(entries, entries, "--bash-network / CORRAL_BASH_NETWORK")
-    except PermissionsError as exc:
-        raise AgentError(str(exc)) from None
-    return network if isinstance(network, list) else []
-
-
-def _builtin_tools(
-    options: AgentOptions,
-    workspace: Workspace,
-    sandbox: Sandbox | None,
-    extra: dict[str, Tool],
-    audit: AuditLog,
-    bash_network: list[str],
-) -> tuple[list[Tool], BashTool | None]:
-    wanted = _wanted(options)
-    required = options.sandbox == SandboxMode.REQUIRED
-    shell = functools.partial(
-        BashTool,
-        workspace,
-        require_sandbox=required,
-        network=bash_network,
-        report=audit.record_egress,
-    )
-    if _sandbox_at_start(wanted):
-        bash = shell(sandbox=sandbox)
-    else:  # chosen before the first command: a session that runs none never probes
-        bash = shell(choose_sandbox=functools.partial(_select_sandbox, options.sandbox))
-    made: dict[str, Tool] = {
-        "read": ReadTool(workspace),
-        "write": WriteTool(workspace),
-        "edit": EditTool(workspace),
-        "bash": bash,
-        **extra,
-    }
-    if any(name in wanted for name in WEB_TOOLS):
-        web = options.web if options.web is not None else WebConfig.from_env()
-        made.update(web_tools(web, sandbox=sandbox, require_sandbox=required))
-    return [made[name] for name in wanted], (bash if "bash" in wanted else None)
-
-
-def _wanted(options: AgentOptions) -> list[str]:
-    return select_tools(options.tools, BUILTIN_TOOLS, OPTIONAL_TOOLS, _GROUPS)
-
-
-def _protect(options: AgentOptions) -> list[str]:
-    if options.protect is not None:
-        return list(options.protect)
-    return [p for p in os.environ.get("CORRAL_PROTECT", "").split(os.pathsep) if p.strip()]
-
-
-def _mcp_allowances(options: AgentOptions) -> list[str]:
-    env = [e for e in re.split(r"[,\s]+", os.environ.get("CORRAL_MCP_ALLOW", "")) if e]
-    return [*env, *options.mcp_allow]
-
-
-@asynccontextmanager
-async def _open_mcp(
-    options: AgentOptions, home: Path, cwd: str, supervisor: SupervisorClient, audit: AuditLog
-) -> AsyncIterator[tuple[McpServers | None, list[str]]]:
-    """The session's MCP servers, when ``+mcp`` is on or a config file declares some.
-
-    The MCP modules (and the SDK) are imported only then.
-    """
-    declared_files = options.mcp_servers and (
-        (home / "mcp.json").exists() or (Path(cwd) / ".corral" / "mcp.json").exists()
-    )
-    if not declared_files and not any(n in _wanted(options) for n in _MCP_TOOLS):
-        yield None, []
-        return
-    from ._tools.mcp import McpTrust, SupervisedLauncher, declared_servers, open_mcp
-    from ._tools.web import AddressPolicy, NetGuard, WebConfigError, parse_allowance
-
-    try:
-        policy = AddressPolicy(parse_allowance(a) for a in _mcp_allowances(options))
-    except ValueError as exc:
-        raise WebConfigError("CORRAL_MCP_ALLOW / --mcp-allow", str(exc)) from None
-    # Supervised children: the session's sandbox mode applies (``required`` refuses
-    # a server it cannot confine).
-    launcher = SupervisedLauncher(supervisor, home)
-    async with open_mcp(launcher, NetGuard(policy), audit=audit) as servers:
-        problems: list[str] = []
-        if declared_files:
-            decls, problems = await trio.to_thread.run_sync(
-                declared_servers, home, cwd, McpTrust(home)
-            )
-            problems += await servers.start_declared(decls)
-        for problem in problems:
-            log.warning("mcp_server_skipped", problem=problem)
-        yield servers, problems
-
-
-def _sandbox_at_start(wanted: list[str]) -> bool:
-    """Whether tools other than ``bash`` need the backend when they are made."""
-    return "new_tool" in wanted or any(name in wanted for name in WEB_TOOLS)
-
-
-def _select_sandbox(mode: str) -> Sandbox | None:
-    if mode == SandboxMode.OFF:
-        return None
-    try:
-        return select_sandbox(mode)
-    except SandboxUnavailable as exc:
-        log.warning("bash_unsandboxed", problem=str(exc))
-        return None
 
 
 def _default_model(provider: Provider, requested: str | None) -> str:
@@ -493,7 +288,7 @@ async def open_agent(
     """
     # Path checks and the script read are blocking file-system work.
     cwd, home, made = await trio.to_thread.run_sync(_prepare, options, provider is None)
-    bash_network = _bash_network(options)  # a mistake is reported before anything starts
+    network = bash_network(options)  # a mistake is reported before anything starts
     provider = provider or made
     assert provider is not None
     try:
@@ -502,67 +297,33 @@ async def open_agent(
         model = _default_model(provider, options.model)
         transcript = await _open_transcript(options, home, cwd, provider.name, model)
         try:
-            sandbox = None
-            if _sandbox_at_start(_wanted(options)):
-                sandbox = await trio.to_thread.run_sync(_select_sandbox, options.sandbox)
+            session = transcript.store.name if transcript.store is not None else ""
+            audit = AuditLog(audit_path(home), session=session, cwd=cwd)
+            setup = await ToolSetup.prepare(
+                options, home=home, cwd=cwd, audit=audit, bash_network=network
+            )
             config = SupervisorConfig(
                 home=str(home),
                 sandbox=SandboxMode(options.sandbox),
                 late_after=options.late_after,
                 reserved_tools=BUILTIN_TOOLS + OPTIONAL_TOOLS,
             )
-            host_info = HostInfo(provider=provider.name, model=model, cwd=cwd)
-            session = transcript.store.name if transcript.store is not None else ""
-            audit = AuditLog(audit_path(home), session=session, cwd=cwd)
-            wanted = _wanted(options)
-            dynamic: DynamicTools | None = None
-            extra: dict[str, Tool] = {}
-            if "new_tool" in wanted:
-                dynamic = dynamic_tools(
-                    home,
-                    sandbox=sandbox,
-                    catalog=options.dynamic_catalog,
-                    audit=audit,
-                    reserved=[*BUILTIN_TOOLS, *OPTIONAL_TOOLS],
-                    require_sandbox=options.sandbox == SandboxMode.REQUIRED,
-                )
-                await dynamic.sync()
-                from ._tools.dynamic import NewTool
-
-                extra["new_tool"] = NewTool(dynamic)
             async with (
                 open_supervisor(
                     config,
                     ext_paths=list(options.ext_paths),
                     project_dir=cwd,
                     discover=options.discover,
-                    host=host_info,
+                    host=HostInfo(provider=provider.name, model=model, cwd=cwd),
                     egress_report=audit.record_egress,
                 ) as client,
-                _open_mcp(options, home, cwd, client, audit) as (mcp, mcp_problems),
+                setup.open(client) as tools,
             ):
-                if mcp is not None:
-                    from ._tools.mcp import mcp_tools
-
-                    extra.update(mcp_tools(mcp))
-                protect = _protect(options)
-                workspace = await trio.to_thread.run_sync(
-                    functools.partial(Workspace, cwd, corral_home=str(home), protect=protect)
-                )
-                builtins, bash = _builtin_tools(
-                    options, workspace, sandbox, extra, audit, bash_network
-                )
-                sets: list[ToolSet] = [s for s in (dynamic, mcp) if s is not None]
-                registry = ToolRegistry(builtins, client, sets)
-                for tool_set in (dynamic, mcp):
-                    if tool_set is not None:
-                        tool_set.lookup = registry.kinds
-                registry.sync()
                 loop = AgentLoop(
                     provider=provider,
                     model=model,
                     cwd=cwd,
-                    registry=registry,
+                    registry=tools.registry,
                     hooks=client,
                     transcript=transcript,
                     max_steps=options.max_steps,
@@ -572,26 +333,28 @@ async def open_agent(
                     max_tokens=options.provider_settings.max_tokens,
                     audit=audit,
                 )
-                infos = await client.list_extensions()
-                # A late extension may still subscribe: do not stream text unchecked.
-                if not any(i.pid is not None or i.state == ExtensionState.STARTING for i in infos):
-                    loop.assume_no_interceptors()
-                try:
-                    await client.emit(EmitEvent(event="session_start"))
-                except SupervisorError as exc:
-                    log.warning("session_start_not_sent", error=str(exc))
+                await _start_session(client, loop)
                 yield AgentHost(
                     engine=loop,
                     supervisor=client,
                     options=options,
                     home=home,
-                    bash=bash,
-                    dynamic=dynamic,
-                    mcp=mcp,
-                    mcp_problems=mcp_problems,
+                    tools=tools,
                 )
         finally:
             await transcript.aclose()
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await provider.aclose()
+
+
+async def _start_session(client: SupervisorClient, loop: AgentLoop) -> None:
+    """Tell the loop whether anything may intercept, and extensions that a session began."""
+    infos = await client.list_extensions()
+    # A late extension may still subscribe: do not stream text unchecked.
+    if not any(i.pid is not None or i.state == ExtensionState.STARTING for i in infos):
+        loop.assume_no_interceptors()
+    try:
+        await client.emit(EmitEvent(event="session_start"))
+    except SupervisorError as exc:
+        log.warning("session_start_not_sent", error=str(exc))

@@ -6,7 +6,8 @@ MCP servers) changes its generation: :meth:`ToolRegistry.sync` compares snapshot
 and rebuilds only on a difference, so the loop can call it before every model call
 at no real cost. Name clashes are won by built-ins, then extension tools, then the
 tool sets in the order given (dynamic before MCP); a stale or hostile entry never
-shadows a real tool. Every clash is logged. Each tool has a :class:`ToolKind`.
+shadows a real tool. Every clash is logged. What a tool is, and its kind, is the
+contract in :mod:`agent._tools.base`, below both the tools and this registry.
 
 Extension tools (and a tool host's, which the supervisor runs the same way) run
 through :meth:`SupervisorClient.call_tool`; their failures (the extension died,
@@ -21,9 +22,8 @@ display form, a call preview) are passed along.
 from __future__ import annotations
 
 import collections
-import enum
 import typing
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -34,104 +34,19 @@ from supervisor import ChildKind, ImageBlock, SupervisorError, ToolInfo, ToolOut
 
 from ._messages import ImageContent, NativeContent, TextContent, image_problem
 from ._providers.base import ToolSpec
+from ._tools.base import (
+    Progress,
+    Tool,
+    ToolKind,
+    ToolRunResult,
+    ToolSet,
+    error_result,
+    source_of,
+)
 
-__all__ = [
-    "ExtensionTool",
-    "PartRelay",
-    "Progress",
-    "Tool",
-    "ToolCaller",
-    "ToolKind",
-    "ToolRegistry",
-    "ToolRunResult",
-    "ToolSet",
-    "error_result",
-    "text_result",
-]
+__all__ = ["ExtensionTool", "PartRelay", "ToolCaller", "ToolRegistry"]
 
 log = get_logger(__name__)
-
-
-class Progress(Protocol):
-    """How a running tool reports progress: a line, and a tool host's ``part`` payload."""
-
-    def __call__(self, text: str, part: Any = msgspec.UNSET, /) -> Awaitable[None]: ...
-
-
-class ToolRunResult(msgspec.Struct, frozen=True, kw_only=True):
-    """What a tool returned; a tool host may add ``native`` (the result in a provider's
-    own shape) and ``display`` (its rendering for people)."""
-
-    content: list[TextContent | ImageContent]
-    is_error: bool = False
-    native: NativeContent | None = None
-    display: Any = None
-
-
-def text_result(text: str) -> ToolRunResult:
-    """A successful text result."""
-    return ToolRunResult(content=[TextContent(text=text)])
-
-
-def error_result(text: str) -> ToolRunResult:
-    """An error result carrying ``text``."""
-    return ToolRunResult(content=[TextContent(text=text)], is_error=True)
-
-
-class ToolKind(enum.Enum):
-    """Where a tool comes from; names the set a UI lists or clears at once."""
-
-    #: corral's own (``read``, ``bash``, ``new_tool`` ...).
-    BUILTIN = "builtin"
-    #: Registered by an extension (its source is the extension's name).
-    EXTENSION = "extension"
-    #: Offered by a tool host (its source is the host's name).
-    TOOL_HOST = "tool-host"
-    #: Written by the agent with ``new_tool`` (source ``dynamic``).
-    DYNAMIC = "dynamic"
-    #: Discovered on an MCP server (source ``mcp:<server>``).
-    MCP = "mcp"
-
-
-class Tool(Protocol):
-    """A tool the model can call."""
-
-    @property
-    def spec(self) -> ToolSpec:
-        """Name, description and argument schema, as the model sees them."""
-        ...
-
-    @property
-    def source(self) -> str:
-        """``"builtin"``, or the name of the extension that runs the tool."""
-        ...
-
-    async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
-        """Run the tool.
-
-        Failures are returned as error results; only ``Cancelled`` propagates.
-
-        Cancellation: the tool stops; what it started is stopped and reaped.
-        """
-        ...
-
-
-class ToolSet(Protocol):
-    """Tools that come and go outside the supervisor (dynamic tools, MCP servers)."""
-
-    @property
-    def kind(self) -> ToolKind:
-        """The kind of every tool of the set."""
-        ...
-
-    @property
-    def generation(self) -> int:
-        """Changes whenever :meth:`tools` would return something else."""
-        ...
-
-    def tools(self) -> Sequence[Tool]:
-        """The set's tools now, in order."""
-        ...
 
 
 class ToolCaller(Protocol):
@@ -267,6 +182,7 @@ class ExtensionTool:
         self._info = info
         self._caller = caller
         self._spec = ToolSpec(name=info.name, description=info.description, schema=info.schema)
+        self._kind = ToolKind.TOOL_HOST if info.kind is ChildKind.TOOL_HOST else ToolKind.EXTENSION
 
     def __repr__(self) -> str:
         return f"<ExtensionTool {self._info.name!r} extension={self._info.extension!r}>"
@@ -277,8 +193,13 @@ class ExtensionTool:
         return self._spec
 
     @property
-    def source(self) -> str:
-        """The extension's name."""
+    def kind(self) -> ToolKind:
+        """``TOOL_HOST`` for a tool host's tool, else ``EXTENSION``."""
+        return self._kind
+
+    @property
+    def owner(self) -> str:
+        """The extension's (or tool host's) name."""
         return self._info.extension
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
@@ -289,7 +210,7 @@ class ExtensionTool:
 
         Cancellation: the call is abandoned; a late result is dropped by the supervisor.
         """
-        if self._info.kind is ChildKind.TOOL_HOST:
+        if self._kind is ToolKind.TOOL_HOST:
             answer = await self._streamed(call_id, args, progress)
         else:
             try:
@@ -345,7 +266,6 @@ class ToolRegistry:
         self._caller = caller
         self._sets = list(sets)
         self._tools: dict[str, Tool] = {t.spec.name: t for t in self._builtins}
-        self._kinds = dict.fromkeys(self._tools, ToolKind.BUILTIN)
         self._ext_snapshot: list[ToolInfo] = []
         self._generations = [-1] * len(self._sets)
         self._specs = [t.spec for t in self._tools.values()]
@@ -368,30 +288,26 @@ class ToolRegistry:
         if ext_tools == self._ext_snapshot and generations == self._generations:
             return False
         tools: dict[str, Tool] = {t.spec.name: t for t in self._builtins}
-        kinds = dict.fromkeys(tools, ToolKind.BUILTIN)
 
-        def add(tool: Tool, kind: ToolKind) -> None:
+        def add(tool: Tool) -> None:
             name = tool.spec.name
             if name in tools:
                 log.warning(
-                    "tool_name_clash", tool=name, source=tool.source, kept=tools[name].source
+                    "tool_name_clash",
+                    tool=name,
+                    source=source_of(tool.kind, tool.owner),
+                    kept=source_of(tools[name].kind, tools[name].owner),
                 )
                 return
             tools[name] = tool
-            kinds[name] = kind
 
-        for info in ext_tools:
-            if self._caller is not None:
-                host = info.kind is ChildKind.TOOL_HOST
-                add(
-                    ExtensionTool(info, self._caller),
-                    ToolKind.TOOL_HOST if host else ToolKind.EXTENSION,
-                )
+        if self._caller is not None:
+            for info in ext_tools:
+                add(ExtensionTool(info, self._caller))
         for tool_set in self._sets:
             for tool in tool_set.tools():
-                add(tool, tool_set.kind)
+                add(tool)
         self._tools = tools
-        self._kinds = kinds
         self._specs = [t.spec for t in tools.values()]
         self._ext_snapshot = list(ext_tools)
         self._generations = generations
@@ -416,12 +332,13 @@ class ToolRegistry:
         return list(self._specs)
 
     def sources(self) -> dict[str, str]:
-        """Tool name to ``"builtin"``, extension name, ``"dynamic"`` or ``"mcp:<server>"``."""
-        return {name: tool.source for name, tool in self._tools.items()}
+        """Tool name to ``"builtin"``, extension name, ``"dynamic"`` or ``"mcp:<server>"``
+        (see :func:`~agent._tools.base.source_of`)."""
+        return {name: source_of(tool.kind, tool.owner) for name, tool in self._tools.items()}
 
     def kinds(self) -> dict[str, ToolKind]:
-        """Tool name to its :class:`ToolKind`."""
-        return dict(self._kinds)
+        """Tool name to its :class:`~agent._tools.base.ToolKind`."""
+        return {name: tool.kind for name, tool in self._tools.items()}
 
     def names(self) -> list[str]:
         """Tool names, in order."""

@@ -36,8 +36,9 @@ from supervisor import CommandOutcome, ExtensionInfo, ReloadStats
 
 from ._events import AgentEvent, Done, Emit, ErrorEvent, TurnEnd, UsageTotals
 from ._exceptions import AgentBusy, AgentError, RuntimeClosed
-from ._host import AgentHost, AgentOptions, open_agent
+from ._host import AgentHost, open_agent
 from ._messages import ImageContent, Message
+from ._options import AgentOptions
 from ._providers.base import ModelInfo, Provider, ToolSpec
 
 __all__ = [
@@ -86,7 +87,14 @@ class RuntimeState(msgspec.Struct, frozen=True, kw_only=True):
 
 @typing.final
 class Job:
-    """One accepted prompt or compaction.
+    """One accepted prompt or compaction; it keeps its own state and says its own ``done``.
+
+    The runtime's job task runs it (:meth:`run`), or, when the runtime closes first,
+    ends it (:meth:`abandon`); either way :meth:`finish` takes it out of the queue.
+    Transitions (all here)::
+
+        QUEUED -> RUNNING -> ENDING -> FINISHED        (run, finish)
+        QUEUED | RUNNING | ENDING -> FINISHED          (the runtime closed: abandon, finish)
 
     Attributes:
         seq: acceptance number, from 1; the queue order.
@@ -103,7 +111,9 @@ class Job:
         self._body = body
         self._emit = emit
         self._state = JobState.QUEUED
+        #: Set while the body runs: what :meth:`abort` cancels.
         self._scope: trio.CancelScope | None = None
+        #: :meth:`abort` came before the body started: it never starts.
         self._abort_requested = False
         self._done_sent = False
         self._finished = trio.Event()
@@ -135,6 +145,59 @@ class Job:
         Cancellation: only the wait is abandoned; the job goes on.
         """
         await self._finished.wait()
+
+    async def run(self) -> None:
+        """Do the job's work in a scope :meth:`abort` cancels, then send its ending and
+        ``done``; the job task calls this for the head of the queue.
+
+        Cancellation: the job's own scope catches an abort; a cancellation from
+        outside (the runtime closing) propagates, and :meth:`abandon` ends the job.
+        """
+        self._state = JobState.RUNNING  # QUEUED -> RUNNING
+        started = False
+        with trio.CancelScope() as scope:
+            self._scope = scope
+            if not self._abort_requested:
+                started = True
+                try:
+                    await self._body(self._emit)
+                except AgentError as exc:
+                    await self._emit(ErrorEvent(message=str(exc)))
+                except Exception as exc:  # a bug in one job must not end the session
+                    log.exception("runtime_job_failed", job=self.seq, kind=self.kind)
+                    await self._emit(ErrorEvent(message=f"internal error: {exc!r}"))
+        self._scope = None
+        self._state = JobState.ENDING  # RUNNING -> ENDING
+        if scope.cancelled_caught or not started:
+            self.aborted = True
+            log.info("runtime_job_aborted", job=self.seq, kind=self.kind, started=started)
+            if self.kind == "compact":
+                await self._emit(ErrorEvent(message="compaction aborted; transcript unchanged"))
+            elif not started:
+                # A prompt cancelled while running got this from the loop already.
+                await self._emit(TurnEnd(stop="aborted"))
+        await self._emit(Done())
+        self._done_sent = True
+
+    async def abandon(self) -> None:
+        """The runtime is closing before this job ended: say why, then ``done``.
+
+        Cancellation: what was not sent is not sent (the caller bounds this).
+        """
+        try:
+            if self._state is JobState.QUEUED:
+                await self._emit(ErrorEvent(message="the runtime closed before this job ran"))
+            elif self._state is JobState.RUNNING and self.kind == "compact":
+                await self._emit(ErrorEvent(message="compaction aborted; transcript unchanged"))
+            if not self._done_sent:
+                await self._emit(Done())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # nobody is listening any more
+
+    def finish(self) -> None:
+        """Out of the queue: its waiters go on."""
+        self._state = JobState.FINISHED  # ENDING -> FINISHED (or QUEUED/RUNNING on close)
+        self._finished.set()
 
 
 @typing.final
@@ -225,8 +288,10 @@ class Runtime:
     def __init__(self, host: AgentHost) -> None:
         self._host = host
         self._engine = host.engine
-        self._pending: deque[Job] = deque()
-        self._jobs_in, self._jobs_out = trio.open_memory_channel[Job](math.inf)
+        #: Every job accepted and not finished, in order; the head is the running job.
+        self._queue: deque[Job] = deque()
+        #: Set when a job joins an empty queue (the job task waits on it).
+        self._arrived = trio.Event()
         self._subscribers: list[trio.MemorySendChannel[AgentEvent]] = []
         self._seq = 0
         self._closed = False
@@ -235,7 +300,7 @@ class Runtime:
     def __repr__(self) -> str:
         return (
             f"<Runtime {self._engine.provider_name}/{self._engine.model} "
-            f"pending={len(self._pending)} closed={self._closed}>"
+            f"pending={len(self._queue)} closed={self._closed}>"
         )
 
     @property
@@ -250,8 +315,8 @@ class Runtime:
             raise RuntimeClosed("the runtime is closed; open a new one")
         self._seq += 1
         job = Job(self._seq, kind, body, emit)
-        self._pending.append(job)
-        self._jobs_in.send_nowait(job)  # unbounded: never blocks
+        self._queue.append(job)
+        self._arrived.set()
         return job
 
     def start_prompt(self, text: str, images: Iterable[ImageContent], emit: Emit) -> Job:
@@ -306,64 +371,15 @@ class Runtime:
         Returns:
             True when there was a job to cancel.
         """
-        return bool(self._pending) and self._pending[0].abort()
+        return bool(self._queue) and self._queue[0].abort()
 
     async def join(self) -> None:
         """Wait until every job accepted so far has finished.
 
         Cancellation: only the wait is abandoned; the jobs go on.
         """
-        while self._pending:
-            await self._pending[-1].wait()
-
-    async def _run(self, job: Job) -> None:
-        job._state = JobState.RUNNING  # QUEUED -> RUNNING
-        started = False
-        with trio.CancelScope() as scope:
-            job._scope = scope
-            if not job._abort_requested:
-                started = True
-                try:
-                    await job._body(job._emit)
-                except AgentError as exc:
-                    await job._emit(ErrorEvent(message=str(exc)))
-                except Exception as exc:  # a bug in one job must not end the session
-                    log.exception("runtime_job_failed", job=job.seq, kind=job.kind)
-                    await job._emit(ErrorEvent(message=f"internal error: {exc!r}"))
-        job._scope = None
-        job._state = JobState.ENDING  # RUNNING -> ENDING
-        if scope.cancelled_caught or not started:
-            job.aborted = True
-            log.info("runtime_job_aborted", job=job.seq, kind=job.kind, started=started)
-            if job.kind == "compact":
-                await job._emit(ErrorEvent(message="compaction aborted; transcript unchanged"))
-            elif not started:
-                # A prompt cancelled while running got this from the loop already.
-                await job._emit(TurnEnd(stop="aborted"))
-        await job._emit(Done())
-        job._done_sent = True
-        self._retire(job)
-
-    def _retire(self, job: Job) -> None:
-        job._state = JobState.FINISHED  # ENDING -> FINISHED (or QUEUED/RUNNING on close)
-        if self._pending and self._pending[0] is job:
-            self._pending.popleft()
-        job._finished.set()
-
-    async def _abandon(self) -> None:
-        # The runtime is closing: every job still pending gets its ending here.
-        while self._pending:
-            job = self._pending[0]
-            try:
-                if job._state is JobState.QUEUED:
-                    await job._emit(ErrorEvent(message="the runtime closed before this job ran"))
-                elif job._state is JobState.RUNNING and job.kind == "compact":
-                    await job._emit(ErrorEvent(message="compaction aborted; transcript unchanged"))
-                if not job._done_sent:
-                    await job._emit(Done())
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass  # nobody is listening any more
-            self._retire(job)
+        while self._queue:
+            await self._queue[-1].wait()
 
     async def _run_jobs(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -376,20 +392,27 @@ class Runtime:
         """
         task_status.started()
         try:
-            async for job in self._jobs_out:
-                await self._run(job)
+            while True:
+                while not self._queue:
+                    self._arrived = trio.Event()
+                    await self._arrived.wait()
+                job = self._queue[0]
+                await job.run()
+                self._queue.popleft().finish()
         finally:
             self._closed = True
             with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_GRACE):
-                await self._abandon()
-            while self._pending:  # out of time: their waiters must not hang
-                self._retire(self._pending[0])
+                while self._queue:
+                    await self._queue[0].abandon()
+                    self._queue.popleft().finish()
+            while self._queue:  # out of time: their waiters must not hang
+                self._queue.popleft().finish()
 
     # --- session ------------------------------------------------------------------
 
     def state(self) -> RuntimeState:
         """A snapshot: provider, model, cwd, message count, busy, queue length, usage."""
-        active = [job for job in self._pending if job.state is not JobState.ENDING]
+        active = [job for job in self._queue if job.state is not JobState.ENDING]
         return RuntimeState(
             provider=self._engine.provider_name,
             model=self._engine.model,

@@ -45,6 +45,7 @@ from pathlib import Path
 import msgspec
 
 from sandbox._log import get_logger
+from supervisor.lowlevel import StateFile
 
 from ._exceptions import SessionError
 from ._exchanges import repair_tool_calls
@@ -164,33 +165,24 @@ def _read_pid(fd: int) -> int:
     return 0
 
 
-def _lock(path: Path, name: str, *, shared: bool = False) -> int:
-    """Take the lock file's ``flock``; returns its descriptor.
+def _lock(file: StateFile, name: str) -> int:
+    """Take the session's lock without waiting; returns its descriptor.
 
     Raises:
         SessionLocked: another process holds it.
-        OSError: the lock file cannot be opened.
+        OSError: the lock file cannot be opened, or keeps being replaced.
     """
-    for _ in range(5):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _read_pid(fd)
-            os.close(fd)
-            raise SessionLocked(name, pid) from None
-        except BaseException:
-            os.close(fd)
-            raise
-        # `sessions rm` unlinks lock files: a lock on an unlinked inode guards nothing.
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return fd
-        os.close(fd)
-    raise SessionError(f"{path}: the lock file keeps being replaced")
+    try:
+        return file.hold()  # `sessions rm` unlinks lock files: it locks what the path names
+    except BlockingIOError:
+        pid = 0
+        with contextlib.suppress(OSError):
+            fd = os.open(file.lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                pid = _read_pid(fd)
+            finally:
+                os.close(fd)
+        raise SessionLocked(name, pid) from None
 
 
 @typing.final
@@ -207,6 +199,7 @@ class SessionStore:
         self.header = header
         self.lock_path = path.with_name(path.name + ".lock")
         self.torn_path = path.with_name(path.name + ".torn")
+        self._file = StateFile(path, lock=self.lock_path)
         #: Set by :meth:`open` when it repaired the file (a torn last line, a tool call
         #: without its result): what it did.
         self.repaired: str | None = None
@@ -247,7 +240,7 @@ class SessionStore:
             return self.load()
         try:
             _private_dir(self.path.parent)
-            self._lock_fd = _lock(self.lock_path, self.name)
+            self._lock_fd = _lock(self._file, self.name)
             os.ftruncate(self._lock_fd, 0)
             os.pwrite(self._lock_fd, f"{os.getpid()}\n".encode(), 0)
             self._fd = os.open(
@@ -440,27 +433,14 @@ class SessionStore:
             SessionError: the write failed (the old file is left as it was).
         """
         self._ensure_open()
-        tmp = self.path.with_name(self.path.name + ".tmp")
         header = self.header
         if not header.created:
             header = self.header = msgspec.structs.replace(header, created=now_iso())
+        lines = [_encoder.encode(header) + b"\n"]
+        lines += [_encoder.encode(_MessageLine(message=m)) + b"\n" for m in messages]
         try:
-            tmp.unlink(missing_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with open(fd, "wb") as fh:
-                fh.write(_encoder.encode(header) + b"\n")
-                for message in messages:
-                    fh.write(_encoder.encode(_MessageLine(message=message)) + b"\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            new_fd = os.open(self.path.parent, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                tmp.replace(self.path)
-                os.fsync(new_fd)
-            finally:
-                os.close(new_fd)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            self._file.replace(b"".join(lines))  # under the lock, held since open()
+        except OSError as exc:  # a refusal's strerror is its reason
             raise SessionError(f"{self.path}: cannot write session: {exc.strerror}") from exc
         old, self._fd = self._fd, -1
         os.close(old)
@@ -549,7 +529,7 @@ def remove_session(home: Path, name: str) -> list[Path]:
     if not path.exists():
         raise SessionError(f"no session named {name} (in {sessions_dir(home)})")
     store = SessionStore(path, SessionHeader(name=name))
-    fd = _lock(store.lock_path, name)
+    fd = _lock(store._file, name)
     removed: list[Path] = []
     try:
         for victim in (path, store.torn_path, store.lock_path):

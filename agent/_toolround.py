@@ -33,7 +33,8 @@ from ._exchanges import ABORTED_BEFORE_RUN, ABORTED_WHILE_RUNNING, aborted_resul
 from ._hooks import Hooks, blocked_text, call_event, intervention_records
 from ._messages import Message, ToolResultContent, now_iso
 from ._providers.base import ProviderToolCall
-from ._registry import ToolRegistry, ToolRunResult, error_result
+from ._registry import ToolRegistry
+from ._tools.base import ToolKind, ToolRunResult, error_result
 
 __all__ = ["ToolRound", "each"]
 
@@ -172,7 +173,7 @@ class ToolRound:
         """Consult the ``tool_call`` chain and audit what it did."""
         tool = self._registry.get(call.name)
         # An unknown tool counts as built-in: a caller that cannot tell is strict.
-        builtin = tool is None or tool.source == "builtin"
+        builtin = tool is None or tool.kind is ToolKind.BUILTIN
         outcome = await consult(
             self._hooks.intercept_tool_call(call.id, call.name, call.args, builtin=builtin)
         )

@@ -9,7 +9,8 @@ Extensions named with ``--ext`` are trusted for that run: the user named them.
 
 The pins live in ``$CORRAL_HOME/state/trust.json``: a JSON object written atomically
 (temporary file, ``fsync``, rename) with mode 0600 in a 0700 directory, under an
-exclusive ``flock`` on ``trust.lock`` beside it for every read-modify-write. A store
+exclusive ``flock`` on ``trust.lock`` beside it for every read-modify-write (a
+:class:`~supervisor._statefile.StateFile`). A store
 that is not a regular file owned by the user, or that others may write, is refused:
 whoever can write it could trust anything.
 """
@@ -19,10 +20,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import enum
-import fcntl
 import os
 import shlex
-import stat
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from ._config import data_dir, log_file, quarantine_file
 from ._digest import DigestLimits, TreeDigest, digest_tree
 from ._exceptions import DirectoryUnhashable, TrustError, TrustStoreError
 from ._manifest import ExtensionSpec
+from ._statefile import StateFile, StateFileRefused
 
 __all__ = [
     "TrustPin",
@@ -245,6 +245,8 @@ class TrustStore:
     def __init__(self, home: str | os.PathLike[str], limits: DigestLimits | None = None) -> None:
         self.dir = Path(home) / "state"
         self.path = self.dir / "trust.json"
+        # ``trust.lock``, not ``trust.json.lock``: the lock every corral has taken.
+        self._file = StateFile(self.path, lock=self.dir / "trust.lock", limit=_STORE_MAX)
         self.limits = limits or DigestLimits()
 
     def __repr__(self) -> str:
@@ -260,27 +262,13 @@ class TrustStore:
         """
         where = str(self.path)
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return {}
+            raw = self._file.read()
+        except StateFileRefused as exc:
+            raise TrustStoreError(where, exc.reason) from exc
         except OSError as exc:
             raise TrustStoreError(where, f"cannot open: {exc.strerror}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise TrustStoreError(where, "is not a regular file")
-            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-                raise TrustStoreError(
-                    where,
-                    f"others may write it (owner uid {st.st_uid}, mode "
-                    f"{stat.S_IMODE(st.st_mode):o}); make it yours with mode 600",
-                )
-            if st.st_size > _STORE_MAX:
-                raise TrustStoreError(where, f"is larger than {_STORE_MAX >> 20} MiB")
-            with os.fdopen(os.dup(fd), "rb") as fh:
-                raw = fh.read(_STORE_MAX + 1)
-        finally:
-            os.close(fd)
+        if raw is None:
+            return {}
         try:
             return _decoder.decode(raw).pins
         except msgspec.DecodeError as exc:
@@ -292,35 +280,18 @@ class TrustStore:
     def _locked(self) -> Iterator[None]:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o700)
-        try:
-            fd = os.open(self.dir / "trust.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise TrustStoreError(str(self.path), f"cannot lock: {exc.strerror}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self._file.locked())
+            except OSError as exc:
+                raise TrustStoreError(str(self.path), f"cannot lock: {exc.strerror}") from exc
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _write(self, pins: dict[str, TrustPin]) -> None:
         data = msgspec.json.format(msgspec.json.encode(_StoreFile(pins=pins)), indent=2)
-        tmp = self.dir / f".trust.json.{os.getpid()}"
         try:
-            tmp.unlink(missing_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, data + b"\n")
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            dir_fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
+            self._file.replace(data + b"\n")
+        except OSError as exc:  # a refusal's strerror is its reason
             raise TrustStoreError(str(self.path), f"cannot write: {exc.strerror}") from exc
 
     # --- checking and pinning -------------------------------------------------------

@@ -16,7 +16,9 @@ the supervisor instead of writing it again, as ``trio.lowlevel`` does for trio:
 * **relays**: :class:`Relay` and :func:`mcp_server_spec`, a stdio MCP server
   supervised like an extension and relayed to its client;
 * **places**: :data:`SDK_DIR` (corral's SDK and tool-host runners),
-  :func:`choice_file` and :func:`ui_file` (per-identity state files).
+  :func:`choice_file` and :func:`ui_file` (per-identity state files);
+* **state files**: :class:`StateFile`, a locked, atomically replaced file of
+  corral's own (trust stores, catalogs, sessions), refusing a link at its path.
 
 Everything here is public and typed like the main facade; it changes when the
 agent's needs change, so an embedder should prefer :mod:`supervisor`.
@@ -34,6 +36,7 @@ from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
 from ._restart import describe_exit
 from ._spawn import SDK_DIR
+from ._statefile import StateFile, StateFileRefused
 
 __all__ = [
     "SDK_DIR",
@@ -45,6 +48,8 @@ __all__ = [
     "Oversize",
     "Relay",
     "RelayedProcess",
+    "StateFile",
+    "StateFileRefused",
     "StopLadder",
     "TreeDigest",
     "choice_file",

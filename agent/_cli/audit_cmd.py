@@ -31,6 +31,7 @@ from .._audit import (
     read_audit,
     select_records,
 )
+from .errors import CLIError
 from .helptext import epilog
 from .render import clip
 from .safe_text import visible
@@ -42,15 +43,11 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 _encoder = msgspec.json.Encoder()
 
 
-class AuditError(click.ClickException):
-    """A mistake in the ``audit`` options, or an unreadable log."""
-
-
 def parse_since(value: str, now: datetime) -> datetime:
     """``--since``: an age (``30m``, ``2h``, ``7d``) or an ISO date/time (local if naive).
 
     Raises:
-        AuditError: neither.
+        CLIError: neither.
     """
     age = _AGE.match(value.strip())
     if age:
@@ -58,7 +55,7 @@ def parse_since(value: str, now: datetime) -> datetime:
     try:
         when = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise AuditError(
+        raise CLIError(
             f"--since {value!r}: use an age like 30m, 2h or 7d, or a date like 2026-01-31 "
             "or 2026-01-31T09:00:00Z"
         ) from None
@@ -140,7 +137,7 @@ def audit_cmd(
     try:
         records, bad = read_audit(path)
     except OSError as exc:
-        raise AuditError(f"cannot read the audit log {path}: {exc.strerror}") from exc
+        raise CLIError(f"cannot read the audit log {path}: {exc.strerror}") from exc
     chosen = select_records(records, session=session, extension=extension, since=when, last=last)
     if bad:
         click.echo(f"warning: skipped {bad} unreadable line(s) in {path}", err=True)

@@ -35,7 +35,8 @@ from supervisor import CommandOutcome, ExtensionInfo, SupervisorError, corral_ho
 
 from .._events import Done, Emit
 from .._exceptions import AgentError
-from .._host import AgentHost, AgentOptions, open_agent
+from .._host import AgentHost, open_agent
+from .._options import AgentOptions
 from .._tools.dynamic import ToolDraft
 from .render import HumanRenderer, format_usage
 from .safe_text import visible

@@ -24,8 +24,9 @@ import psutil
 import trio
 
 from .._events import AgentEvent, AssistantMessage, ExtStatus, ToolResultEvent
-from .._host import AgentHost, AgentOptions, open_agent
+from .._host import AgentHost, open_agent
 from .._messages import TextContent, text_of
+from .._options import AgentOptions
 from .chat import ChatSession, format_extensions
 from .render import HumanRenderer, text_of_blocks
 from .screen import Terminal, make_console

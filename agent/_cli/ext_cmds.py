@@ -38,7 +38,8 @@ from supervisor import (
 )
 from supervisor.lowlevel import choice_file, ui_file
 
-from .ext_files import UserError, cell, ext_dirs, installed_dir
+from .errors import CLIError
+from .ext_files import cell, ext_dirs, installed_dir
 from .ext_install import ext_install, ext_remove
 from .helptext import epilog
 from .safe_text import StreamSanitizer
@@ -72,19 +73,19 @@ def _resolve(target: str) -> tuple[ExtensionSpec, Discovery]:
         known = ", ".join(s.name for s in found.specs) or "none"
         shadowed = [s.dir for s, _ in found.duplicates if s.name == target]
         hint = f"; the one in {shadowed[0]} is shadowed: name it by its path" if shadowed else ""
-        raise UserError(f"no extension named {target} here (known: {known}){hint}")
+        raise CLIError(f"no extension named {target} here (known: {known}){hint}")
     path = Path(target).expanduser()
     try:
         return load_manifest(path, _source_of(path), home=str(corral_home())), found
     except ManifestError as exc:
-        raise UserError(str(exc)) from None
+        raise CLIError(str(exc)) from None
 
 
 def _verify(store: TrustStore, spec: ExtensionSpec) -> TrustVerdict:
     try:
         return store.verify(spec)
     except TrustError as exc:
-        raise UserError(f"cannot check trust: {exc}") from None
+        raise CLIError(f"cannot check trust: {exc}") from None
 
 
 #: ``ext list`` cuts descriptions to this many characters (``--json`` has them whole).
@@ -251,7 +252,7 @@ def _choose(target: str, enabled: bool) -> ExtensionSpec:
     """Record the user's enable/disable choice under corral's home (never in the manifest)."""
     spec, _ = _resolve(target)
     if spec.source == "cli":
-        raise UserError(
+        raise CLIError(
             f"{spec.dir} is neither installed nor project-local; an extension named with "
             "--ext runs because you name it: leave it out instead"
         )
@@ -259,7 +260,7 @@ def _choose(target: str, enabled: bool) -> ExtensionSpec:
     try:
         manifest = load_manifest(spec.dir, spec.source).manifest.enabled  # without a choice
     except ManifestError as exc:
-        raise UserError(str(exc)) from None
+        raise CLIError(str(exc)) from None
     try:
         if manifest == enabled:
             path.unlink(missing_ok=True)
@@ -267,7 +268,7 @@ def _choose(target: str, enabled: bool) -> ExtensionSpec:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text("true\n" if enabled else "false\n")
     except OSError as exc:
-        raise UserError(f"cannot record the choice in {path}: {exc.strerror}") from None
+        raise CLIError(f"cannot record the choice in {path}: {exc.strerror}") from None
     return spec
 
 
@@ -325,7 +326,7 @@ def ext_trust(target: str, yes: bool) -> None:
     """Show what an extension is and may do, and pin it: it starts only while unchanged."""
     spec, found = _resolve(target)
     if spec.source == "cli":
-        raise UserError(
+        raise CLIError(
             f"{spec.dir} is neither installed nor project-local (.corral/extensions/NAME); "
             "an extension named with --ext needs no trust"
         )
@@ -337,16 +338,16 @@ def ext_trust(target: str, yes: bool) -> None:
         click.echo(f"{spec.name} is trusted as it is; nothing to do")
         return
     if verdict.tree is None:
-        raise UserError(verdict.problem)
+        raise CLIError(verdict.problem)
     if not yes:
         if not sys.stdin.isatty():
-            raise UserError("not asking without a terminal: add -y to trust it as shown above")
+            raise CLIError("not asking without a terminal: add -y to trust it as shown above")
         if not click.confirm(f"Trust {spec.name}?", default=False):
-            raise UserError(f"{spec.name} not trusted")
+            raise CLIError(f"{spec.name} not trusted")
     try:
         store.pin(spec, verdict.tree)
     except TrustError as exc:
-        raise UserError(f"not trusted: {exc}") from None
+        raise CLIError(f"not trusted: {exc}") from None
     click.echo(f"trusted {spec.name}")
 
 
@@ -364,7 +365,7 @@ def ext_untrust(target: str) -> None:
     try:
         found = TrustStore(corral_home()).unpin(spec.identity)
     except TrustError as exc:
-        raise UserError(str(exc)) from None
+        raise CLIError(str(exc)) from None
     if found:
         click.echo(f"untrusted {spec.name}: it will not start until trusted again")
     else:
@@ -405,7 +406,7 @@ def ext_logs(target: str, follow: bool) -> None:
     spec, _ = _resolve(target)
     path = log_file(corral_home(), spec.identity)
     if not path.exists():
-        raise UserError(f"no log for {spec.name} yet (looked for {path})")
+        raise CLIError(f"no log for {spec.name} yet (looked for {path})")
     # The file keeps the bytes as written; only what reaches the terminal is escaped.
     out = _LogPrinter(sys.stdout.buffer)
     with path.open("rb") as fh:

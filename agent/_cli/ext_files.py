@@ -11,18 +11,9 @@ import click
 
 from supervisor import MANIFEST_NAME, corral_home
 
-from .safe_text import visible_lines
 from .trust import visible
 
-__all__ = ["UserError", "cell", "ext_dirs", "installed_dir", "is_git_url"]
-
-
-class UserError(click.ClickException):
-    """A mistake the user can fix; shown as one line, exit status 1."""
-
-    def format_message(self) -> str:
-        # Messages quote manifests, paths, logs and git: every line made terminal-safe.
-        return "\n".join(visible_lines(self.message))
+__all__ = ["cell", "ext_dirs", "installed_dir", "is_git_url"]
 
 
 def ext_dirs(

@@ -32,7 +32,8 @@ from supervisor import (
 )
 from supervisor.lowlevel import choice_file
 
-from .ext_files import UserError, cell, installed_dir, is_git_url
+from .errors import CLIError
+from .ext_files import cell, installed_dir, is_git_url
 from .helptext import epilog
 from .trust import describe
 
@@ -52,7 +53,7 @@ _GIT_ENV = {
 def _clone(source: str, dest: Path, timeout: float) -> None:
     """Shallow-clone ``source`` into ``dest``; errors name ``source`` and quote git whole."""
     if shutil.which("git") is None:
-        raise UserError("installing from a git URL needs `git` on PATH")
+        raise CLIError("installing from a git URL needs `git` on PATH")
     try:
         proc = subprocess.run(
             ["git", "clone", "--quiet", "--depth", "1", "--", source, str(dest)],
@@ -65,14 +66,14 @@ def _clone(source: str, dest: Path, timeout: float) -> None:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise UserError(
+        raise CLIError(
             f"cannot clone {source}: git did not finish within {timeout:g} s "
             "(unreachable host? raise --timeout)"
         ) from None
     if proc.returncode != 0:
         said = proc.stderr.replace(str(dest), "<destination>").strip().splitlines()
         detail = "\n".join("  " + line for line in said) or "  (git said nothing)"
-        raise UserError(f"cannot clone {source} (git exit {proc.returncode}):\n{detail}")
+        raise CLIError(f"cannot clone {source} (git exit {proc.returncode}):\n{detail}")
 
 
 @click.command(
@@ -109,7 +110,7 @@ def ext_install(source: str, force: bool, timeout: float) -> None:
             if path.is_file() and path.name == MANIFEST_NAME:
                 path = path.parent
             if not path.is_dir():
-                raise UserError(f"{source}: no such directory")
+                raise CLIError(f"{source}: no such directory")
             shutil.copytree(
                 path, src, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__")
             )
@@ -119,11 +120,11 @@ def ext_install(source: str, force: bool, timeout: float) -> None:
             tree = store.digest(spec)  # the content does not depend on where it lies
         except (ManifestError, TrustError) as exc:
             # Name the user's source, not the staging directory it was copied to.
-            raise UserError(f"not installed: {str(exc).replace(str(src), source)}") from None
+            raise CLIError(f"not installed: {str(exc).replace(str(src), source)}") from None
         dest = target_root / spec.name
         if dest.exists():
             if not force:
-                raise UserError(
+                raise CLIError(
                     f"{spec.name} is already installed at {dest}; "
                     "use --force to replace it or `corral ext remove` first"
                 )
@@ -135,7 +136,7 @@ def ext_install(source: str, force: bool, timeout: float) -> None:
             pin = store.pin(spec, tree)
         except (ManifestError, TrustError) as exc:
             shutil.rmtree(dest, ignore_errors=True)
-            raise UserError(f"not installed: {exc}") from None
+            raise CLIError(f"not installed: {exc}") from None
         quarantine_file(home, spec.identity).unlink(missing_ok=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -163,7 +164,7 @@ def _forget(home: Path, identity: str, *, purge: bool) -> None:
     try:
         TrustStore(home).unpin(identity)
     except TrustError as exc:
-        raise UserError(f"removed, but its pin could not be dropped: {exc}") from None
+        raise CLIError(f"removed, but its pin could not be dropped: {exc}") from None
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -171,9 +172,9 @@ def _confirm(question: str, yes: bool) -> None:
     if yes:
         return
     if not sys.stdin.isatty():
-        raise UserError("not asking without a terminal: add -y to go ahead")
+        raise CLIError("not asking without a terminal: add -y to go ahead")
     if not click.confirm(question, default=False):
-        raise UserError("nothing removed")
+        raise CLIError("nothing removed")
 
 
 @click.command(
@@ -200,7 +201,7 @@ def ext_remove(name: str, yes: bool, purge: bool) -> None:
     dest = installed_dir() / name
     if "/" in name or name.startswith(".") or not dest.is_dir():
         known = ", ".join(_installed_names()) or "none"
-        raise UserError(f"{name} is not installed (installed: {known})")
+        raise CLIError(f"{name} is not installed (installed: {known})")
     try:
         identity = load_manifest(dest, "global", home=str(home)).identity
     except ManifestError:

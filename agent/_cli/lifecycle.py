@@ -23,7 +23,8 @@ import trio
 from supervisor import ExtensionSpec, ManifestError, corral_home, load_manifest, log_file
 
 from .._exceptions import ExtensionFailed
-from .._host import AgentHost, AgentOptions
+from .._host import AgentHost
+from .._options import AgentOptions
 
 __all__ = ["SignalCancel", "check_started", "requested_extensions"]
 

@@ -20,10 +20,12 @@ import trio
 
 from sandbox._log import get_logger
 
-from .._host import AgentOptions
+from .._options import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc
 from .._runtime import open_runtime
-from .agent_cmds import AgentCLIError, agent_options, refuse_untrusted, run_trio
+from .agent_cmds import refuse_untrusted, run_trio
+from .errors import CLIError
+from .flags import agent_options
 from .helptext import AGENT_ENV, epilog
 from .logs import configure_logging, logging_configured
 
@@ -50,10 +52,10 @@ def _take_token() -> str | None:
     found = {name: os.environ.pop(name, None) for name in (TOKEN_ENV, SEED_TOKEN_ENV)}
     for name, value in found.items():
         if value is not None and not value:
-            raise AgentCLIError(f"{name} is set but empty; give it a value or unset it")
+            raise CLIError(f"{name} is set but empty; give it a value or unset it")
     ours, seed = found[TOKEN_ENV], found[SEED_TOKEN_ENV]
     if ours is not None and seed is not None and ours != seed:
-        raise AgentCLIError(
+        raise CLIError(
             f"{TOKEN_ENV} and {SEED_TOKEN_ENV} are both set, to different tokens; "
             f"set only {TOKEN_ENV}"
         )

@@ -30,19 +30,13 @@ from .._sessions import (
     remove_session,
     sessions_dir,
 )
+from .errors import CLIError
 from .helptext import epilog
 from .safe_text import visible
 
 __all__ = ["sessions_group"]
 
 _encoder = msgspec.json.Encoder()
-
-
-class SessionCLIError(click.ClickException):
-    """A bad session name, a missing or unreadable session: one line, exit status 1."""
-
-    def format_message(self) -> str:
-        return visible(self.message)
 
 
 def _home() -> Path:
@@ -97,10 +91,10 @@ def _load(name: str) -> SessionStore:
     try:
         store = SessionStore.for_name(_home(), name, SessionHeader(name=name))
     except SessionError as exc:
-        raise SessionCLIError(str(exc)) from None
+        raise CLIError(str(exc)) from None
     if not store.path.exists():
         known = ", ".join(i.name for i in list_sessions(_home())) or "none"
-        raise SessionCLIError(f"no session named {name} (saved sessions: {known})")
+        raise CLIError(f"no session named {name} (saved sessions: {known})")
     return store
 
 
@@ -133,7 +127,7 @@ def sessions_show(name: str, as_json: bool) -> None:
     try:
         messages = [wire_message(m) for m in store.load()]
     except SessionError as exc:
-        raise SessionCLIError(str(exc)) from None
+        raise CLIError(str(exc)) from None
     if as_json:
         click.echo(_encoder.encode(store.header).decode())
         for message in messages:
@@ -163,5 +157,5 @@ def sessions_rm(names: tuple[str, ...]) -> None:
         try:
             remove_session(_home(), name)
         except SessionError as exc:
-            raise SessionCLIError(str(exc)) from None
+            raise CLIError(str(exc)) from None
         click.echo(visible(f"removed session {name}"))

@@ -24,7 +24,7 @@ import trio
 from supervisor import corral_home
 
 from .._audit import AuditLog, ToolAction, audit_path
-from .._host import AgentOptions
+from .._options import AgentOptions
 from .._tools.dynamic import (
     SOURCE,
     Catalog,
@@ -46,6 +46,7 @@ from .._tools.mcp.config import (
 )
 from .._tools.mcp.errors import McpConfigError
 from .._tools.mcp.trust import McpTrust, code_paths, entry_digest
+from .errors import CLIError
 from .helptext import COMMON_ENV, epilog
 from .render import HumanRenderer
 from .safe_text import visible
@@ -56,13 +57,6 @@ _ENV = (
     *COMMON_ENV,
     ("CORRAL_DYNAMIC_CATALOG", "another catalog file (*.json: the JSON store)"),
 )
-
-
-class ToolsCLIError(click.ClickException):
-    """A missing tool, an unreadable catalog or config: one line, exit status 1."""
-
-    def format_message(self) -> str:
-        return visible(self.message)
 
 
 def _home() -> Path:
@@ -89,13 +83,13 @@ def _entries() -> list[tuple[CatalogEntry | None, EntryRefused | None]]:
             else:
                 out.append((entry, None))
     except CatalogError as exc:
-        raise ToolsCLIError(str(exc)) from None
+        raise CLIError(str(exc)) from None
     return out
 
 
 def _need_dynamic(dynamic: bool) -> None:
     if not dynamic:
-        raise ToolsCLIError(
+        raise CLIError(
             "only dynamic tools are kept outside a session: add --dynamic (MCP servers: "
             "`corral tools mcp list`; extension tools: `corral ext list`)"
         )
@@ -172,7 +166,7 @@ def tools_show(name: str, dynamic: bool) -> None:
             continue
         if entry is None:
             assert refused is not None
-            raise ToolsCLIError(str(refused))
+            raise CLIError(str(refused))
         lines = [
             f"name         {entry.name}",
             f"created      {entry.created}",
@@ -188,7 +182,7 @@ def tools_show(name: str, dynamic: bool) -> None:
         for line in lines:
             click.echo(visible(line))
         return
-    raise ToolsCLIError(f"no dynamic tool named {name!r}; `corral tools list --dynamic` lists them")
+    raise CLIError(f"no dynamic tool named {name!r}; `corral tools list --dynamic` lists them")
 
 
 @tools_group.command(
@@ -210,14 +204,14 @@ def tools_rm(names: tuple[str, ...], dynamic: bool) -> None:
         try:
             found = catalog.remove(name)
         except CatalogError as exc:
-            raise ToolsCLIError(str(exc)) from None
+            raise CLIError(str(exc)) from None
         if found:
             _record(ToolAction.REMOVE_TOOL, name)
             click.echo(visible(f"removed {name}"))
         else:
             missing.append(name)
     if missing:
-        raise ToolsCLIError(f"no dynamic tool named {', '.join(missing)}")
+        raise CLIError(f"no dynamic tool named {', '.join(missing)}")
 
 
 @tools_group.command(
@@ -238,11 +232,11 @@ def tools_clear(dynamic: bool, yes: bool) -> None:
         click.echo("no dynamic tools")
         return
     if not yes and not click.confirm(f"remove {len(names)} dynamic tool(s)?", default=False):
-        raise ToolsCLIError("nothing removed")
+        raise CLIError("nothing removed")
     try:
         _catalog().clear()
     except CatalogError as exc:
-        raise ToolsCLIError(str(exc)) from None
+        raise CLIError(str(exc)) from None
     for name in names:
         _record(ToolAction.REMOVE_TOOL, name)
     click.echo(visible(f"removed {len(names)}: {', '.join(names)}"))
@@ -280,7 +274,7 @@ def _declared(project: str) -> list[ServerDecl]:
         try:
             decls, bad = load_config(path, origin)
         except McpConfigError as exc:
-            raise ToolsCLIError(str(exc)) from None
+            raise CLIError(str(exc)) from None
         for problem in bad:  # the rest is still listed and managed
             click.echo(visible(f"warning: {problem}"), err=True)
         found += decls
@@ -329,7 +323,7 @@ def _project_decl(name: str, cwd: str) -> ServerDecl:
     for decl in _declared(os.path.realpath(cwd)):
         if decl.name == name and decl.origin is Origin.PROJECT:
             return decl
-    raise ToolsCLIError(f"no project MCP server named {name!r} in {project_config_path(cwd)}")
+    raise CLIError(f"no project MCP server named {name!r} in {project_config_path(cwd)}")
 
 
 @mcp_group.command(
@@ -351,7 +345,7 @@ def mcp_trust(names: tuple[str, ...], cwd: str) -> None:
         try:
             trust.trust(decl)
         except McpConfigError as exc:
-            raise ToolsCLIError(str(exc)) from None
+            raise CLIError(str(exc)) from None
         click.echo(visible(f"trusted {name}"))
 
 
@@ -366,7 +360,7 @@ def mcp_untrust(name: str, cwd: str) -> None:
     try:
         found = McpTrust(_home()).untrust(_project_decl(name, cwd))
     except McpConfigError as exc:
-        raise ToolsCLIError(str(exc)) from None
+        raise CLIError(str(exc)) from None
     click.echo(visible(f"untrusted {name}" if found else f"{name} was not trusted"))
 
 

@@ -29,7 +29,7 @@ from supervisor import (
 )
 from supervisor.lowlevel import TreeDigest
 
-from .._host import AgentOptions
+from .._options import AgentOptions
 from .render import HumanRenderer
 from .safe_text import visible
 

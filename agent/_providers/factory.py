@@ -1,4 +1,4 @@
-"""The provider factory: :class:`AgentOptions` to a :class:`Provider`.
+"""The provider factory: a session's options to a :class:`Provider`.
 
 ``offline`` (the default) and ``scripted`` are built in. ``scripted``, ``openai``
 and ``anthropic`` live in their own modules and are imported only when asked for,
@@ -7,22 +7,37 @@ so offline use never pays for importing the HTTP stack (or the script reader).
 
 from __future__ import annotations
 
-import typing
+from typing import Protocol
 
 from .._exceptions import UnknownProvider
-from .base import Provider
+from .base import Provider, ProviderSettings
 from .offline import OfflineProvider
 
-if typing.TYPE_CHECKING:  # _host imports this module: the type only, for annotations
-    from .._host import AgentOptions
-
-__all__ = ["PROVIDERS", "make_provider"]
+__all__ = ["PROVIDERS", "ProviderChoice", "make_provider"]
 
 #: Valid ``--provider`` values.
 PROVIDERS = ("offline", "scripted", "openai", "anthropic")
 
 
-def make_provider(options: AgentOptions) -> Provider:
+class ProviderChoice(Protocol):
+    """What the factory reads of a session's options (:class:`~agent.AgentOptions`,
+    which stands above the providers: the seam keeps the factory from looking up)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def script(self) -> str | None: ...
+    @property
+    def base_url(self) -> str | None: ...
+    @property
+    def api_key(self) -> str | None: ...
+    @property
+    def provider_settings(self) -> ProviderSettings: ...
+
+
+def make_provider(options: ProviderChoice) -> Provider:
     """Build the provider ``options.provider`` names.
 
     Raises:

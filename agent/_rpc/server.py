@@ -38,8 +38,8 @@ from supervisor.lowlevel import LineReader, LineWriter, Oversize
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError
 from .._messages import ImageContent, wire_message
-from .._registry import ToolKind
 from .._runtime import Runtime
+from .._tools.base import ToolKind
 
 __all__ = [
     "COMMANDS",
@@ -282,10 +282,9 @@ class _Server:
     async def _emit(self, event: AgentEvent) -> None:
         if isinstance(event, ToolCallEvent):
             # Looked up when the call starts: a reload while it runs cannot change it.
-            source = self._rt.tool_sources().get(event.name)
-            kind = self._rt.host.engine.registry.kinds().get(event.name)
-            if source and kind in (ToolKind.EXTENSION, ToolKind.TOOL_HOST):
-                self._sources[event.id] = source
+            tool = self._rt.host.engine.registry.get(event.name)
+            if tool is not None and tool.kind in (ToolKind.EXTENSION, ToolKind.TOOL_HOST):
+                self._sources[event.id] = tool.owner
         elif isinstance(event, ToolResultEvent):
             source = self._sources.pop(event.id, None)
             if source is not None:

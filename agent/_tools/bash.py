@@ -67,7 +67,7 @@ from supervisor import EgressReport, NetGuard, toolkit
 from supervisor.lowlevel import Egress, describe_exit, open_child
 
 from .._exceptions import ToolError
-from .._registry import Progress
+from .base import Progress
 from .confine import Workspace
 from .typed import BuiltinTool
 
@@ -121,7 +121,7 @@ class BoundedOutput:
 
 @typing.final
 class ProgressLines:
-    """Output split into lines for :data:`~agent._registry.Progress`, rate-limited.
+    """Output split into lines for :data:`~agent._tools.base.Progress`, rate-limited.
 
     :meth:`feed` takes chunks as they come (never blocks); :meth:`run_pump` sends the
     waiting lines; :meth:`flush` sends what is left once the output ended.

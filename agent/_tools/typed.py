@@ -5,7 +5,7 @@ are a msgspec Struct. The builder gives it its schema (from the Struct: names,
 descriptions, defaults) and its repair-aware decoding (what small models get
 wrong is repaired and logged; anything else is an error naming the field); the
 function runs in the agent's trio loop (:meth:`toolkit.Tool.acall`) and reports
-progress through ``emit``, here the loop's :data:`~agent._registry.Progress`.
+progress through ``emit``, here the loop's :data:`~agent._tools.base.Progress`.
 
 Failures a tool means the model to see are :class:`~agent._exceptions.ToolError`
 (confinement refusals, missing files) or ``toolkit.ToolError``; both become error
@@ -22,7 +22,7 @@ from supervisor import toolkit
 from .._exceptions import ToolError
 from .._messages import ImageContent, TextContent
 from .._providers.base import ToolSpec
-from .._registry import Progress, ToolRunResult, error_result, text_result
+from .base import Progress, ToolKind, ToolRunResult, error_result, text_result
 
 __all__ = ["BuiltinTool"]
 
@@ -41,10 +41,9 @@ class BuiltinTool:
         """As the model sees it: the builder's schema of the arguments' Struct."""
         return self._spec
 
-    @property
-    def source(self) -> str:
-        """``"builtin"``."""
-        return "builtin"
+    #: corral's own.
+    kind = ToolKind.BUILTIN
+    owner = ""
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         """Decode the arguments (repairing what it can) and run the tool.

@@ -25,7 +25,7 @@ from agent._providers.anthropic import AnthropicProvider
 from agent._providers.anthropic import _map_messages as anthropic_messages
 from agent._providers.base import ModelRequest, ProviderSettings
 from agent._providers.openai import OpenAIProvider
-from agent._providers.openai import _map_messages as openai_messages
+from agent._providers.openai_messages import map_messages as openai_messages
 
 pytestmark = pytest.mark.usefixtures("clean_http_env")
 

@@ -42,8 +42,9 @@ from agent import (
     parse_script,
 )
 from agent._exchanges import ABORTED_BEFORE_RUN, ABORTED_WHILE_RUNNING, tool_call_problems
-from agent._registry import Progress, ToolRegistry, ToolRunResult, text_result
+from agent._registry import ToolRegistry
 from agent._sessions import SessionHeader, SessionStore
+from agent._tools.base import Progress, ToolKind, ToolRunResult, text_result
 from agent._transcript import Transcript
 from supervisor import EmitEvent, InterceptOutcome
 
@@ -95,9 +96,8 @@ class Tool:
     def spec(self) -> ToolSpec:
         return self._spec
 
-    @property
-    def source(self) -> str:
-        return "builtin"
+    kind = ToolKind.BUILTIN
+    owner = ""
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         for step in range(self._steps):

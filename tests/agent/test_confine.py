@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from agent import TextContent
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.confine import Workspace
 from agent._tools.files import EditTool, ReadTool, WriteTool
 

@@ -178,6 +178,53 @@ def test_the_key_must_be_private(tmp_path: Path, sealer: Sealer) -> None:
         Sealer(sealer.dir).seal({})
 
 
+_KEY_USER = """
+import sys
+from agent._tools.dynamic import CatalogError, Sealer
+for line in sys.stdin:  # a fresh home's state directory per round: make and use its key
+    try:
+        print(Sealer(line.strip()).seal({"a": 1}), flush=True)
+    except CatalogError as exc:
+        print(f"error: {exc}", flush=True)
+"""
+
+
+def test_sessions_starting_at_once_agree_on_one_key(tmp_path: Path) -> None:
+    # The key is made under a lock and renamed into place whole: a second session
+    # starting at the same moment never reads half a key, nor makes another one.
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _KEY_USER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for round_ in range(30):
+            state = tmp_path / f"home{round_}" / "state"
+            for proc in procs:
+                assert proc.stdin is not None
+                proc.stdin.write(f"{state}\n")
+                proc.stdin.flush()
+            seals = {proc.stdout.readline().strip() for proc in procs if proc.stdout}
+            assert len(seals) == 1, seals
+            assert seals.pop().startswith("hmac-sha256:")
+            assert (state / "dynamic-tools.key").stat().st_size == 32
+            assert sorted(p.name for p in state.iterdir()) == [
+                "dynamic-tools.key",
+                "dynamic-tools.key.lock",
+            ]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+
+
 _WRITER = """
 import sys, msgspec
 from agent._tools.dynamic import CatalogEntry, open_catalog

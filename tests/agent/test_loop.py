@@ -33,7 +33,8 @@ from agent import (
     Usage,
     parse_script,
 )
-from agent._registry import Progress, ToolRegistry, ToolRunResult, error_result, text_result
+from agent._registry import ToolRegistry
+from agent._tools.base import Progress, ToolKind, ToolRunResult, error_result, text_result
 from agent._transcript import SUMMARY_PREFIX
 from supervisor import EmitEvent, InterceptOutcome
 
@@ -86,9 +87,8 @@ class Recorder:
     def spec(self) -> ToolSpec:
         return self._spec
 
-    @property
-    def source(self) -> str:
-        return "builtin"
+    kind = ToolKind.BUILTIN
+    owner = ""
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         self.calls.append(args)

@@ -7,7 +7,7 @@ import base64
 import mcp_types as types
 
 from agent._messages import ImageContent, TextContent
-from agent._registry import ToolKind
+from agent._tools.base import ToolKind
 from agent._tools.mcp import McpLimits, bound_tools, convert_result
 
 OBJECT = {"type": "object", "properties": {}}

@@ -23,7 +23,8 @@ from helpers.supkit import wait_for
 import sandbox
 from agent._messages import ImageContent, TextContent
 from agent._providers.base import ToolSpec
-from agent._registry import ToolKind, ToolRegistry, ToolRunResult
+from agent._registry import ToolRegistry
+from agent._tools.base import ToolKind, ToolRunResult
 from agent._tools.mcp import (
     McpError,
     McpLimits,
@@ -184,7 +185,8 @@ async def test_a_server_cannot_shadow_built_in_tools(tmp_path: Path) -> None:
     class Builtin:
         def __init__(self, name: str) -> None:
             self.spec = ToolSpec(name=name, description="", schema={"type": "object"})
-            self.source = "builtin"
+            self.kind = ToolKind.BUILTIN
+            self.owner = ""
 
         async def run(self, call_id: str, args: dict[str, Any], progress: Any) -> ToolRunResult:
             return ToolRunResult(content=[TextContent(text="the real one")])
@@ -201,7 +203,8 @@ async def test_a_server_cannot_shadow_built_in_tools(tmp_path: Path) -> None:
             registry.sync()
             read = registry.get("read")
             assert read is not None
-            assert read.source == "builtin"
+            assert read.kind is ToolKind.BUILTIN
+            assert registry.sources()["read"] == "builtin"
             assert registry.kinds()["echo"] is ToolKind.MCP
             assert registry.sources()["echo"] == "mcp:clash"
 

@@ -34,7 +34,7 @@ from agent import (
     UserMessage,
     open_runtime,
 )
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.bash import BashTool
 
 TIMEOUT = 20

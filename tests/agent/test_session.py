@@ -138,12 +138,35 @@ async def test_replace_and_clear_rewrite_atomically(tmp_path: Path) -> None:
         await t.append(msg("user", f"m{i}"))
     await t.replace([summary_message("short")])
     assert len(s.path.read_text().splitlines()) == 2
-    assert not s.path.with_name("work.jsonl.tmp").exists()
+    # No temporary file is left beside it (the state-file helper's ``.work.jsonl.<pid>``).
+    assert sorted(p.name for p in s.path.parent.iterdir()) == ["work.jsonl", "work.jsonl.lock"]
     assert text_of_first(store(tmp_path).load()).startswith(SUMMARY_PREFIX)
     t.clear()
     assert store(tmp_path).load() == []
     assert len(t) == 0
     assert t.size == 0
+
+
+async def test_a_rewrite_refuses_a_session_file_that_is_a_link(tmp_path: Path) -> None:
+    # The rename would put the new content in place of the link and leave the file
+    # it points at stale: refused, with both as they were.
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    first = store(tmp_path)
+    first.open()
+    await Transcript(store=first).append(msg("user", "one"))
+    first.close()
+    first.path.rename(elsewhere)
+    first.path.symlink_to(elsewhere)
+    s = store(tmp_path)
+    s.open()
+    before = elsewhere.read_bytes()
+    try:
+        with pytest.raises(SessionError, match="cannot write session: is a symbolic link"):
+            s.rewrite([msg("user", "two")])
+    finally:
+        s.close()
+    assert first.path.is_symlink()
+    assert elsewhere.read_bytes() == before
 
 
 def text_of_first(messages: list[Message]) -> str:

@@ -27,7 +27,7 @@ from agent import (
     open_runtime,
 )
 from agent._messages import NativeContent
-from agent._providers.openai import _map_messages
+from agent._providers.openai_messages import map_messages as _map_messages
 
 TIMEOUT = 40
 

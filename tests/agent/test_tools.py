@@ -14,7 +14,7 @@ import trio
 from helpers.procs import children, lasting
 
 from agent import ImageContent, TextContent, ToolError
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolKind, ToolRunResult
 from agent._tools.bash import BashTool, BoundedOutput
 from agent._tools.confine import Workspace
 from agent._tools.files import EditTool, ReadTool, WriteTool
@@ -341,7 +341,7 @@ async def test_bash_in_the_sandbox(tree: tuple[Path, Path], tmp_path: Path) -> N
 def test_repr_and_source(tree: tuple[Path, Path]) -> None:
     ws = Workspace(str(tree[0]))
     for tool in (ReadTool(ws), WriteTool(ws), EditTool(ws), BashTool(ws)):
-        assert tool.source == "builtin"
+        assert (tool.kind, tool.owner) == (ToolKind.BUILTIN, "")
         assert tool.spec.schema["type"] == "object"
         assert str(tree[0]) in repr(tool)
     assert os.path.isabs(ws.root)

@@ -12,7 +12,7 @@ import trio
 from web_fakes import TIMEOUT, Page, Site, config_for, open_site
 from web_fakes import loopback_only as loopback_only  # a fixture
 
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.web import WebFetchTool
 
 pytestmark = pytest.mark.usefixtures("loopback_only")

@@ -20,7 +20,7 @@ import trio
 from web_fakes import TIMEOUT, Page, Site, config_for, open_site, resolver
 from web_fakes import loopback_only as loopback_only  # a fixture
 
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.web import NetGuard, WebFetchTool, open_client
 from agent._tools.web.client import fetch_checked
 

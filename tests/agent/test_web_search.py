@@ -11,7 +11,7 @@ import pytest
 import trio
 from web_fakes import TIMEOUT, Page, Site, open_site
 
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.web import WebConfig, WebSearchTool
 
 RESULTS = [

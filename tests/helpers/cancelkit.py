@@ -33,7 +33,7 @@ from agent._providers.base import (
     ProviderToolCall,
     ProviderUsage,
 )
-from agent._providers.openai import _map_messages as openai_messages
+from agent._providers.openai_messages import map_messages as openai_messages
 from agent._sessions import SessionHeader, SessionStore
 from agent._transcript import is_compaction
 from helpers.api_rules import anthropic_problem, openai_problem

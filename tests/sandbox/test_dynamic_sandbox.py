@@ -28,7 +28,7 @@ from helpers.procs import descendants, lasting
 
 import sandbox
 from agent._messages import TextContent
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.dynamic import DynamicTools, RunCaps, ToolDraft, dynamic_tools
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")

@@ -25,7 +25,7 @@ from helpers.procs import descendants, lasting
 
 import sandbox
 from agent._messages import TextContent
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.bash import BashTool
 from agent._tools.confine import Workspace
 from agent._tools.dynamic import DraftRejected, DynamicTools, ToolDraft, dynamic_tools

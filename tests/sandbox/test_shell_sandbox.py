@@ -23,7 +23,7 @@ from helpers.procs import descendants, lasting
 
 import sandbox
 from agent import TextContent
-from agent._registry import ToolRunResult
+from agent._tools.base import ToolRunResult
 from agent._tools.bash import BashTool
 from agent._tools.confine import Workspace
 

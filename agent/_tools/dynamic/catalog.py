@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ..statefile import locked, replace_file
+from supervisor.lowlevel import StateFile
+
 from .errors import CatalogError, EntryRefused
 from .template import ToolDraft
 
@@ -249,6 +250,7 @@ class JsonCatalog:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = Path(path)
+        self._file = StateFile(self._path)
 
     def __repr__(self) -> str:
         return f"<JsonCatalog {str(self._path)!r}>"
@@ -277,13 +279,13 @@ class JsonCatalog:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         try:
-            with locked(self._path):
+            with self._file.locked():
                 yield
         except OSError as exc:
             raise CatalogError(self.path, f"cannot lock or write: {exc.strerror}") from exc
 
     def _write(self, tools: list[msgspec.Raw]) -> None:
-        replace_file(self._path, _encoder.encode(_JsonFile(tools=tools)) + b"\n")
+        self._file.replace(_encoder.encode(_JsonFile(tools=tools)) + b"\n")
 
     def load(self) -> list[CatalogEntry | EntryRefused]:
         """Every entry in file order (see :meth:`Catalog.load`)."""

@@ -15,7 +15,7 @@ import msgspec
 
 from ..._exceptions import ToolError
 from ..._providers.base import ToolSpec
-from ..._registry import Progress, ToolRunResult, error_result, text_result
+from ..base import Progress, ToolKind, ToolRunResult, error_result, text_result
 from ..files import decode_args
 from .registrar import DynamicTools
 from .template import MAX_CODE, ToolDraft
@@ -100,10 +100,9 @@ class NewTool:
         """As the model sees it."""
         return self._spec
 
-    @property
-    def source(self) -> str:
-        """``"builtin"``."""
-        return "builtin"
+    #: corral's own (``--tools +dynamic``); what it makes is ``DYNAMIC``.
+    kind = ToolKind.BUILTIN
+    owner = ""
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         """Create the tool; every refusal is an error result naming the field at fault.

@@ -1,6 +1,6 @@
 """The dynamic tool set: the catalog, checked, bridged to the live registry.
 
-:class:`DynamicTools` is a :class:`~agent._registry.ToolSet` of kind
+:class:`DynamicTools` is a :class:`~agent._tools.base.ToolSet` of kind
 ``DYNAMIC`` (source ``dynamic`` on every tool). :meth:`DynamicTools.sync` rebuilds
 it from the catalog (at session start): each entry's seal is checked and its draft
 checked and compiled again, and an entry that fails is refused by name and never
@@ -31,7 +31,7 @@ from sandbox._log import get_logger
 from ..._audit import AuditLog, ToolAction
 from ..._messages import TextContent
 from ..._providers.base import ToolSpec
-from ..._registry import Progress, ToolKind, ToolRunResult, error_result
+from ..base import Progress, ToolKind, ToolRunResult, error_result, source_of
 from .catalog import Catalog, CatalogEntry
 from .errors import CatalogError, DraftRejected, EntryRefused
 from .runner import DynamicRunner, RunCaps, RunResult
@@ -42,8 +42,8 @@ __all__ = ["SOURCE", "Approver", "DynamicTool", "DynamicTools", "verify_entry"]
 
 log = get_logger(__name__)
 
-#: The source tag of every dynamic tool.
-SOURCE = "dynamic"
+#: The source of every dynamic tool (in the audit log, ``corral tools``).
+SOURCE = source_of(ToolKind.DYNAMIC)
 
 #: Asked before a new tool's program first runs: (the draft, its program) -> go ahead?
 Approver = Callable[[ToolDraft, str], Awaitable[bool]]
@@ -127,10 +127,9 @@ class DynamicTool:
         """As the agent defined it."""
         return self._spec
 
-    @property
-    def source(self) -> str:
-        """``"dynamic"``."""
-        return SOURCE
+    #: Written by the agent (source ``dynamic``).
+    kind = ToolKind.DYNAMIC
+    owner = ""
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         """Run the program with ``--call`` in the sandbox.
@@ -171,7 +170,7 @@ class DynamicTool:
 
 @typing.final
 class DynamicTools:
-    """The dynamic tools of a session (a :class:`~agent._registry.ToolSet`).
+    """The dynamic tools of a session (a :class:`~agent._tools.base.ToolSet`).
 
     Args:
         catalog: where entries are stored.
@@ -215,11 +214,6 @@ class DynamicTools:
 
     def __repr__(self) -> str:
         return f"<DynamicTools {len(self._tools)} tools catalog={self.catalog.path!r}>"
-
-    @property
-    def kind(self) -> ToolKind:
-        """``DYNAMIC``."""
-        return ToolKind.DYNAMIC
 
     @property
     def generation(self) -> int:

@@ -28,6 +28,8 @@ from typing import Any
 
 import msgspec
 
+from supervisor.lowlevel import StateFile
+
 from .catalog import CatalogEntry
 from .errors import CatalogError
 from .template import ToolDraft
@@ -65,19 +67,16 @@ class Sealer:
         if self._key is not None:
             return self._key
         where = str(self.path)
-        try:
-            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise CatalogError(where, f"cannot create the key: {exc.strerror}") from exc
-        else:
+        if not os.path.lexists(self.path):
+            # Made once, under the lock and whole (a temporary file renamed): two
+            # sessions starting at once agree on one key, and none reads half of it.
+            key_file = StateFile(self.path)
             try:
-                os.write(fd, secrets.token_bytes(_KEY_BYTES))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+                with key_file.locked():
+                    if not os.path.lexists(self.path):
+                        key_file.replace(secrets.token_bytes(_KEY_BYTES))
+            except OSError as exc:
+                raise CatalogError(where, f"cannot create the key: {exc.strerror}") from exc
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as exc:

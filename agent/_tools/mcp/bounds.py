@@ -17,7 +17,7 @@ import msgspec
 
 from ..._messages import ImageContent, TextContent, image_problem
 from ..._providers.base import ToolSpec
-from ..._registry import ToolKind, ToolRunResult, error_result
+from ..base import ToolKind, ToolRunResult, error_result
 
 __all__ = ["McpLimits", "bound_tools", "convert_result"]
 

@@ -34,8 +34,8 @@ from typing import Any
 import msgspec
 
 from sandbox import Permissions
+from supervisor.lowlevel import StateFile
 
-from ..statefile import read_private
 from .errors import McpConfigError
 
 __all__ = [
@@ -160,8 +160,8 @@ def load_config(path: Path, origin: Origin) -> tuple[list[ServerDecl], list[McpC
     """
     where = str(path)
     try:
-        data = read_private(path, _MAX_FILE)
-    except OSError as exc:
+        data = StateFile(path, limit=_MAX_FILE).read()
+    except OSError as exc:  # a refusal's strerror is its reason
         raise McpConfigError(where, exc.strerror or str(exc)) from exc
     if data is None:
         return [], []

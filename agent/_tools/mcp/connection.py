@@ -34,8 +34,8 @@ from sandbox._log import get_logger
 from supervisor.lowlevel import describe_exit
 
 from ..._providers.base import ToolSpec
-from ..._registry import Progress, ToolKind, ToolRunResult, error_result
 from ..._version import __version__
+from ..base import Progress, ToolKind, ToolRunResult, error_result, source_of
 from ..web.guard import tls_context
 from .bounds import McpLimits, bound_tools, convert_result
 from .config import Origin, ServerConfig, ServerDecl, Transport, expanded
@@ -107,10 +107,13 @@ class McpTool:
         """As the server described it (bounded)."""
         return self._spec
 
+    #: Discovered on an MCP server (source ``mcp:<server>``).
+    kind = ToolKind.MCP
+
     @property
-    def source(self) -> str:
-        """``mcp:<server>``."""
-        return f"mcp:{self._connection.name}"
+    def owner(self) -> str:
+        """The server's name."""
+        return self._connection.name
 
     async def run(self, call_id: str, args: dict[str, Any], progress: Progress) -> ToolRunResult:
         """Call the tool on its server; every failure is an error result.
@@ -174,8 +177,8 @@ class McpConnection:
 
     @property
     def source(self) -> str:
-        """``mcp:<name>``."""
-        return f"mcp:{self.name}"
+        """``mcp:<name>`` (the source of its tools, in the audit log)."""
+        return source_of(ToolKind.MCP, self.name)
 
     def tools(self) -> list[McpTool]:
         """The registered tools (none unless READY)."""

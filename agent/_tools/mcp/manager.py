@@ -1,4 +1,4 @@
-"""The MCP servers of a session: a :class:`~agent._registry.ToolSet` of kind ``MCP``.
+"""The MCP servers of a session: a :class:`~agent._tools.base.ToolSet` of kind ``MCP``.
 
 :func:`open_mcp` runs a nursery that owns every connection's task for the whole
 session; :meth:`McpServers.connect` checks the policy and starts one (the first
@@ -27,7 +27,7 @@ from sandbox._log import get_logger
 from supervisor import NetGuard
 
 from ..._audit import AuditLog, ToolAction
-from ..._registry import ToolKind
+from ..base import ToolKind
 from .bounds import McpLimits
 from .config import (
     Origin,
@@ -135,11 +135,6 @@ class McpServers:
 
     def __repr__(self) -> str:
         return f"<McpServers {list(self._connections)}>"
-
-    @property
-    def kind(self) -> ToolKind:
-        """``MCP``."""
-        return ToolKind.MCP
 
     @property
     def generation(self) -> int:

@@ -20,7 +20,7 @@ from sandbox import Permissions
 
 from ..._exceptions import ToolError
 from ..._providers.base import ToolSpec
-from ..._registry import Progress, ToolRunResult, error_result, text_result
+from ..base import Progress, ToolKind, ToolRunResult, error_result, text_result
 from ..files import decode_args
 from .config import Origin, ServerConfig, ServerDecl
 from .manager import McpServers, ServerStatus
@@ -79,10 +79,9 @@ class _Base:
         """As the model sees it."""
         return self._spec
 
-    @property
-    def source(self) -> str:
-        """``"builtin"``."""
-        return "builtin"
+    #: corral's own (``--tools +mcp``).
+    kind = ToolKind.BUILTIN
+    owner = ""
 
 
 @typing.final

@@ -34,9 +34,8 @@ from pathlib import Path
 import msgspec
 
 from supervisor import DirectoryUnhashable
-from supervisor.lowlevel import DigestLimits, digest_tree, file_sha256
+from supervisor.lowlevel import DigestLimits, StateFile, digest_tree, file_sha256
 
-from ..statefile import locked, read_private, replace_file
 from .config import Origin, ServerDecl, expanded
 from .errors import McpConfigError
 
@@ -148,14 +147,15 @@ class McpTrust:
 
     def __init__(self, home: str | Path) -> None:
         self.path = Path(home) / "state" / "mcp-trust.json"
+        self._file = StateFile(self.path, limit=_MAX)
 
     def __repr__(self) -> str:
         return f"<McpTrust {str(self.path)!r}>"
 
     def _pins(self) -> dict[str, _Pin]:
         try:
-            data = read_private(self.path, _MAX)
-        except OSError as exc:
+            data = self._file.read()
+        except OSError as exc:  # a refusal's strerror is its reason
             raise McpConfigError(str(self.path), exc.strerror or str(exc)) from exc
         if data is None:
             return {}
@@ -210,14 +210,14 @@ class McpTrust:
 
     def _update(self, key: str, pin: _Pin | None) -> bool:
         try:
-            with locked(self.path):
+            with self._file.locked():
                 pins = self._pins()
                 found = key in pins
                 if pin is None:
                     pins.pop(key, None)
                 else:
                     pins[key] = pin
-                replace_file(self.path, _encoder.encode(_Store(pins=pins)) + b"\n")
+                self._file.replace(_encoder.encode(_Store(pins=pins)) + b"\n")
         except OSError as exc:
             raise McpConfigError(str(self.path), f"cannot write: {exc.strerror}") from exc
         return found

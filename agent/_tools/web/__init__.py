@@ -21,7 +21,7 @@ from .config import WebConfig
 if typing.TYPE_CHECKING:
     from sandbox import Sandbox
 
-    from ..._registry import Tool
+    from ..base import Tool
     from .browser import PageRenderer, find_chromium
     from .errors import BlockedTarget, BrowserError, FetchFailed, WebConfigError, WebError
     from .fetch import RenderMode, WebFetchTool

@@ -30,8 +30,8 @@ from supervisor import NetGuard
 
 from ..._exceptions import ToolError
 from ..._providers.base import ToolSpec
-from ..._registry import Progress, ToolRunResult, error_result, text_result
 from ..._version import __version__
+from ..base import Progress, ToolKind, ToolRunResult, error_result, text_result
 from ..files import decode_args
 from .browser import PageRenderer, Rendered
 from .client import Fetched, fetch_checked
@@ -83,8 +83,9 @@ class WebFetchTool:
 
     #: As the model sees it.
     spec: ToolSpec
-    #: Where the tool comes from, as the registry reports it.
-    source: str = "builtin"
+    #: corral's own (``--tools +web``).
+    kind = ToolKind.BUILTIN
+    owner = ""
 
     def __init__(
         self,

@@ -30,7 +30,7 @@ import trio
 
 from ..._exceptions import ToolError
 from ..._providers.base import ToolSpec
-from ..._registry import Progress, ToolRunResult, error_result, text_result
+from ..base import Progress, ToolKind, ToolRunResult, error_result, text_result
 from ..files import decode_args
 from .client import read_capped
 from .config import WebConfig
@@ -113,8 +113,9 @@ class WebSearchTool:
 
     #: As the model sees it.
     spec: ToolSpec
-    #: Where the tool comes from, as the registry reports it.
-    source: str = "builtin"
+    #: corral's own (``--tools +web``).
+    kind = ToolKind.BUILTIN
+    owner = ""
 
     def __init__(self, config: WebConfig) -> None:
         self.config = config
