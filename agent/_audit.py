@@ -50,7 +50,7 @@ from typing import Any, Literal
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import EgressRefused
 
 from ._messages import InterventionRecord, now_iso

@@ -19,7 +19,7 @@ from pathlib import Path
 import trio
 
 from sandbox import SandboxMode
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import (
     CommandInfo,
     CommandOutcome,

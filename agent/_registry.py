@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import ChildKind, ImageBlock, SupervisorError, ToolInfo, ToolOutcome
 
 from ._messages import ImageContent, NativeContent, TextContent, image_problem

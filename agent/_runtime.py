@@ -31,7 +31,7 @@ from typing import Literal
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import CommandOutcome, ExtensionInfo, ReloadStats
 
 from ._events import AgentEvent, Done, Emit, ErrorEvent, TurnEnd, UsageTotals

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import msgspec
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor.lowlevel import StateFile
 
 from ._exceptions import SessionError

@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import EmitEvent, InterceptOutcome, SupervisorError
 
 from ._audit import AuditLog

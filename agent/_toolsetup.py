@@ -26,7 +26,7 @@ from pathlib import Path
 import trio
 
 from sandbox import Sandbox, SandboxMode
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import SupervisorClient
 
 from ._audit import AuditLog

@@ -28,7 +28,7 @@ import typing
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._exchanges import repair_tool_calls, tool_call_problems, tool_calls
 from ._messages import (

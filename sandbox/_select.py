@@ -16,12 +16,12 @@ import threading
 
 from ._bwrap import BwrapSandbox
 from ._exceptions import SandboxUnavailable
-from ._log import get_logger
 from ._none import NoneSandbox
 from ._plan import Sandbox, SandboxMode
 from ._probe import Probe, probe_machine, probe_runtimes
 from ._report import SandboxReport
 from ._seatbelt import SeatbeltSandbox
+from .log import get_logger
 
 __all__ = ["check_sandbox", "select_sandbox"]
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._api import (
     ExtensionKept,

@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._api import ExtensionStats
 from ._exceptions import CallTimeout, ExtensionGone, ProtocolViolation, SupervisorError

@@ -45,7 +45,7 @@ import msgspec
 import trio
 
 from sandbox import LaunchPlan, LaunchRequest, Sandbox, select_sandbox
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._egress import Egress
 from ._process import ChildProcess, spawn_child

@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from sandbox import AddressPolicy, Allowance, Destination, Destinations
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._api import EgressRefused
 from ._exceptions import NetRefused, NetUnresolved

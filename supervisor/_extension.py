@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping
 import trio
 
 from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
-from sandbox._log import get_logger
-from sandbox._log import lazy_structlog as structlog  # structlog.contextvars, on first use
+from sandbox.log import get_logger
+from sandbox.log import lazy_structlog as structlog  # structlog.contextvars, on first use
 
 from . import _frames as f
 from ._api import EgressRefused, Quarantined

@@ -30,7 +30,7 @@ from typing import Any
 
 import msgspec
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._calls import CallKind, PendingCalls, Reply
 from ._requests import CallTool

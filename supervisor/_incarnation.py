@@ -31,7 +31,7 @@ import typing
 import trio
 
 from sandbox import LaunchPlan, Sandbox
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._calls import PendingCalls
 from ._config import SupervisorConfig

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from . import _frames as f
 from ._api import InterceptOutcome, Intervention, InterventionKind

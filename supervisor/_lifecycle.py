@@ -20,7 +20,7 @@ import enum
 import typing
 from collections.abc import Mapping
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._exceptions import IllegalTransition
 

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from sandbox import AddressPolicy, IPAddress, is_localhost_name, parse_host
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._exceptions import NetRefused, NetUnresolved
 

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Sequence
 import trio
 
 from sandbox import sweep_orphans
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._spawn import INSTANCE_VAR
 

@@ -13,7 +13,7 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from . import _frames as f
 from ._api import CommandInfo, ToolInfo

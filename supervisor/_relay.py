@@ -25,7 +25,7 @@ from typing import Any
 
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._calls import PendingCalls, Reply
 from ._config import SupervisorConfig

@@ -33,7 +33,7 @@ from sandbox import (
     host_environment,
     select_sandbox,
 )
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._config import SupervisorConfig
 from ._config import data_dir as data_dir_of

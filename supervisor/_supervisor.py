@@ -22,7 +22,7 @@ from sandbox import (
     Sandbox,
     start_guardian,
 )
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from . import _frames as f
 from ._api import (

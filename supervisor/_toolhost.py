@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from . import _frames as f
 from ._api import NativeResult, ToolOutcome

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from sandbox import Permissions
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ._config import data_dir, log_file, quarantine_file
 from ._digest import DigestLimits, TreeDigest, digest_tree

@@ -19,7 +19,7 @@ import msgspec
 import trio
 
 from sandbox import SandboxMode
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import SupervisorError
 
 from .._events import Done

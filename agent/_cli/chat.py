@@ -30,7 +30,7 @@ from typing import Protocol, TextIO
 
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import CommandOutcome, ExtensionInfo, SupervisorError, corral_home
 
 from .._events import Done, Emit

@@ -25,7 +25,7 @@ import typing
 from pathlib import Path
 from types import ModuleType
 
-from sandbox._log import configure_when_loaded
+from sandbox.log import configure_when_loaded
 
 from .safe_text import visible, visible_lines
 
@@ -141,7 +141,7 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
     the log file (info and above, whatever ``level`` says), not to stderr.
 
     The choice is made now; structlog is configured with it when it is first
-    imported (see :mod:`sandbox._log`), so a command that logs nothing never loads it.
+    imported (see :mod:`sandbox.log`), so a command that logs nothing never loads it.
     """
     global _configured
     threshold = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)

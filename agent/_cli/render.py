@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import msgspec
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from .._events import (
     AgentEvent,

@@ -18,7 +18,7 @@ import sys
 import click
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from .._options import AgentOptions
 from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_rpc

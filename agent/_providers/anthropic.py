@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from .._exceptions import ProviderError
 from .._messages import (

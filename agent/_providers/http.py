@@ -26,7 +26,7 @@ import httpx
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from .._exceptions import ProviderError
 from .base import ModelInfo, ProviderSettings, ProviderUsage

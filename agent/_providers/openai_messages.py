@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import NativeFormat
 
 from .._messages import (

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from .._exceptions import ProviderError
 from .base import ProviderEvent, ProviderRetry, ProviderSettings

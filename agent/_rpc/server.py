@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import VERSION, SupervisorError
 from supervisor.lowlevel import LineReader, LineWriter, Oversize
 

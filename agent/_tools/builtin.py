@@ -13,7 +13,7 @@ import functools
 from collections.abc import Mapping, Sequence
 
 from sandbox import Sandbox, SandboxMode, SandboxUnavailable, select_sandbox
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import EgressReport
 
 from .base import Tool

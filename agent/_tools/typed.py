@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import toolkit
 
 from .._exceptions import ToolError

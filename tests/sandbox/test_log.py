@@ -8,7 +8,7 @@ from typing import Any
 import structlog
 import structlog.testing
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 
 class Recorder:

@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 
 from ..._audit import AuditLog, ToolAction
 from ..._messages import TextContent

@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor.lowlevel import describe_exit
 
 from ..._providers.base import ToolSpec

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import ExtensionSpec, ManifestError, SupervisorError
 from supervisor.lowlevel import Relay, mcp_server_spec
 

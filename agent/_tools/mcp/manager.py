@@ -23,7 +23,7 @@ from pathlib import Path
 import msgspec
 import trio
 
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import NetGuard
 
 from ..._audit import AuditLog, ToolAction

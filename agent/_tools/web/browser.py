@@ -62,7 +62,7 @@ import msgspec
 import trio
 
 from sandbox import LaunchPlan, LaunchRequest, Limits, Permissions, Sandbox
-from sandbox._log import get_logger
+from sandbox.log import get_logger
 from supervisor import NetGuard
 from supervisor.lowlevel import open_child
 

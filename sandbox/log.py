@@ -13,8 +13,10 @@ runs it at once when structlog is already imported, else the moment
 :func:`load_structlog` first imports it (before the first entry is rendered), so
 what is written and where is the same as configuring up front.
 
-It lives in ``sandbox``, the bottom of the three packages (``supervisor`` and
-``agent`` import it already; it imports neither), so that all three share one.
+This is corral's one public logging entry point (``sandbox.log``, a public
+module beside the facade, as ``supervisor.lowlevel`` is). It lives in ``sandbox``,
+the bottom of the three packages, so that all three share one without any of them
+importing another's private module.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from __future__ import annotations
 import sys
 import threading
 import typing
-from collections.abc import Callable
-from types import ModuleType
-from typing import Any
+from typing import Any as _Any
+
+if typing.TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
 
 __all__ = ["LazyLogger", "configure_when_loaded", "get_logger", "lazy_structlog", "load_structlog"]
 
@@ -79,16 +83,16 @@ class LazyLogger:
 
     __slots__ = ("_args", "_bound", "_from", "_logger")
 
-    def __init__(self, *args: Any) -> None:
+    def __init__(self, *args: _Any) -> None:
         self._args = args
-        self._logger: Any = None
-        self._bound: Any = None
-        self._from: tuple[Any, ...] = ()
+        self._logger: _Any = None
+        self._bound: _Any = None
+        self._from: tuple[_Any, ...] = ()
 
     def __repr__(self) -> str:
         return f"<LazyLogger {self._args!r} loaded={self._logger is not None}>"
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> _Any:
         global _get_config
         if _get_config is None:
             _get_config = load_structlog().get_config
@@ -114,11 +118,11 @@ class LazyLogger:
 
 
 #: ``structlog.get_config``, once structlog is imported.
-_get_config: Callable[[], dict[str, Any]] | None = None
+_get_config: Callable[[], dict[str, _Any]] | None = None
 
 
-def get_logger(*args: Any) -> Any:
-    """The lazy equivalent of ``structlog.get_logger(*args)`` (typed ``Any`` as structlog's)."""
+def get_logger(*args: _Any) -> _Any:
+    """The lazy equivalent of ``structlog.get_logger(*args)`` (typed ``_Any`` as structlog's)."""
     return LazyLogger(*args)
 
 
@@ -132,9 +136,9 @@ class _LazyStructlog:
     def __repr__(self) -> str:
         return "<lazy structlog>"
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> _Any:
         return getattr(load_structlog(), name)
 
 
 #: Stands for the ``structlog`` module where a module uses it beyond ``get_logger``.
-lazy_structlog: Any = _LazyStructlog()
+lazy_structlog: _Any = _LazyStructlog()
