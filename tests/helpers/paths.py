@@ -21,7 +21,7 @@ MCP_SERVER = TESTS / "agent" / "fixtures" / "mcp_server.py"
 #: The agent tests' probe extension.
 PROBE = TESTS / "agent" / "fixtures" / "probe_ext.py"
 #: Hostile extension programs of the sandbox tests.
-ATTACKS = TESTS / "sandbox" / "attacks"
+ATTACKS = TESTS / "security" / "attacks"
 #: The stand-in host the sandbox tests run (as root or as another user).
 HOST_HELPER = TESTS / "sandbox" / "host_helper.py"
 #: Tool modules of the tool-host runner tests.

@@ -33,7 +33,7 @@ from typing import Any
 
 from helpers.paths import REPO, TESTS
 
-DRIVER = TESTS / "sandbox" / "protect_driver.py"
+DRIVER = TESTS / "security" / "protect_driver.py"
 #: Seconds for one driver run (starts an interpreter and bwrap).
 RUN_TIMEOUT = 120
 

@@ -83,7 +83,7 @@ def test_values_are_rendered_as_literals_never_as_code() -> None:
         )
     )
     namespace: dict[str, object] = {"__name__": "not_main"}
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "supervisor" / "_sdk"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "supervisor" / "_sdk"))
     try:
         exec(compile(render(sneaky), "t", "exec"), namespace)
     finally:

@@ -17,7 +17,7 @@ from agent._tools.web import WebFetchTool
 
 pytestmark = pytest.mark.usefixtures("loopback_only")
 
-PAGES = Path(__file__).resolve().parents[2] / "bench" / "web_pages"
+PAGES = Path(__file__).resolve().parents[4] / "bench" / "web_pages"
 
 
 @pytest.fixture
