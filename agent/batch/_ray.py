@@ -125,6 +125,11 @@ class RayBackend:
         """``(ray, the cluster's CPUs)`` (blocking)."""
         ray = _import_ray()
         if not ray.is_initialized():
+            # Off the main thread Ray sets no SIGTERM handler and says so; the
+            # caller handles signals (corral batch stops the batch on SIGTERM).
+            quiet = logging.getLogger("ray._private.worker")
+            level = quiet.level
+            quiet.setLevel(logging.ERROR)
             try:
                 ray.init(
                     address=self.address,
@@ -134,6 +139,8 @@ class RayBackend:
                 )
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise BackendError(f"cannot connect to Ray at {self.address}: {exc}") from None
+            finally:
+                quiet.setLevel(level)
         cpus = int(ray.cluster_resources().get("CPU", 0))
         if cpus < 1:
             raise BackendError("the Ray cluster has no CPUs to run sessions on")

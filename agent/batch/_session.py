@@ -171,6 +171,19 @@ class _Record:
         return f"the session ended with stop={self.stop}" if self.stop else "no model call ran"
 
 
+def _task_error(exc: BaseException) -> str | None:
+    """The message of the agent or supervisor error in ``exc`` (which nurseries may
+    have wrapped in exception groups), or None when it holds none."""
+    if isinstance(exc, AgentError | SupervisorError):
+        return str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _task_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def transcript_bytes(task: Task, host: AgentHost, messages: list[Message]) -> bytes:
     """The transcript in the session file format (see docs/agent.md, Sessions)."""
     engine = host.engine
@@ -220,8 +233,10 @@ class Session:
         self.transcript = transcript
         self._tar = workspace_tar
         self._extension_dirs = extension_dirs
-        self._scope = trio.CancelScope()
         self._cancelled = False
+        self._timed_out = False
+        self._deadline = math.inf
+        self._scope: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
         return f"<Session {self.task.id!r} cancelled={self._cancelled}>"
@@ -230,7 +245,21 @@ class Session:
         """Stop the session (its extensions go down the shutdown ladder); its result
         says ``cancelled``. Safe to call before, during and after :meth:`run`."""
         self._cancelled = True
-        self._scope.cancel()
+        if self._scope is not None:
+            self._scope.cancel()
+
+    def _phase(self, deadline: float) -> trio.CancelScope:
+        """The scope :meth:`cancel` ends from now on (it may be cancelled already)."""
+        scope = trio.CancelScope(deadline=deadline)
+        if self._cancelled:
+            scope.cancel()
+        self._scope = scope
+        return scope
+
+    def _ended(self, scope: trio.CancelScope) -> bool:
+        if scope.cancelled_caught and not self._cancelled:
+            self._timed_out = True
+        return scope.cancelled_caught
 
     async def run(self) -> Outcome:
         """Run the task to its end and report it.
@@ -242,19 +271,20 @@ class Session:
         record = _Record()
         started, clock = _now(), time.monotonic()
         status, error = Status.DONE, None
-        timeout = self.task.timeout if self.task.timeout is not None else math.inf
+        if self.task.timeout is not None:
+            self._deadline = trio.current_time() + self.task.timeout
         try:
-            with self._scope, trio.move_on_after(timeout) as timer:
-                try:
-                    await self._converse(record)
-                except (AgentError, SupervisorError) as exc:
-                    status, error = Status.ERROR, str(exc)
-                except Exception as exc:  # a bug must not end the batch: it is this task's error
+            try:
+                await self._converse(record)
+            except Exception as exc:
+                found = _task_error(exc)
+                if found is None:  # a bug must not end the batch: it is this task's error
                     log.exception("batch_session_failed", task=self.task.id)
-                    status, error = Status.ERROR, f"internal error: {exc!r}"
-            if self._scope.cancelled_caught:
+                    found = f"internal error: {exc!r}"
+                status, error = Status.ERROR, found
+            if self._cancelled:
                 status, error = Status.CANCELLED, "the batch was stopped"
-            elif timer.cancelled_caught:
+            elif self._timed_out:
                 status, error = Status.TIMEOUT, f"no result after {self.task.timeout:g} s"
             elif status is Status.DONE:
                 error = record.failure()
@@ -317,33 +347,41 @@ class Session:
         provider = None
         if task.provider == "scripted" and isinstance(task.script, list):
             provider = ScriptedProvider(task.script, model=task.model)
-        async with (
-            open_agent(self._options(work, home), provider=provider) as host,
-            trio.open_nursery() as nursery,
-        ):
-            await nursery.start(host.run_forwarder, record.emit)
-            try:
-                infos = await host.extensions()
-                failed = [i for i in infos if i.state not in _STARTED]
-                if failed:
-                    raise AgentError(
-                        "; ".join(
-                            f"extension {i.name} did not start: {i.problem or i.state}"
-                            for i in failed
-                        )
-                    )
-                await host.engine.prompt(task.prompt, [], record.emit)
-            finally:
-                # Also when the session is being stopped: the figures say why.
-                with trio.CancelScope(shield=True), trio.move_on_after(_REPORT_GRACE):
-                    try:
-                        record.infos = await host.extensions()
-                    except SupervisorError as exc:
-                        log.warning("batch_extensions_unknown", task=task.id, error=str(exc))
-                record.sources = host.engine.registry.sources()
-                if self.transcript:
-                    record.transcript = transcript_bytes(task, host, host.engine.messages())
-                nursery.cancel_scope.cancel()
+        # Two scopes: ``outer`` ends a start-up that takes too long (or is
+        # cancelled); once the agent is open, ``inner`` ends the prompt, inside the
+        # agent's block, so that the supervisor still runs to report on the
+        # extensions before leaving the block stops them; ``outer`` then only
+        # cuts off a report or a stop that hangs, a grace period later.
+        with self._phase(self._deadline) as outer:
+            async with (
+                open_agent(self._options(work, home), provider=provider) as host,
+                trio.open_nursery() as nursery,
+            ):
+                await nursery.start(host.run_forwarder, record.emit)
+                outer.deadline = self._deadline + _REPORT_GRACE + 1
+                try:
+                    with self._phase(self._deadline) as inner:
+                        await self._prompt(host, record)
+                    self._ended(inner)
+                finally:
+                    with trio.move_on_after(_REPORT_GRACE):
+                        try:
+                            record.infos = await host.extensions()
+                        except SupervisorError as exc:
+                            log.warning("batch_extensions_unknown", task=task.id, error=str(exc))
+                    record.sources = host.engine.registry.sources()
+                    if self.transcript:
+                        record.transcript = transcript_bytes(task, host, host.engine.messages())
+                    nursery.cancel_scope.cancel()
+        self._ended(outer)
+
+    async def _prompt(self, host: AgentHost, record: _Record) -> None:
+        infos = await host.extensions()
+        failed = [i for i in infos if i.state not in _STARTED]
+        if failed:
+            why = (f"extension {i.name} did not start: {i.problem or i.state}" for i in failed)
+            raise AgentError("; ".join(why))
+        await host.engine.prompt(self.task.prompt, [], record.emit)
 
 
 def local_node() -> str:
