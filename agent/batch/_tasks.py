@@ -108,7 +108,7 @@ def _decode_error(source: str, line: int, exc: msgspec.DecodeError) -> TaskError
             field = named.group(1)
     if not isinstance(exc, msgspec.ValidationError):
         message = f"not a JSON object: {message}"
-    elif message.startswith("Object contains unknown field"):
+    elif message.startswith("Object contains unknown field") and not at:
         known = ", ".join(Task.__struct_fields__)
         message = f"unknown field (a task has: {known})"
     return TaskError(source, line, field, message)
