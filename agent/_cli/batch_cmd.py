@@ -261,7 +261,7 @@ def batch_cmd(
     timeout: float,
     max_steps: int,
 ) -> None:
-    """Run many sessions: one per line of TASKS.jsonl, each result once in OUTPUT.
+    """Run many sessions from a tasks file, each result once.
 
     A task line is a JSON object with an "id" and a "prompt", and may set
     "extensions", "tools", "provider"/"model", "script", "workspace", "sandbox",

@@ -18,7 +18,7 @@ import shutil
 import stat
 import sys
 import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 __all__ = ["MAX_PACKED", "copy_workspace", "pack_dir", "remove_tree", "unpack", "write_files"]
 
@@ -74,8 +74,9 @@ def pack_dir(src: str, *, limit: int = MAX_PACKED) -> bytes:
     size = _size(src)
     if size > limit:
         raise ValueError(
-            f"{src}: {size / 2**20:.1f} MiB of files, more than the {limit / 2**20:.0f} MiB "
-            "that travel with a task; put it on a path every node sees (--ray-shared-paths)"
+            f"{src}: the directory holds more than the {limit / 2**20:g} MiB of files that "
+            f"travel with a task ({size} bytes); put it on a path every node sees "
+            "(--ray-shared-paths)"
         )
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -88,11 +89,42 @@ def pack_dir(src: str, *, limit: int = MAX_PACKED) -> bytes:
 
 
 def unpack(data: bytes, dst: Path) -> None:
-    """Unpack a :func:`pack_dir` tar into ``dst`` (created), with tarfile's ``data``
-    filter: no absolute paths, no ``..``, no links out, no devices."""
+    """Unpack a :func:`pack_dir` tar into ``dst`` (created).
+
+    Only directories, regular files (their mode's permission bits kept, so that an
+    extension's program stays executable) and symbolic links are made; a name that
+    is absolute or holds ``..`` is refused. Links are made last, so that nothing
+    is ever written through one: a link is data here, as in a copy.
+
+    Raises:
+        ValueError: the tar holds a name outside ``dst``.
+    """
     dst.mkdir(mode=0o700, parents=True, exist_ok=True)
+    links: list[tuple[Path, str]] = []
     with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        tar.extractall(dst, filter="data")
+        for member in tar.getmembers():
+            name = PurePosixPath(member.name)
+            if name.is_absolute() or ".." in name.parts:
+                raise ValueError(f"{member.name!r}: not a name inside the directory")
+            parts = [part for part in name.parts if part != "."]
+            if not parts:
+                continue
+            target = dst.joinpath(*parts)
+            if member.isdir():
+                target.mkdir(mode=0o700 | (member.mode & 0o755), parents=True, exist_ok=True)
+            elif member.isreg():
+                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(target, flags, 0o600 | (member.mode & 0o755))
+                source = tar.extractfile(member)
+                with open(fd, "wb") as out:
+                    if source is not None:
+                        shutil.copyfileobj(source, out)
+            elif member.issym():
+                links.append((target, member.linkname))
+    for target, link in links:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.symlink(link, target)
 
 
 def remove_tree(path: Path) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from helpers.batchkit import echo_script
 from agent.batch import LocalBackend, Result, Status, Task, run_many
 from agent.batch._local import session_area
 from agent.batch._session import Outcome
-from agent.batch._workspace import copy_workspace
+from agent.batch._workspace import copy_workspace, pack_dir, unpack
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -154,3 +156,35 @@ def test_the_area_of_a_killed_run_is_swept_and_a_live_one_kept(tmp_path: Path) -
             assert live.exists()
             assert other != live
     assert os.listdir(tmp_path) == []
+
+
+def test_a_packed_directory_unpacks_with_modes_and_links_and_nothing_outside(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "src"
+    (src / "bin").mkdir(parents=True)
+    (src / "bin" / "run.py").write_text("print(1)")
+    (src / "bin" / "run.py").chmod(0o755)
+    (src / "link").symlink_to("bin/run.py")
+    unpack(pack_dir(str(src)), tmp_path / "dst")
+    assert os.access(tmp_path / "dst" / "bin" / "run.py", os.X_OK)
+    assert os.readlink(tmp_path / "dst" / "link") == "bin/run.py"
+    with pytest.raises(ValueError, match="directory holds more than"):
+        pack_dir(str(src), limit=3)
+    # A hostile tar: a link out, then a file through it; an absolute name.
+    for members in (
+        [("out", tarfile.SYMTYPE, str(tmp_path / "outside")), ("out/x", tarfile.REGTYPE, "")],
+        [(str(tmp_path / "abs"), tarfile.REGTYPE, "")],
+        [("../up", tarfile.REGTYPE, "")],
+    ):
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name, kind, link in members:
+                info = tarfile.TarInfo(name)
+                info.type, info.linkname = kind, link
+                tar.addfile(info, io.BytesIO(b""))
+        with pytest.raises((ValueError, FileExistsError)):
+            unpack(buffer.getvalue(), tmp_path / "evil")
+    assert not (tmp_path / "outside").exists()
+    assert not (tmp_path / "abs").exists()
+    assert not (tmp_path / "up").exists()

@@ -66,3 +66,27 @@ def test_quick_curves_bench_reports_each_count_and_plots(tmp_path: Path) -> None
     assert rows["call.flatness"]["target"] == "≤ 1.5"
     assert rows["rss.per_extension"]["unit"] == "KiB"
     assert (REPO / "bench" / "results" / "curves.png").read_bytes().startswith(b"\x89PNG")
+
+
+BATCH_CASES = {
+    "local.jobs2",
+    "xargs.run_p2",
+    "local_vs_xargs",
+    "shape.two_processes",
+    "shape.two_vs_one",
+    "memory.base",
+    "memory.per_session",
+    "memory.tree_per_session",
+    "ray.jobs2",
+    "ray.local_jobs2",
+    "ray_vs_local",
+}
+
+
+@pytest.mark.slow  # corral run processes, a batch, and a two-node Ray cluster
+def test_quick_batch_bench_reports_every_case(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="the Ray rows need the 'ray' extra")
+    rows = {row["case"]: row for row in quick_rows("batch", tmp_path)}
+    assert set(rows) == BATCH_CASES
+    assert all(row["value"] > 0 for row in rows.values())
+    assert rows["memory.per_session"]["target"] == "≤ 10"
