@@ -28,8 +28,10 @@ paired runs, and the load average is in each note.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import resource
 import shlex
 import shutil
 import subprocess
@@ -84,6 +86,51 @@ def _run(argv: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - started
 
 
+def _subreaper() -> None:
+    """Make this process adopt its descendants' orphans (``PR_SET_CHILD_SUBREAPER``):
+    a command's sandbox guardian outlives it for a moment, and only whoever reaps
+    it learns the CPU time of the extensions the guardian reaped."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _reap_all() -> None:
+    """Wait for every child and adopted orphan of this process to end."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def _cpu(argv: list[str], env: dict[str, str]) -> tuple[float, float, float]:
+    """Wall time, CPU seconds of the command's own process (sampled until it exits,
+    before it is reaped) and of it with every descendant (everything reaped by the
+    time nothing is left: each level reaps its children, this process the orphans)."""
+    _subreaper()
+    _reap_all()  # orphans of earlier commands are not this one's
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watched = psutil.Process(child.pid)
+    own = 0.0
+    while True:
+        times = watched.cpu_times()  # a zombie keeps its figures until reaped
+        own = times.user + times.system
+        if watched.status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.02)
+    _, status = os.waitpid(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - started
+    assert child.returncode == 0
+    _reap_all()  # the orphans: the guardian, a moment after its host
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    tree = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, own, tree
+
+
 def _xargs(work: Path, count: int, env: dict[str, str]) -> float:
     script = work / "script.jsonl"
     script.write_text("".join(json.dumps(t) + "\n" for t in SCRIPT))
@@ -115,8 +162,12 @@ def local_rows(rows: Rows, work: Path, env: dict[str, str], count: int, reps: in
     halves = [_tasks(work, count // 2, prefix=p) for p in ("a", "b")]
     ratios, shapes = [], []
     batch_t, xargs_t, two_t = [], [], []
+    host_cpu, tree_cpu = [], []
     for _ in range(reps):
-        batch_t.append(_run(_batch(tasks, _fresh(work / "r.jsonl"), "--jobs", "2"), env))
+        wall, own, tree = _cpu(_batch(tasks, _fresh(work / "r.jsonl"), "--jobs", "2"), env)
+        batch_t.append(wall)
+        host_cpu.append(own / count * 1000)
+        tree_cpu.append(tree / count * 1000)
         xargs_t.append(_xargs(work, count, env))
         started = time.perf_counter()
         procs = [
@@ -135,6 +186,18 @@ def local_rows(rows: Rows, work: Path, env: dict[str, str], count: int, reps: in
     note = f"{count} sessions, 2 sandboxed extensions each, {reps} paired runs; {_load()}"
     rows.add("local.jobs2", count / median(batch_t), "sessions/s", note=note)
     rows.add("xargs.run_p2", count / median(xargs_t), "sessions/s", note="corral run, xargs -P2")
+    rows.add(
+        "local.host_cpu",
+        median(host_cpu),
+        "ms/session",
+        note="CPU of the corral batch process itself, per session",
+    )
+    rows.add(
+        "local.tree_cpu",
+        median(tree_cpu),
+        "ms/session",
+        note="CPU of it and every descendant (guardian, bwrap, extensions), per session",
+    )
     best = median(ratios)
     rows.add("local_vs_xargs", best, "x", target="≥ 3", ok=best >= 3, note=f"paired; {_load()}")
     rows.add(
@@ -198,9 +261,6 @@ def memory_rows(rows: Rows, work: Path, env: dict[str, str], quick: bool) -> Non
 
 
 def ray_rows(rows: Rows, work: Path, env: dict[str, str], count: int, reps: int) -> None:
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        raise RuntimeError("bwrap is needed for the private network namespace of the cluster")
     tasks = _tasks(work, count, prefix="r")
     commands: list[dict[str, Any]] = []
     for i in range(reps):
@@ -210,19 +270,8 @@ def ray_rows(rows: Rows, work: Path, env: dict[str, str], count: int, reps: int)
         for name, argv in pair if i % 2 == 0 else reversed(pair):
             commands.append({"name": name, "argv": argv})
     (work / "commands.json").write_text(json.dumps(commands))
-    user = [] if os.geteuid() == 0 else ["--unshare-user"]
+    # The harness starts Ray only inside private network and pid namespaces.
     argv = [
-        bwrap,
-        *user,
-        "--unshare-net",
-        "--unshare-pid",
-        "--die-with-parent",
-        "--dev-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--",
         sys.executable,
         str(CLUSTER),
         str(work),

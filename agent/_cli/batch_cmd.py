@@ -16,6 +16,7 @@ import functools
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
 import click
 import trio
@@ -62,32 +63,53 @@ class BatchCLIError(click.ClickException):
 
 
 class _Stopper:
-    """The first signal stops the batch (cancelled results written); the second
-    abandons it (:attr:`scope` cancelled)."""
+    """Signals: the first stops the batch (cancelled results written; before the
+    batch started, it just ends the command); the second abandons the batch
+    (:attr:`scope` cancelled)."""
 
     def __init__(self) -> None:
         self.scope = trio.CancelScope()
         self.received: signal.Signals | None = None
+        self.batch: Batch | None = None
+        self.view: BatchView | None = None
 
-    async def watch(
-        self, batch: Batch, view: BatchView, *, task_status: trio.TaskStatus[None]
-    ) -> None:
+    @property
+    def exit_status(self) -> int | None:
+        """``128 + signal`` once a signal arrived."""
+        return None if self.received is None else 128 + self.received.value
+
+    async def watch(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """Handle the signals until cancelled (start it with ``nursery.start``).
+
+        Cancellation: stops watching; the default handlers come back.
+        """
         with trio.open_signal_receiver(*_SIGNALS) as arrivals:
             task_status.started()
             async for signum in arrivals:
-                if self.received is None:
-                    self.received = signal.Signals(signum)
-                    batch.stop()
-                    view.note(
+                if self.received is not None or self.batch is None:
+                    self.received = self.received or signal.Signals(signum)
+                    self.scope.cancel()
+                    continue
+                self.received = signal.Signals(signum)
+                self.batch.stop()
+                if self.view is not None:
+                    self.view.note(
                         f"{self.received.name}: stopping; the running sessions are cancelled "
                         "and written as such (again to abandon them)"
                     )
-                else:
-                    self.scope.cancel()
-                    return
 
 
-async def _run(
+async def _run(tasks_path: str, output: str, *args: Any, **kwargs: Any) -> int:
+    stopper = _Stopper()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(stopper.watch)
+        with stopper.scope:
+            await _batch(tasks_path, output, *args, stopper=stopper, **kwargs)
+        nursery.cancel_scope.cancel()
+    return stopper.exit_status or 0
+
+
+async def _batch(
     tasks_path: str,
     output: str,
     defaults: Defaults,
@@ -97,7 +119,8 @@ async def _run(
     skip_invalid: bool,
     transcripts: str | None,
     as_json: bool,
-) -> int:
+    stopper: _Stopper,
+) -> None:
     try:
         tasks, invalid = await trio.to_thread.run_sync(
             lambda: load_tasks(tasks_path, defaults=defaults, skip_invalid=skip_invalid)
@@ -106,40 +129,35 @@ async def _run(
         raise BatchCLIError(str(exc)) from None
     results = ResultsFile(output)
     resumed = await trio.to_thread.run_sync(lambda: results.open(resume=resume))
+    todo = [t for t in tasks if t.id not in resumed.done]
     summary = Summary(
+        total=len(todo),
+        skipped=len(tasks) - len(todo),
         invalid=len(invalid),
         output=output,
         transcripts=transcripts,
     )
-    todo = [t for t in tasks if t.id not in resumed.done]
-    summary.total = len(todo)
-    summary.skipped = len(tasks) - len(todo)
-    view = BatchView(len(todo), as_json=as_json)
+    view = stopper.view = BatchView(len(todo), as_json=as_json)
     for error in invalid:
         view.note(f"skipped: {error}")
     if resumed.torn_bytes:
         view.note(f"{output}: dropped a torn last line ({resumed.torn_bytes} bytes); it runs again")
     if resumed.cancelled:
         view.note(f"{output}: {resumed.cancelled} cancelled results run again")
-    stopper = _Stopper()
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(results.run_syncer)
-            with stopper.scope:
-                async with run_many(todo, backend=backend, transcripts=transcripts) as batch:
-                    await nursery.start(stopper.watch, batch, view)
-                    async for result in batch:
-                        results.append(result)
-                        view.result(result)
+            async with run_many(todo, backend=backend, transcripts=transcripts) as batch:
+                stopper.batch = batch
+                async for result in batch:
+                    results.append(result)
+                    view.result(result)
             nursery.cancel_scope.cancel()
     finally:
         results.close()
-    summary.not_run = summary.total - view.finished
-    summary.stopped_by = stopper.received.name if stopper.received else None
-    view.finish(summary)
-    if stopper.received is not None:
-        return 128 + stopper.received.value
-    return 0
+        summary.not_run = summary.total - view.finished
+        summary.stopped_by = stopper.received.name if stopper.received else None
+        view.finish(summary)
 
 
 _EXITS = (

@@ -61,6 +61,7 @@ def _import_ray() -> Any:
     return ray
 
 
+@typing.final
 class _Host:
     """The driver's view of one actor: its handle, free slots, and whether it is up."""
 
@@ -211,6 +212,7 @@ class _Dispatch:
         self.hosts = hosts
         self.backend = backend
         self.transcripts = transcripts
+        #: Object reference of each call in flight -> its task, attempt and host.
         self.inflight: dict[Any, tuple[Task, int, _Host]] = {}
         self.packed: dict[str, tuple[str, Any]] = {}
         self.send, self.receive = trio.open_memory_channel[tuple[str, Any, Any]](math.inf)
@@ -237,11 +239,17 @@ class _Dispatch:
         ref.future().add_done_callback(lambda future: self._notify(kind, key, future))
 
     def _pack(self, path: str) -> tuple[str, Any]:
+        """An extension directory in the object store, put once for every task."""
         found = self.packed.get(path)
         if found is None:
             found = (_digest(path), self.ray.put(pack_dir(path)))
             self.packed[path] = found
         return found
+
+    def _pack_workspace(self, path: str) -> Any:
+        # Not kept: the object is freed once the task that holds it is over (a
+        # retry puts it again), so a batch of large workspaces never piles up.
+        return self.ray.put(pack_dir(path))
 
     async def _submit(self, task: Task, attempt: int, host: _Host) -> None:
         workspace = extensions = None
@@ -251,7 +259,7 @@ class _Dispatch:
                     await trio.to_thread.run_sync(self._pack, path) for path in task.extensions
                 ]
                 if isinstance(task.workspace, str):
-                    workspace = (await trio.to_thread.run_sync(self._pack, task.workspace))[1]
+                    workspace = await trio.to_thread.run_sync(self._pack_workspace, task.workspace)
             except (OSError, ValueError) as exc:
                 await self._give_up(task, attempt, f"cannot send it to Ray: {exc}")
                 return

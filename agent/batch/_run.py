@@ -152,8 +152,8 @@ async def run_many(
     drops their results; :meth:`Batch.stop` is the way to get them as
     ``cancelled`` results instead.
     """
-    checked = list(tasks)
-    checked, _ = await trio.to_thread.run_sync(lambda: check_tasks(checked))
+    given = list(tasks)
+    checked, _ = await trio.to_thread.run_sync(lambda: check_tasks(given))
     chosen: Backend = backend if backend is not None else LocalBackend()
     where = Path(transcripts) if transcripts is not None else None
     if where is not None:

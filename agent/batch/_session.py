@@ -76,6 +76,7 @@ def _text(blocks: list[Any]) -> str:
     return "".join(b.text for b in blocks if isinstance(b, TextContent))
 
 
+@typing.final
 class _Record:
     """What the session's events said, gathered as they come (also while it stops)."""
 
@@ -174,14 +175,12 @@ class _Record:
 def _task_error(exc: BaseException) -> str | None:
     """The message of the agent or supervisor error in ``exc`` (which nurseries may
     have wrapped in exception groups), or None when it holds none."""
-    if isinstance(exc, AgentError | SupervisorError):
-        return str(exc)
+    found: BaseException | None = exc
     if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _task_error(inner)
-            if found is not None:
-                return found
-    return None
+        found, _ = exc.split((AgentError, SupervisorError))
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+    return str(found) if isinstance(found, AgentError | SupervisorError) else None
 
 
 def transcript_bytes(task: Task, host: AgentHost, messages: list[Message]) -> bytes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import typing
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -114,6 +115,7 @@ def _decode_error(source: str, line: int, exc: msgspec.DecodeError) -> TaskError
     return TaskError(source, line, field, message)
 
 
+@typing.final
 class _Cache:
     """Manifests and scripts read once per path, however many tasks name them."""
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from helpers.agentkit import chaos, finish
-from helpers.batchkit import TreeWatch, chaos_mix, corral, echo_script, read_results, write_tasks
+from helpers.agentkit import spawn_corral as corral
+from helpers.batchkit import TreeWatch, chaos_mix, echo_script, read_results, write_tasks
 
 
 def count_lines(path: Path) -> int:

@@ -1,11 +1,12 @@
-"""Helpers of the batch tests: tasks files, chaos mixes, results, process trees."""
+"""Helpers of the batch tests: tasks files, chaos mixes, results, process trees.
+
+The command itself runs through ``helpers.agentkit.spawn_corral``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,6 @@ from typing import Any
 import psutil
 
 from helpers.agentkit import chaos
-from helpers.paths import REPO
 
 #: What each kind of task of :func:`chaos_mix` must end as.
 EXPECTED = {"ok": "done", "crash": "done", "dead": "error", "hang": "timeout"}
@@ -68,21 +68,6 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     data = path.read_bytes()
     assert not data or data.endswith(b"\n"), "the last line is torn"
     return [json.loads(line) for line in data.splitlines() if line.strip()]
-
-
-def corral(args: list[str], cwd: Path, home: Path) -> subprocess.Popen[str]:
-    """``corral ARGS`` as a real process, in ``cwd``, output piped."""
-    env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO)}
-    code = "import sys; from agent._cli.main import main; sys.exit(main())"
-    return subprocess.Popen(
-        [sys.executable, "-u", "-c", code, *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=cwd,
-        env=env,
-    )
 
 
 class TreeWatch:

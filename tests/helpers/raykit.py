@@ -1,18 +1,14 @@
 """A real two-node Ray cluster for the batch tests, on loopback only.
 
-Ray is started only inside private network and pid namespaces made by bwrap
-(``--unshare-net --unshare-pid``, plus ``--unshare-user`` when not root): the
-network namespace holds nothing but loopback, so nothing Ray does reaches another
-address, and when the harness (``tests/agent/fixtures/ray_cluster.py``, the
-namespace's first process after bwrap's) exits, the kernel ends every process of
-the cluster. The harness itself refuses to start Ray anywhere else.
+The harness (``tests/agent/fixtures/ray_cluster.py``) puts itself into private
+network and pid namespaces made by bwrap before it starts Ray, and refuses to
+start it anywhere else: nothing Ray does reaches an address but loopback, and when
+the harness exits the kernel ends every process of the cluster.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,26 +17,6 @@ from typing import Any
 from helpers.paths import TESTS
 
 HARNESS = TESTS / "agent" / "fixtures" / "ray_cluster.py"
-
-
-def private_namespaces() -> list[str]:
-    """The bwrap command that runs a program in fresh network and pid namespaces."""
-    bwrap = shutil.which("bwrap")
-    assert bwrap, "bwrap is needed to give Ray a private network namespace"
-    user = [] if os.geteuid() == 0 else ["--unshare-user"]
-    return [
-        bwrap,
-        *user,
-        "--unshare-net",
-        "--unshare-pid",
-        "--die-with-parent",
-        "--dev-bind",
-        "/",
-        "/",
-        "--proc",
-        "/proc",
-        "--",
-    ]
 
 
 def run_cluster(
@@ -54,7 +30,6 @@ def run_cluster(
 ) -> dict[str, Any]:
     """Start the cluster, run ``corral batch --ray`` on it, report (see the harness)."""
     argv = [
-        *private_namespaces(),
         sys.executable,
         str(HARNESS),
         str(workdir),
