@@ -20,7 +20,7 @@ def count_lines(path: Path) -> int:
 @pytest.mark.slow  # 50 sessions, ten of which wait for their timeout
 def test_fifty_chaos_tasks_each_end_once_with_the_right_status(tmp_path: Path, home: Path) -> None:
     tasks, expected = chaos_mix(tmp_path, 50)
-    proc = corral(["batch", str(tasks), "-o", "r.jsonl", "--jobs", "4", "--json"], tmp_path, home)
+    proc = corral(["batch", str(tasks), "-o", "r.jsonl", "--jobs", "4", "--json"], home, tmp_path)
     watch = TreeWatch(proc.pid)
     watch.until(lambda: proc.poll() is not None, limit=120)
     out, err = finish(proc)
@@ -70,7 +70,7 @@ def test_a_batch_killed_midway_resumes_without_losing_or_repeating_a_result(
     )
     out = tmp_path / "r.jsonl"
     args = ["batch", "tasks.jsonl", "-o", "r.jsonl", "--jobs", "3"]
-    proc = corral(args, tmp_path, home)
+    proc = corral(args, home, tmp_path)
     watch = TreeWatch(proc.pid)
     watch.until(lambda: count_lines(out) >= 8)
     watch.look()
@@ -81,7 +81,7 @@ def test_a_batch_killed_midway_resumes_without_losing_or_repeating_a_result(
     first = data[: data.rfind(b"\n") + 1]  # a torn last line may follow
     done_first = [json.loads(x)["id"] for x in first.splitlines()]
     assert 8 <= len(done_first) < 30
-    proc = corral([*args, "--resume"], tmp_path, home)
+    proc = corral([*args, "--resume"], home, tmp_path)
     watch = TreeWatch(proc.pid)
     watch.until(lambda: proc.poll() is not None)
     _, err = finish(proc)
@@ -104,7 +104,7 @@ def test_a_signal_stops_the_batch_writes_cancelled_results_and_resume_reruns_the
     tasks = [{"id": i, "prompt": "go", "extensions": [ext], "script": echo_script(i)} for i in ids]
     write_tasks(tmp_path / "tasks.jsonl", tasks)
     out = tmp_path / "r.jsonl"
-    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl", "--jobs", "2"], tmp_path, home)
+    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl", "--jobs", "2"], home, tmp_path)
     watch = TreeWatch(proc.pid)
     running = lambda: sum("chaos.py" in " ".join(p.cmdline()) for p in _alive(watch)) >= 2  # noqa: E731
     watch.until(running)
@@ -120,7 +120,7 @@ def test_a_signal_stops_the_batch_writes_cancelled_results_and_resume_reruns_the
     # The same ids, now with an extension that answers: the cancelled run again.
     quick = chaos(tmp_path / "exts2")
     write_tasks(tmp_path / "tasks.jsonl", [{**t, "extensions": [quick]} for t in tasks])
-    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl", "--resume"], tmp_path, home)
+    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl", "--resume"], home, tmp_path)
     _, err = finish(proc)
     assert proc.returncode == 0, err
     assert "2 cancelled results run again" in err
@@ -151,7 +151,7 @@ def test_bad_lines_stop_the_batch_before_anything_starts(tmp_path: Path, home: P
             {"id": "\x1b]0;x\x07", "prompt": 'say "d"', "timeout": 0},
         ],
     )
-    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl"], tmp_path, home)
+    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl"], home, tmp_path)
     _, err = finish(proc)
     assert proc.returncode == 1
     assert "3 task lines are invalid; nothing was started (--skip-invalid" in err
@@ -159,7 +159,7 @@ def test_bad_lines_stop_the_batch_before_anything_starts(tmp_path: Path, home: P
     assert "tasks.jsonl:3: field extensions[0]: " in err
     assert "tasks.jsonl:4: field timeout: " in err
     assert not (tmp_path / "r.jsonl").exists()
-    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl", "--skip-invalid"], tmp_path, home)
+    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl", "--skip-invalid"], home, tmp_path)
     _, err = finish(proc)
     assert proc.returncode == 0, err
     assert [r["answer"] for r in read_results(tmp_path / "r.jsonl")] == ["a"]
@@ -171,7 +171,7 @@ def test_what_others_wrote_is_shown_terminal_safe(tmp_path: Path, home: Path) ->
     evil = "t\x1b]0;owned\x07"
     script = [{"error": "bad \x1b[2J news", "status": 400}]
     write_tasks(tmp_path / "tasks.jsonl", [{"id": evil, "prompt": "go", "script": script}])
-    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl"], tmp_path, home)
+    proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl"], home, tmp_path)
     _, err = finish(proc)
     assert proc.returncode == 0, err
     assert "\x1b" not in err
