@@ -28,7 +28,6 @@ from ..batch import (
     LocalBackend,
     RayBackend,
     ResultsFile,
-    TasksInvalid,
     load_tasks,
     run_many,
 )
@@ -121,12 +120,10 @@ async def _batch(
     as_json: bool,
     stopper: _Stopper,
 ) -> None:
-    try:
-        tasks, invalid = await trio.to_thread.run_sync(
-            lambda: load_tasks(tasks_path, defaults=defaults, skip_invalid=skip_invalid)
-        )
-    except TasksInvalid as exc:
-        raise BatchCLIError(str(exc)) from None
+    # TasksInvalid, like every agent error, becomes one message without a traceback.
+    tasks, invalid = await trio.to_thread.run_sync(
+        lambda: load_tasks(tasks_path, defaults=defaults, skip_invalid=skip_invalid)
+    )
     results = ResultsFile(output)
     resumed = await trio.to_thread.run_sync(lambda: results.open(resume=resume))
     todo = [t for t in tasks if t.id not in resumed.done]

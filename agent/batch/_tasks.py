@@ -109,6 +109,8 @@ def _decode_error(source: str, line: int, exc: msgspec.DecodeError) -> TaskError
             field = named.group(1)
     if not isinstance(exc, msgspec.ValidationError):
         message = f"not a JSON object: {message}"
+    elif message.startswith("Object missing required field") and not at:
+        message = "missing: every task needs an id and a prompt"
     elif message.startswith("Object contains unknown field") and not at:
         known = ", ".join(Task.__struct_fields__)
         message = f"unknown field (a task has: {known})"

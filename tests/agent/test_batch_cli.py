@@ -154,7 +154,7 @@ def test_bad_lines_stop_the_batch_before_anything_starts(tmp_path: Path, home: P
     proc = corral(["batch", "tasks.jsonl", "-o", "r.jsonl"], home, tmp_path)
     _, err = finish(proc)
     assert proc.returncode == 1
-    assert "3 task lines are invalid; nothing was started (--skip-invalid" in err
+    assert err.startswith("Error: 3 task lines are invalid; nothing was started (--skip-invalid")
     assert "tasks.jsonl:2: field prompt: must not be empty" in err
     assert "tasks.jsonl:3: field extensions[0]: " in err
     assert "tasks.jsonl:4: field timeout: " in err

@@ -27,7 +27,7 @@ def one_error(tmp_path: Path, line: dict[str, Any] | str) -> tuple[int, str, str
 @pytest.mark.parametrize(
     ("line", "field", "says"),
     [
-        ({"prompt": "hi"}, "id", "missing required field"),
+        ({"prompt": "hi"}, "id", "missing: every task needs an id and a prompt"),
         ({"id": 7, "prompt": "hi"}, "id", "Expected `str`"),
         ({"id": " ", "prompt": "hi"}, "id", "must not be empty"),
         ({"id": "a", "prompt": ""}, "prompt", "must not be empty"),
