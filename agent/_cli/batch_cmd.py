@@ -141,6 +141,7 @@ async def _batch(
         view.note(f"{output}: dropped a torn last line ({resumed.torn_bytes} bytes); it runs again")
     if resumed.cancelled:
         view.note(f"{output}: {resumed.cancelled} cancelled results run again")
+    failed = False
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(results.run_syncer)
@@ -150,11 +151,16 @@ async def _batch(
                     results.append(result)
                     view.result(result)
             nursery.cancel_scope.cancel()
+    except Exception:
+        failed = True  # the error is the message; no summary before it
+        raise
     finally:
         results.close()
-        summary.not_run = summary.total - view.finished
-        summary.stopped_by = stopper.received.name if stopper.received else None
-        view.finish(summary)
+        view.close()
+        if not failed:  # also when a second signal abandoned the batch
+            summary.not_run = summary.total - view.finished
+            summary.stopped_by = stopper.received.name if stopper.received else None
+            view.finish(summary)
 
 
 _EXITS = (

@@ -180,10 +180,15 @@ class BatchView:
         else:
             print(line, file=self.stream, flush=True)
 
-    def finish(self, summary: Summary) -> None:
-        """Take the progress bar down and show the summary."""
+    def close(self) -> None:
+        """Take the progress bar down (idempotent)."""
         if self._progress is not None:
             self._progress.stop()
+            self._progress = None
+
+    def finish(self, summary: Summary) -> None:
+        """Take the progress bar down and show the summary."""
+        self.close()
         summary.seconds = round(time.monotonic() - self._started, 3)
         summary.sessions_per_second = round(self.rate(), 3)
         summary.done = self.counts[Status.DONE]

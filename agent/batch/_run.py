@@ -22,6 +22,7 @@ import msgspec
 import structlog
 import trio
 
+from ._exceptions import OutputError
 from ._local import LocalBackend
 from ._output import write_transcript
 from ._results import Result
@@ -146,6 +147,7 @@ async def run_many(
 
     Raises:
         TasksInvalid: a task is invalid; nothing was started.
+        OutputError: the transcripts directory cannot be made.
 
     Cancellation: leaving the block before the iteration ended stops every running
     session (shielded and bounded: extensions go down the shutdown ladder) and
@@ -157,7 +159,10 @@ async def run_many(
     chosen: Backend = backend if backend is not None else LocalBackend()
     where = Path(transcripts) if transcripts is not None else None
     if where is not None:
-        await trio.to_thread.run_sync(lambda: where.mkdir(parents=True, exist_ok=True))
+        try:
+            await trio.to_thread.run_sync(lambda: where.mkdir(parents=True, exist_ok=True))
+        except OSError as exc:
+            raise OutputError(str(where), f"cannot make the directory: {exc.strerror}") from None
     send, receive = trio.open_memory_channel[Outcome](max(1, chosen.concurrency))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:

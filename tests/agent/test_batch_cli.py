@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
+import sys
 from collections import Counter
 from pathlib import Path
 
+import pexpect
 import pytest
 from helpers.agentkit import chaos, finish
 from helpers.agentkit import spawn_corral as corral
 from helpers.batchkit import TreeWatch, chaos_mix, echo_script, read_results, write_tasks
+from helpers.paths import REPO
 
 
 def count_lines(path: Path) -> int:
@@ -179,3 +184,25 @@ def test_what_others_wrote_is_shown_terminal_safe(tmp_path: Path, home: Path) ->
     assert "bad \\x1b[2J news" in err
     (result,) = read_results(tmp_path / "r.jsonl")
     assert (result["id"], result["status"]) == (evil, "error")  # exact in the data
+
+
+def test_on_a_terminal_a_progress_bar_then_a_summary_table(tmp_path: Path, home: Path) -> None:
+    script = [{"text": "slow", "delay": 1.0}]
+    tasks = [{"id": f"t{i}", "prompt": "go", "script": script} for i in range(3)]
+    tasks.append({"id": "bad\x1b[2J", "prompt": "go", "script": [{"error": "no"}]})
+    write_tasks(tmp_path / "tasks.jsonl", tasks)
+    env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO), "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    code = "import sys; from agent._cli.main import main; sys.exit(main())"
+    args = ["-c", code, "batch", "tasks.jsonl", "-o", "r.jsonl", "--jobs", "2"]
+    child = pexpect.spawn(sys.executable, args, cwd=str(tmp_path), env=env, dimensions=(40, 120))
+    child.expect(pexpect.EOF, timeout=60)
+    child.close()
+    assert child.exitstatus == 0
+    raw = child.before.decode(errors="replace")
+    shown = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw)
+    assert re.search(r"sessions .* 0/4 +0 failed", shown)  # the bar, as it started
+    assert re.search(r"4/4 +1 failed +[0-9.]+/s", shown)  # and as it ended
+    assert "corral batch" in shown  # the summary table's title
+    assert "bad\\x1b[2J" in shown  # the failure, printed above the bar, terminal-safe
+    assert "bad\x1b[2J" not in raw
