@@ -72,6 +72,8 @@ BATCH_CASES = {
     "local.jobs2",
     "xargs.run_p2",
     "local_vs_xargs",
+    "local.host_cpu",
+    "local.tree_cpu",
     "shape.two_processes",
     "shape.two_vs_one",
     "memory.base",
