@@ -7,6 +7,9 @@ costs to set up and tear down. Whole commands are timed, start-up included.
 * ``local.jobs2`` / ``xargs.run_p2``: sessions per second of ``corral batch
   --jobs 2`` and of the same tasks as ``corral run`` processes under ``xargs
   -P2``; ``local_vs_xargs`` is the median of the paired ratios (target ≥ 3);
+* ``local.host_cpu`` / ``local.tree_cpu``: CPU per session of the ``corral batch``
+  process alone, and of it with every descendant (sandbox guardian, bubblewrap,
+  extensions): the host's share of the work;
 * ``shape.two_processes``: the same tasks as two ``corral batch --jobs 1``
   processes side by side, each with half of them (the "few worker processes"
   shape), against one process (``shape.two_vs_one``): the figure behind the
