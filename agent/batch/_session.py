@@ -341,7 +341,10 @@ class Session:
         )
 
     async def _converse(self, record: _Record) -> None:
-        work, home = await trio.to_thread.run_sync(self._build)
+        try:
+            work, home = await trio.to_thread.run_sync(self._build)
+        except (OSError, ValueError) as exc:  # a full disk, an unreadable file, a bad tar
+            raise AgentError(f"cannot prepare the working directory: {exc}") from None
         task = self.task
         provider = None
         if task.provider == "scripted" and isinstance(task.script, list):

@@ -16,7 +16,7 @@ from helpers.batchkit import echo_script
 
 from agent.batch import LocalBackend, Result, Status, Task, run_many
 from agent.batch._local import session_area
-from agent.batch._session import Outcome
+from agent.batch._session import Outcome, Session
 from agent.batch._workspace import copy_workspace, pack_dir, unpack
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -188,3 +188,12 @@ def test_a_packed_directory_unpacks_with_modes_and_links_and_nothing_outside(
     assert not (tmp_path / "outside").exists()
     assert not (tmp_path / "abs").exists()
     assert not (tmp_path / "up").exists()
+
+
+async def test_a_workspace_that_cannot_be_copied_is_the_tasks_error(tmp_path: Path) -> None:
+    gone = tmp_path / "gone"  # checked when the task was, removed before it ran
+    task = Task(id="t", prompt="hi", workspace=str(gone), provider="offline", timeout=30)
+    outcome = await Session(task, root=tmp_path / "area").run()
+    assert outcome.result.status is Status.ERROR
+    assert (outcome.result.error or "").startswith("cannot prepare the working directory: ")
+    assert not (tmp_path / "area").exists()
