@@ -3,7 +3,7 @@
 ``jobs`` worker tasks take the next task in order and run it as a
 :class:`~._session.Session` (its own supervisor and sandboxed extensions); the
 sessions share the process, its sandbox guardian and the interpreter's imports,
-which is what makes an additional concurrent session cost about 0.2 MiB of host
+which is what makes an additional concurrent session cost about 0.3 MiB of host
 memory instead of a ``corral run`` process's 40 (docs/scale.md has the figures and
 why one process rather than several).
 

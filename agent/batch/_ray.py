@@ -71,6 +71,9 @@ class _Host:
         self.slots = slots
         self.free = slots
         self.up = False
+        #: Counts the times it came up: a failure of a call sent to an earlier life
+        #: of the host (reported after it came back) says nothing about this one.
+        self.life = 0
 
 
 @typing.final
@@ -212,8 +215,9 @@ class _Dispatch:
         self.hosts = hosts
         self.backend = backend
         self.transcripts = transcripts
-        #: Object reference of each call in flight -> its task, attempt and host.
-        self.inflight: dict[Any, tuple[Task, int, _Host]] = {}
+        #: Object reference of each call in flight -> its task, attempt, host and
+        #: the host's life it was sent to.
+        self.inflight: dict[Any, tuple[Task, int, _Host, int]] = {}
         self.packed: dict[str, tuple[str, Any]] = {}
         self.send, self.receive = trio.open_memory_channel[tuple[str, Any, Any]](math.inf)
         self.token = trio.lowlevel.current_trio_token()
@@ -265,7 +269,7 @@ class _Dispatch:
                 return
         ref = host.handle.run.remote(task, self.transcripts, workspace, extensions)
         host.free -= 1
-        self.inflight[ref] = (task, attempt, host)
+        self.inflight[ref] = (task, attempt, host, host.life)
         self._watch("run", ref, ref)
 
     async def _give_up(self, task: Task, attempts: int, error: str) -> None:
@@ -274,8 +278,8 @@ class _Dispatch:
         )
         await self.out.send(Outcome(result=result))
 
-    def _lost(self, host: _Host, error: BaseException) -> None:
-        if host.up:
+    def _lost(self, host: _Host, life: int, error: BaseException) -> None:
+        if host.up and host.life == life:
             log.warning("batch_ray_host_lost", host=host.index, error=str(error)[:300])
             host.up = False
             self._watch("ping", host, host.handle.ping.remote())
@@ -324,18 +328,18 @@ class _Dispatch:
                 if isinstance(value, BaseException):
                     nursery.start_soon(self._ping_later, host)
                 elif not host.up:
-                    host.up, host.free = True, host.slots
+                    host.up, host.free, host.life = True, host.slots, host.life + 1
                     log.info("batch_ray_host_up", host=host.index, node=value)
                 continue
             if kind != "run":
                 continue
-            task, attempt, host = self.inflight.pop(key)
+            task, attempt, host, life = self.inflight.pop(key)
             if isinstance(value, Outcome):
                 host.free += 1
                 result = msgspec.structs.replace(value.result, attempts=attempt)
                 await out.send(msgspec.structs.replace(value, result=result))
             elif isinstance(value, self.lost_errors):
-                self._lost(host, value)
+                self._lost(host, life, value)
                 if stopping:
                     await self._give_up(task, attempt, "its host was lost as the batch stopped")
                 elif attempt < self.backend.max_attempts:
