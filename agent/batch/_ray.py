@@ -191,6 +191,13 @@ class RayBackend:
 
 
 def _kill(ray: Any, hosts: list[_Host]) -> None:
+    closing = [host.handle.close.remote() for host in hosts if host.up]
+    # Their directories first (bounded: a host that hangs is killed all the same).
+    if closing:
+        try:
+            ray.wait(closing, num_returns=len(closing), timeout=10)
+        except Exception as exc:  # cleanup: the kill below still happens
+            log.debug("batch_ray_close_failed", error=repr(exc))
     for host in hosts:
         try:
             ray.kill(host.handle, no_restart=True)

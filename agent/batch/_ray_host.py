@@ -128,6 +128,12 @@ class SessionHost:
         finally:
             self._sessions.discard(session)
 
+    def close(self) -> None:
+        """Remove this host's directory (the driver calls this before it kills the
+        host at the end of a batch; a host that dies instead leaves it to be swept
+        by the next batch on its node)."""
+        self._area_cm.__exit__(None, None, None)
+
     def cancel_all(self) -> int:
         """Cancel every running session (each returns a ``cancelled`` outcome).
 
