@@ -3,6 +3,7 @@
 Embed a whole session with :func:`open_runtime` (queueing, abort, events as the
 RPC wire shows them), or build on :func:`open_agent` for the loop and the
 supervisor behind it. ``corral rpc`` serves the same session over NDJSON.
+:mod:`agent.batch` runs many sessions at once (``corral batch``).
 
 The names are imported on first use (PEP 562), so that ``import agent`` (and every
 ``corral`` command, which imports ``agent._cli``) costs only what it uses.
@@ -15,6 +16,7 @@ import typing
 from ._lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:
+    from . import batch
     from ._events import (
         AgentEvent,
         AssistantMessage,
@@ -138,6 +140,7 @@ __all__ = [
     "UsageTotals",
     "UserMessage",
     "WebConfig",
+    "batch",
     "load_script",
     "make_provider",
     "open_agent",
@@ -210,6 +213,7 @@ _WHERE: dict[str, str] = {
     "open_runtime": "._runtime",
     "parse_script": "._providers.scripted",
     "serve_rpc": "._rpc.server",
+    "batch": ".batch",
 }
 
 

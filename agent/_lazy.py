@@ -22,7 +22,8 @@ def lazy_exports(
 
     Args:
         package: the facade's ``__name__``.
-        where: public name -> the module (relative to ``package``) defining it.
+        where: public name -> the module (relative to ``package``) defining it, or
+            ``.name`` itself for a public submodule.
         namespace: the facade's ``globals()``, where looked-up values are kept.
         exported: the facade's ``__all__``.
     """
@@ -31,7 +32,9 @@ def lazy_exports(
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
+        imported = importlib.import_module(module, package)
+        # A public submodule (``agent.batch``) is its own value.
+        value = imported if module == f".{name}" else getattr(imported, name)
         namespace[name] = value  # later look-ups skip this function
         return value
 

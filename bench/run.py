@@ -25,8 +25,10 @@ HERE = Path(__file__).resolve().parent
 #: Per-module wall-clock limits; a full run of everything should take a few minutes.
 TIMEOUT_FULL = 600.0
 TIMEOUT_QUICK = 120.0
-#: Modules that take longer in a full run: the soak drives 3,000 prompts.
-TIMEOUT_FULL_OF = {"soak": 3600.0}
+#: Modules that need longer: the soak drives 3,000 prompts; ``batch`` times 200
+#: ``corral run`` processes, twice.
+TIMEOUTS_FULL = {"soak": 3600.0, "batch": 2400.0}
+TIMEOUTS_QUICK = {"batch": 300.0}
 
 
 def modules(only: list[str] | None) -> list[Path]:
@@ -48,7 +50,9 @@ def _failed(name: str, note: str, seconds: float) -> Row:
 def run_module(path: Path, *, quick: bool) -> list[Row]:
     """Run one bench module; its rows, or one failed row saying what went wrong."""
     name = path.stem.removeprefix("bench_")
-    timeout = TIMEOUT_QUICK if quick else TIMEOUT_FULL_OF.get(name, TIMEOUT_FULL)
+    timeout = (TIMEOUTS_QUICK if quick else TIMEOUTS_FULL).get(
+        name, TIMEOUT_QUICK if quick else TIMEOUT_FULL
+    )
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
         out = Path(tmp) / "rows.json"
         argv = [sys.executable, str(path), "--json-out", str(out), *(["--quick"] if quick else [])]

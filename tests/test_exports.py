@@ -10,6 +10,7 @@ import pytest
 from helpers.exports import check_exports
 
 import agent
+import agent.batch
 import sandbox
 import sandbox.log
 import supervisor
@@ -21,7 +22,7 @@ _PACKAGES = ("agent", "supervisor", "sandbox")
 
 @pytest.mark.parametrize(
     "package",
-    [agent, supervisor, supervisor.lowlevel, sandbox, sandbox.log],
+    [agent, agent.batch, supervisor, supervisor.lowlevel, sandbox, sandbox.log],
     ids=lambda p: p.__name__,
 )
 def test_the_package_exports_exactly_all(package: types.ModuleType) -> None:

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "chat": ("agent_cmds", "chat_cmd", "Chat with the agent in this terminal."),
     "demo": ("agent_cmds", "demo_cmd", "An offline tour: tools, guard, crash, reload."),
     "rpc": ("rpc_cmd", "rpc_cmd", "Serve one agent session as JSON lines."),
+    "batch": ("batch_cmd", "batch_cmd", "Run many sessions from a tasks file, each result once."),
     "ext": ("ext_cmds", "ext_group", "Manage extensions: list, install, trust, logs."),
     "sessions": ("sessions_cmd", "sessions_group", "List, show and remove saved sessions."),
     "audit": (

@@ -75,3 +75,29 @@ def test_quick_bash_bench_reports_the_repository_case(tmp_path: Path) -> None:
     for case in ("shell_sandbox", "shell_sandbox_repo", "shell_sandbox_nocgroup"):
         # Measured where bwrap works; a row saying why (NaN) where it does not.
         assert f"{case}_p50" in rows or case in rows, sorted(rows)
+
+
+BATCH_CASES = {
+    "local.jobs2",
+    "xargs.run_p2",
+    "local_vs_xargs",
+    "local.host_cpu",
+    "local.tree_cpu",
+    "shape.two_processes",
+    "shape.two_vs_one",
+    "memory.base",
+    "memory.per_session",
+    "memory.tree_per_session",
+    "ray.jobs2",
+    "ray.local_jobs2",
+    "ray_vs_local",
+}
+
+
+@pytest.mark.slow  # corral run processes, a batch, and a two-node Ray cluster
+def test_quick_batch_bench_reports_every_case(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="the Ray rows need the 'ray' extra")
+    rows = {row["case"]: row for row in quick_rows("batch", tmp_path)}
+    assert set(rows) == BATCH_CASES
+    assert all(row["value"] > 0 for row in rows.values())
+    assert rows["memory.per_session"]["target"] == "≤ 10"
