@@ -28,7 +28,7 @@ TIMEOUT_QUICK = 120.0
 #: Modules that need longer: the soak drives 3,000 prompts; ``batch`` times 200
 #: ``corral run`` processes, twice.
 TIMEOUTS_FULL = {"soak": 3600.0, "batch": 2400.0}
-TIMEOUTS_QUICK = {"batch": 300.0}
+TIMEOUTS_QUICK = {"batch": 900.0}
 
 
 def modules(only: list[str] | None) -> list[Path]:

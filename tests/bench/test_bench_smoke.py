@@ -97,7 +97,7 @@ BATCH_CASES = {
 @pytest.mark.slow  # corral run processes, a batch, and a two-node Ray cluster
 def test_quick_batch_bench_reports_every_case(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="the Ray rows need the 'ray' extra")
-    rows = {row["case"]: row for row in quick_rows("batch", tmp_path)}
+    rows = {row["case"]: row for row in quick_rows("batch", tmp_path, timeout=900)}
     assert set(rows) == BATCH_CASES
     assert all(row["value"] > 0 for row in rows.values())
     assert rows["memory.per_session"]["target"] == "≤ 10"
