@@ -176,10 +176,10 @@ Command = (
     | GetTools
     | ExtList
     | ExtCommand
-    | ExtReload
-    | ExtEnable
     | ExtPanelKey
     | ExtPanelClose
+    | ExtReload
+    | ExtEnable
     | ToolsClear
 )
 #: Every command type, in documentation order.

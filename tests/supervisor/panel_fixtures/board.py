@@ -116,6 +116,7 @@ for raw in sys.stdin:
         render()
     elif kind == "panel_close":
         why = frame.get("reason", "")
+        print(f"panel_close {frame['panel_id']}: {why}", file=sys.stderr, flush=True)
         emit({"type": "notify", "level": "info", "message": f"closed {frame['panel_id']}: {why}"})
     elif kind == "shutdown":
         emit({"type": "shutdown_ack"})
