@@ -395,6 +395,12 @@ def test_chat_draws_an_extension_panel_in_place_and_gives_it_the_keys(
     lines = term.lines()
     prompt = max(i for i, line in enumerate(lines) if line.startswith("›"))
     assert lines[prompt] == "›"  # nothing typed into the editor
+    # Again, and this time the extension closes it ("q"): the prompt comes back.
+    term.send("/board\r")
+    term.wait_for("› ✓ second")
+    term.send("q")
+    term.prompt_ready(3)
+    assert "── Board" not in term.text()
     term.send("\x04")
     assert term.finish() == 0
 

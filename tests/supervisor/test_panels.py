@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 import trio
 from helpers.panelkit import panel_ext
-from helpers.supkit import Kit, wait_for
+from helpers.supkit import Kit, require_bwrap, wait_for
 
-from sandbox import select_sandbox
 from supervisor import (
     ExtensionState,
     Notified,
@@ -35,20 +34,11 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
 BOUND = 40.0
 
 
-def _bwrap() -> None:
-    try:
-        backend = select_sandbox("required").backend
-    except Exception as exc:
-        pytest.skip(f"no sandbox here: {exc}")
-    if backend != "bwrap":
-        pytest.skip(f"the sandbox here is {backend}")
-
-
 @asynccontextmanager
 async def _supervised(
     kit: Kit, *exts: Path, **config: Any
 ) -> AsyncIterator[tuple[SupervisorClient, trio.MemoryReceiveChannel[SupervisorEvent]]]:
-    _bwrap()
+    require_bwrap()
     cfg = kit.config(
         sandbox="required", handshake_timeout=20, command_timeout=20, tool_timeout=20, **config
     )

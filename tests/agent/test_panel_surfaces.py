@@ -6,23 +6,25 @@ the in-process runtime, ``corral run`` and a chat reading a pipe (which show no 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import trio
 from helpers.panelkit import panel_ext
 from helpers.paths import REPO
-from helpers.rpc_harness import Frame, open_rpc, rpc_env, write_script
+from helpers.rpc_harness import Frame, RpcProcess, open_rpc, rpc_env, write_script
 from test_runtime import opts
 
-from agent import ExtPanelClose, ExtPanelOpen, ExtPanelRender
+from agent import AgentEvent, ExtPanelClose, ExtPanelOpen, ExtPanelRender
 from agent._runtime import open_runtime
 from supervisor import UnknownPanel
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 TIMEOUT = 60
+E = TypeVar("E")
 SANDBOX = ("--sandbox", "auto")
 
 
@@ -37,47 +39,73 @@ def _is(kind: str, **fields: Any):  # type: ignore[no-untyped-def]
     return match
 
 
+class Exchange:
+    """A client's view of ``corral rpc``: every frame kept until a test looks for it,
+    so an event is found whether it came before or after a command's response."""
+
+    def __init__(self, rpc: RpcProcess) -> None:
+        self.rpc = rpc
+        self.frames: list[Frame] = []
+        self._ids = 0
+
+    async def call(self, kind: str, **fields: Any) -> Frame:
+        self._ids += 1
+        ident = f"x{self._ids}"
+        await self.rpc.send({"id": ident, "type": kind, **fields})
+        return await self.event(lambda f: f["type"] == "response" and f.get("id") == ident)
+
+    async def event(self, match: Callable[[Frame], bool]) -> Frame:
+        """The first frame ``match`` accepts (taken out of :attr:`frames`)."""
+        while True:
+            for i, frame in enumerate(self.frames):
+                if match(frame):
+                    del self.frames[i]
+                    return frame
+            self.frames.append(await self.rpc.read())
+
+
 @pytest.mark.parametrize("name", ["board", "board-js"])
 async def test_rpc_panel_flow(tmp_path: Path, name: str) -> None:
     ext = str(panel_ext(tmp_path / "exts", name))
     script = write_script(tmp_path, _add("third", "c1"), {"text": "added"})
     with trio.fail_after(TIMEOUT):
         async with open_rpc(tmp_path, script, *SANDBOX, exts=(ext,)) as rpc:
-            opened = await rpc.call("ext_command", name="board")
+            x = Exchange(rpc)
+            opened = await x.call("ext_command", name="board")
             assert opened["success"] is True
             data = opened["data"]
             assert (data["action"], data["error"], data["extension"]) == ("open_panel", "", name)
             assert data["panel"]["panel_id"] == "board-main"
             assert data["panel"]["lines"][:2] == ["› □ first", "  □ second"]
-            await rpc.until(_is("ext_panel_open", extension=name, panel_id="board-main"))
+            # Before or after the response: either order is fine.
+            event = await x.event(_is("ext_panel_open", extension=name, panel_id="board-main"))
+            assert event["lines"] == data["panel"]["lines"]
 
-            keyed = await rpc.call(
-                "ext_panel_key", extension=name, panel_id="board-main", key="down"
-            )
+            keyed = await x.call("ext_panel_key", extension=name, panel_id="board-main", key="down")
             assert keyed["success"] is True
-            await rpc.call(
+            await x.call(
                 "ext_panel_key", extension=name, panel_id="board-main", key="rune", text="x"
             )
-            frames = await rpc.until(
+            drawn = await x.event(
                 lambda f: f["type"] == "ext_panel_render" and "› ✓ second" in f["lines"]
             )
-            drawn = frames[-1]
             assert drawn["title"] == "Board (1/2 done)"
             assert drawn["footer"] == "up/down move - x toggle - q close"
 
-            bad = await rpc.call("ext_panel_key", extension=name, panel_id="board-main", key="F13")
+            bad = await x.call("ext_panel_key", extension=name, panel_id="board-main", key="F13")
             assert bad["success"] is False
             assert "unknown key 'F13'" in bad["error"]
-            gone = await rpc.call("ext_panel_key", extension=name, panel_id="nope", key="up")
+            gone = await x.call("ext_panel_key", extension=name, panel_id="nope", key="up")
             assert gone["success"] is False
             assert "no open panel 'nope'" in gone["error"]
 
-            closed = await rpc.call("ext_panel_close", extension=name, panel_id="board-main")
+            closed = await x.call("ext_panel_close", extension=name, panel_id="board-main")
             assert closed["success"] is True
-            await rpc.until(_is("ext_panel_close", panel_id="board-main", by="host"))
-            await rpc.until(_is("ext_notify", message="closed board-main: "))
+            await x.event(_is("ext_panel_close", panel_id="board-main", by="host"))
+            await x.event(_is("ext_notify", message="closed board-main: "))
 
             # A tool call renders for a panel that is closed now: dropped, no bad frame.
+            x.frames.clear()
             await rpc.send({"id": "p", "type": "prompt", "message": "add one"})
             frames = await rpc.until_done()
             assert not [f for f in frames if f["type"].startswith("ext_panel")]
@@ -86,6 +114,13 @@ async def test_rpc_panel_flow(tmp_path: Path, name: str) -> None:
             (info,) = (await rpc.call("ext_list"))["data"]["extensions"]
             assert info["sandboxed"] is True
             assert info["stats"]["bad_frames"] == 0
+
+
+async def _next(events: trio.MemoryReceiveChannel[AgentEvent], kind: type[E]) -> E:
+    async for event in events:
+        if isinstance(event, kind):
+            return event
+    raise AssertionError(f"no {kind.__name__}")
 
 
 async def test_in_process_panel_flow(tmp_path: Path) -> None:
@@ -97,15 +132,13 @@ async def test_in_process_panel_flow(tmp_path: Path) -> None:
                 outcome = await rt.ext_command("/board")
                 assert outcome.panel is not None
                 assert outcome.panel.title == "SDK board"
-                seen = [await events.receive()]
-                assert isinstance(seen[0], ExtPanelOpen)
+                opened = await _next(events, ExtPanelOpen)
+                assert (opened.extension, opened.panel_id) == ("sdk-board", "sdk-board")
                 await rt.ext_panel_key("sdk-board", "sdk-board", "rune", "k")
-                drawn = await events.receive()
-                assert isinstance(drawn, ExtPanelRender)
+                drawn = await _next(events, ExtPanelRender)
                 assert drawn.lines[-1] == "keys: k"
                 await rt.ext_panel_close("sdk-board", "sdk-board")
-                closed = await events.receive()
-                assert isinstance(closed, ExtPanelClose)
+                closed = await _next(events, ExtPanelClose)
                 assert closed.by == "host"
                 with pytest.raises(UnknownPanel):
                     await rt.ext_panel_key("sdk-board", "sdk-board", "up")
