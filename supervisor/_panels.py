@@ -13,6 +13,13 @@ in-process API): every character that could drive a terminal becomes a visible
 escape (:func:`~supervisor._safe_text.visible`), and titles, footers, lines and the
 number of lines are bounded. The panel id stays exact (the extension reads it back).
 
+Renders are coalesced: a ``panel_render`` changes the panel at once, and the event
+saying so is published when the extension's output read so far has been handled
+(:meth:`Panels.flush`), so a burst of renders read together is one event with the
+last of them. A flood of renders (a hostile extension, or one animating too
+fast) can thus never fill a subscriber's buffer and push out the panel's final
+state; each render still costs its decoding.
+
 What is not an error: a ``panel_render`` or ``panel_close`` for a panel that is not
 open (the reference's own ``todo`` renders after every tool call, panel or not) is
 dropped without a word, as the reference does; only counted.
@@ -119,6 +126,8 @@ class Panels:
         self.open: Panel | None = None
         #: Renders and closes for a panel that was not open (dropped).
         self.stray = 0
+        #: A render not published yet (see :meth:`flush`).
+        self.pending = False
 
     def __repr__(self) -> str:
         shown = self.open.panel_id if self.open else None
@@ -145,7 +154,7 @@ class Panels:
         if old is not None and old.panel_id != spec.id:
             self.close(old.panel_id, f"replaced by the panel {spec.id!r}")
         panel = self._panel(spec.id, spec.title, spec.lines, spec.footer)
-        self.open = panel
+        self.open, self.pending = panel, False
         self._publish(PanelOpened(extension=self._extension, panel=panel))
         return panel, ""
 
@@ -166,14 +175,20 @@ class Panels:
             footer=panel.footer,
         )
         self.open = panel
-        self._publish(PanelRendered(extension=self._extension, panel=panel))
+        self.pending = True
+
+    def flush(self) -> None:
+        """Publish the render(s) since the last flush as one event (the open panel now)."""
+        self.pending = False
+        if self.open is not None:
+            self._publish(PanelRendered(extension=self._extension, panel=self.open))
 
     def closed(self, frame: f.PanelClose) -> None:
         """The extension closed its panel (dropped unless that panel is open)."""
         if self.open is None or self.open.panel_id != frame.panel_id:
             self.stray += 1
             return
-        self.open = None
+        self.open, self.pending = None, False
         self._publish(
             PanelClosed(extension=self._extension, panel_id=frame.panel_id, by="extension")
         )
@@ -190,7 +205,7 @@ class Panels:
     def close(self, panel_id: str, reason: str) -> None:
         """Close the open panel ``panel_id`` (see :meth:`has`) on the host's side and
         tell the extension."""
-        self.open = None
+        self.open, self.pending = None, False
         # Sent even if the pipe is gone: the event says it closed either way.
         self._send(f.encode_frame(f.PanelClose(panel_id=panel_id, reason=reason)))
         self._publish(
@@ -199,6 +214,7 @@ class Panels:
 
     def gone(self, reason: str) -> None:
         """The incarnation ended: its panel, if any, closes with it."""
+        self.pending = False
         if self.open is not None:
             panel_id, self.open = self.open.panel_id, None
             self._publish(

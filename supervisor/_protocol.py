@@ -155,6 +155,9 @@ class ChildProtocol:
         """Act on one line once start-up is over (each kind its own)."""
         raise NotImplementedError
 
+    def _caught_up(self) -> None:
+        """Every line readable now was handled (a kind may act on a burst once, here)."""
+
     async def _route(self, reader: LineReader) -> None:
         """Route every line until EOF (after start-up).
 
@@ -171,12 +174,14 @@ class ChildProtocol:
                     handle(line)
                 item = reader.next_nowait()
                 if item is MORE:
+                    self._caught_up()
                     await reader.fill()
                 elif item is None:
                     return
                 else:
                     handle(item)
         finally:
+            self._caught_up()
             self._routing = None
 
     def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:
@@ -215,6 +220,7 @@ class ChildProtocol:
                     if item is None:
                         return  # the reader task sees the end too
                     handle(item)
+                self._caught_up()
                 if reply.done:
                     return
             if clock() >= deadline:
@@ -394,6 +400,11 @@ class ExtensionProtocol(ChildProtocol):
                 self.acked.set()
             case f.Hello():
                 self._bad_frame("hello sent twice", f.excerpt(item), None)
+
+    def _caught_up(self) -> None:
+        # A burst of panel renders becomes one event: its last (see Panels.render).
+        if self.panels.pending:
+            self.panels.flush()
 
     def _bad_line(self, item: bytes) -> None:
         """A line that is not a frame: counted and logged, unless it is blank."""
