@@ -423,3 +423,20 @@ def test_chat_panel_text_cannot_drive_the_terminal(
     assert "pwned" not in term.text()
     term.send("\x04")
     assert term.finish() == 0
+
+
+def test_chat_closes_the_panel_of_an_extension_that_crashed(
+    open_screen: Callable[..., Screen], ext_dir: Path
+) -> None:
+    ext = panel_ext(ext_dir, "board")
+    term = open_screen("chat", "--no-extensions", "--sandbox", "auto", "-e", str(ext))
+    term.prompt_ready(1)
+    term.send("/board\r")
+    term.wait_for("── Board (0/2 done) ──")
+    term.send("!")  # the extension exits with its panel open
+    term.wait_for("[board] panel closed: the extension exited")
+    term.prompt_ready(2)
+    assert "── Board" not in term.text()
+    term.wait_for("[board] restarted")
+    term.send("\x04")
+    assert term.finish() == 0

@@ -1,7 +1,7 @@
 """A panel extension written to the reference implementation's shapes (raw frames, no
 SDK), like its ``todo`` example: ``/board`` opens a panel, keys move a cursor, ``x``
-toggles an item, ``q`` closes it from the extension's side, and a tool adds items and
-renders after every call, panel open or not."""
+toggles an item, ``q`` closes it from the extension's side (``!`` crashes it), and a
+tool adds items and renders after every call, panel open or not."""
 
 import json
 import os
@@ -106,6 +106,8 @@ for raw in sys.stdin:
             state["cursor"] = min(len(items) - 1, state["cursor"] + 1)
         elif key == "rune" and text == "x":
             items[state["cursor"]]["done"] = not items[state["cursor"]]["done"]
+        elif key == "rune" and text == "!":
+            sys.exit(3)  # a crash with the panel open
         elif key == "rune" and text == "q":
             emit({"type": "panel_close", "panel_id": PANEL})
             continue
