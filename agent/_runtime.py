@@ -471,8 +471,9 @@ class Runtime:
         """Run an extension's slash command (``name`` with or without ``/``).
 
         A ``display`` answer also reaches :meth:`events` subscribers as
-        ``ext_display`` (the supervisor publishes it); acting on a ``prompt`` or
-        ``insert`` answer is the caller's choice.
+        ``ext_display`` (the supervisor publishes it), an ``open_panel`` one as
+        ``ext_panel_open`` (the outcome's ``panel``; see :meth:`ext_panel_key`);
+        acting on a ``prompt`` or ``insert`` answer is the caller's choice.
 
         Raises:
             SupervisorError: no such command, or the extension failed or timed out.
