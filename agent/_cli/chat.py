@@ -43,14 +43,14 @@ from .._host import AgentHost, open_agent
 from .._options import AgentOptions
 from .._tools.dynamic import ToolDraft
 from .panelview import PanelText
-
-if typing.TYPE_CHECKING:
-    from .panelview import PanelView
 from .render import HumanRenderer, format_usage
 from .safe_text import visible
 from .screen import Terminal, make_console
 from .term import is_terminal
 from .trust import ask_trust
+
+if typing.TYPE_CHECKING:  # prompt_toolkit is imported only for a terminal
+    from .panelview import PanelView
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 
