@@ -371,12 +371,18 @@ def test_chat_shows_a_new_tools_code_and_asks_before_it_runs(
     assert term.finish() == 0
 
 
+def _panel_chat(open_screen: Callable[..., Screen], ext_dir: Path, name: str) -> Screen:
+    """A chat (sandboxed where it can be) with the panel extension ``name``, at its prompt."""
+    ext = panel_ext(ext_dir, name)
+    term = open_screen("chat", "--no-extensions", "--sandbox", "auto", "-e", str(ext))
+    term.prompt_ready(1)
+    return term
+
+
 def test_chat_draws_an_extension_panel_in_place_and_gives_it_the_keys(
     open_screen: Callable[..., Screen], ext_dir: Path
 ) -> None:
-    ext = panel_ext(ext_dir, "board")
-    term = open_screen("chat", "--no-extensions", "--sandbox", "auto", "-e", str(ext))
-    term.prompt_ready(1)
+    term = _panel_chat(open_screen, ext_dir, "board")
     term.send("/board\r")
     term.wait_for("── Board (0/2 done) ──")
     term.wait_for("› □ first")
@@ -408,9 +414,7 @@ def test_chat_draws_an_extension_panel_in_place_and_gives_it_the_keys(
 def test_chat_panel_text_cannot_drive_the_terminal(
     open_screen: Callable[..., Screen], ext_dir: Path
 ) -> None:
-    ext = panel_ext(ext_dir, "hostile")
-    term = open_screen("chat", "--no-extensions", "--sandbox", "auto", "-e", str(ext))
-    term.prompt_ready(1)
+    term = _panel_chat(open_screen, ext_dir, "hostile")
     term.send("/evil\r")
     term.wait_for("── \\x1b]0;pwned\\x07TTT")
     term.wait_for("\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07row 0")
@@ -428,9 +432,7 @@ def test_chat_panel_text_cannot_drive_the_terminal(
 def test_chat_closes_the_panel_of_an_extension_that_crashed(
     open_screen: Callable[..., Screen], ext_dir: Path
 ) -> None:
-    ext = panel_ext(ext_dir, "board")
-    term = open_screen("chat", "--no-extensions", "--sandbox", "auto", "-e", str(ext))
-    term.prompt_ready(1)
+    term = _panel_chat(open_screen, ext_dir, "board")
     term.send("/board\r")
     term.wait_for("── Board (0/2 done) ──")
     term.send("!")  # the extension exits with its panel open
