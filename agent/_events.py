@@ -1,7 +1,8 @@
 """Agent events: the stream a prompt or a compaction produces.
 
 These are the RPC wire events of seeds/rpc.md (tagged on ``type``) plus corral's
-additions ``ext_notify``, ``ext_display``, ``ext_status`` and ``retry``. The in-process API
+additions ``ext_notify``, ``ext_display``, ``ext_status``, the panel events
+``ext_panel_open``, ``ext_panel_render`` and ``ext_panel_close``, and ``retry``. The in-process API
 yields these same Structs; ``corral rpc`` writes them as JSON lines.
 """
 
@@ -24,6 +25,9 @@ __all__ = [
     "ErrorEvent",
     "ExtDisplay",
     "ExtNotify",
+    "ExtPanelClose",
+    "ExtPanelOpen",
+    "ExtPanelRender",
     "ExtStatus",
     "Retry",
     "StopReason",
@@ -220,6 +224,39 @@ class ExtStatus(_E, frozen=True, tag="ext_status", omit_defaults=True):
     sandboxed: bool | None = None
 
 
+class ExtPanelOpen(_E, frozen=True, tag="ext_panel_open"):
+    """An extension opened an interactive panel (corral addition): it has the focus;
+    send it keys with ``ext_panel_key``, close it with ``ext_panel_close``. Its text is
+    bounded and terminal-safe (docs/protocol.md, "Panels")."""
+
+    extension: str
+    panel_id: str
+    title: str
+    lines: list[str]
+    footer: str
+
+
+class ExtPanelRender(_E, frozen=True, tag="ext_panel_render"):
+    """The open panel, drawn again by its extension: the whole panel (corral addition)."""
+
+    extension: str
+    panel_id: str
+    title: str
+    lines: list[str]
+    footer: str
+
+
+class ExtPanelClose(_E, frozen=True, tag="ext_panel_close", omit_defaults=True):
+    """A panel closed (corral addition): ``by`` ``extension``, ``host`` (a client, the
+    user, a newer panel, a host that shows none) or ``exit`` (the extension stopped,
+    crashed or was reloaded); ``reason`` says why."""
+
+    extension: str
+    panel_id: str
+    by: Literal["extension", "host", "exit"]
+    reason: str = ""
+
+
 AgentEvent = (
     TurnStart
     | UserMessage
@@ -238,6 +275,9 @@ AgentEvent = (
     | ExtNotify
     | ExtDisplay
     | ExtStatus
+    | ExtPanelOpen
+    | ExtPanelRender
+    | ExtPanelClose
 )
 
 

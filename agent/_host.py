@@ -34,6 +34,9 @@ from supervisor import (
     ExtensionStopped,
     HostInfo,
     Notified,
+    PanelClosed,
+    PanelOpened,
+    PanelRendered,
     Quarantined,
     ReloadStats,
     SupervisorClient,
@@ -46,7 +49,16 @@ from supervisor import (
 )
 
 from ._audit import AuditLog, audit_path
-from ._events import AgentEvent, Emit, ExtDisplay, ExtNotify, ExtStatus
+from ._events import (
+    AgentEvent,
+    Emit,
+    ExtDisplay,
+    ExtNotify,
+    ExtPanelClose,
+    ExtPanelOpen,
+    ExtPanelRender,
+    ExtStatus,
+)
 from ._exceptions import AgentError, SessionError
 from ._loop import AgentLoop
 from ._options import AgentOptions, bash_network
@@ -68,6 +80,20 @@ def agent_event_for(event: SupervisorEvent) -> AgentEvent | None:
         return ExtNotify(extension=event.extension, level=event.level, message=event.message)
     if isinstance(event, Displayed):
         return ExtDisplay(extension=event.extension, text=event.text)
+    if isinstance(event, PanelOpened | PanelRendered):
+        kind = ExtPanelOpen if isinstance(event, PanelOpened) else ExtPanelRender
+        p = event.panel
+        return kind(
+            extension=p.extension,
+            panel_id=p.panel_id,
+            title=p.title,
+            lines=p.lines,
+            footer=p.footer,
+        )
+    if isinstance(event, PanelClosed):
+        return ExtPanelClose(
+            extension=event.extension, panel_id=event.panel_id, by=event.by, reason=event.reason
+        )
     if isinstance(event, ExtensionStarted):
         detail = f"{event.backend}" + (f"; {event.note}" if event.note else "")
         return ExtStatus(
@@ -183,6 +209,28 @@ class AgentHost:
         Cancellation: the command is abandoned.
         """
         return await self.supervisor.invoke_command(name, args)
+
+    async def panel_key(self, extension: str, panel_id: str, key: str, text: str = "") -> None:
+        """Send a key to an extension's open panel (see
+        :meth:`SupervisorClient.panel_key <supervisor.SupervisorClient.panel_key>`).
+
+        Raises:
+            SupervisorError: no such extension or open panel, or it cannot be sent.
+            ValueError: the key or its text is not valid.
+
+        Cancellation: the key may or may not have been sent.
+        """
+        await self.supervisor.panel_key(extension, panel_id, key, text)
+
+    async def close_panel(self, extension: str, panel_id: str, reason: str = "") -> None:
+        """Close an extension's open panel; the extension is told (``panel_close``).
+
+        Raises:
+            SupervisorError: no such extension or open panel.
+
+        Cancellation: the panel may or may not have been closed.
+        """
+        await self.supervisor.close_panel(extension, panel_id, reason)
 
     def commands(self) -> list[CommandInfo]:
         """Extension slash commands available now."""
@@ -307,6 +355,7 @@ async def open_agent(
                 sandbox=SandboxMode(options.sandbox),
                 late_after=options.late_after,
                 reserved_tools=BUILTIN_TOOLS + OPTIONAL_TOOLS,
+                panels=options.panels,
             )
             async with (
                 open_supervisor(

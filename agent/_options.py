@@ -77,6 +77,11 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: proxy (entries as in ``permissions.network``), added to those of
     #: ``CORRAL_BASH_NETWORK``; none by default.
     bash_network: list[str] = []
+    #: The session shows extension panels (``ext_panel_*`` events, keys sent back):
+    #: chat on a terminal, RPC and the in-process API do; ``corral run`` and a chat
+    #: reading a pipe do not, and an extension's ``open_panel`` then fails with
+    #: "panel unsupported here" (the extension gets ``panel_close``).
+    panels: bool = True
 
 
 def bash_network(options: AgentOptions) -> list[str]:

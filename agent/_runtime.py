@@ -12,7 +12,7 @@ or the runtime closing first. The events are the Structs ``corral rpc`` writes::
         async for event in rt.prompt('say "hi"'):
             print(event)
 
-Extension events (``ext_notify``, ``ext_display``, ``ext_status``) belong to no
+Extension events (``ext_notify``, ``ext_display``, ``ext_status``, ``ext_panel_*``) belong to no
 job; read them from :meth:`Runtime.events`.
 """
 
@@ -471,8 +471,9 @@ class Runtime:
         """Run an extension's slash command (``name`` with or without ``/``).
 
         A ``display`` answer also reaches :meth:`events` subscribers as
-        ``ext_display`` (the supervisor publishes it); acting on a ``prompt`` or
-        ``insert`` answer is the caller's choice.
+        ``ext_display`` (the supervisor publishes it), an ``open_panel`` one as
+        ``ext_panel_open`` (the outcome's ``panel``; see :meth:`ext_panel_key`);
+        acting on a ``prompt`` or ``insert`` answer is the caller's choice.
 
         Raises:
             SupervisorError: no such command, or the extension failed or timed out.
@@ -481,6 +482,33 @@ class Runtime:
         """
         # The supervisor publishes a ``display`` answer itself, as ``ext_display``.
         return await self._host.invoke_command(name.removeprefix("/"), args)
+
+    async def ext_panel_key(self, extension: str, panel_id: str, key: str, text: str = "") -> None:
+        """Send a key to an extension's open panel (an ``ext_panel_open`` event's
+        ``extension`` and ``panel_id``): ``up``, ``down``, ``left``, ``right``,
+        ``enter``, ``esc``, ``tab``, ``backspace``, ``delete``, ``home``, ``end``,
+        ``pageup``, ``pagedown``, ``unknown``, or ``rune`` with one character in ``text``.
+        The extension answers by drawing (``ext_panel_render``) or closing it.
+
+        Raises:
+            SupervisorError: no such extension or open panel (``UnknownPanel``), or
+                the key cannot be sent.
+            ValueError: the key or its text is not valid.
+
+        Cancellation: the key may or may not have been sent.
+        """
+        await self._host.panel_key(extension, panel_id, key, text)
+
+    async def ext_panel_close(self, extension: str, panel_id: str) -> None:
+        """Close an extension's open panel (the user closed it): the extension gets
+        ``panel_close``, subscribers ``ext_panel_close`` (``by: "host"``).
+
+        Raises:
+            SupervisorError: no such extension or open panel.
+
+        Cancellation: the panel may or may not have been closed.
+        """
+        await self._host.close_panel(extension, panel_id)
 
     async def ext_reload(self) -> ReloadStats:
         """Stop every extension, re-read manifests, respawn, rebuild the tools.
@@ -500,7 +528,8 @@ class Runtime:
         return await self._host.enable(name)
 
     def events(self, buffer: int = 256) -> trio.MemoryReceiveChannel[AgentEvent]:
-        """Subscribe to ``ext_notify``, ``ext_display`` and ``ext_status`` events.
+        """Subscribe to ``ext_notify``, ``ext_display``, ``ext_status`` and the panel
+        events (``ext_panel_open``, ``ext_panel_render``, ``ext_panel_close``).
 
         Use as ``with runtime.events() as events: async for event in events: ...``.
         A subscriber more than ``buffer`` events behind loses the newest ones (counted

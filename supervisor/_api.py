@@ -36,6 +36,10 @@ __all__ = [
     "InterventionKind",
     "NativeResult",
     "Notified",
+    "Panel",
+    "PanelClosed",
+    "PanelOpened",
+    "PanelRendered",
     "Quarantined",
     "ReloadStats",
     "SupervisorEvent",
@@ -94,8 +98,20 @@ class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     display: Any = None
 
 
+class Panel(msgspec.Struct, frozen=True, kw_only=True):
+    """An extension's interactive panel as the host shows it: bounded and terminal-safe
+    (see ``docs/protocol.md``, "Panels"). ``panel_id`` is the extension's, exact."""
+
+    extension: str
+    panel_id: str
+    title: str
+    lines: list[str]
+    footer: str
+
+
 class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    """An extension's answer to a slash command (the seed's four actions)."""
+    """An extension's answer to a slash command (the seed's four actions, and
+    ``open_panel``: ``panel`` is the panel it opened, None when it did not open)."""
 
     action: CommandAction
     prompt: str = ""
@@ -103,6 +119,7 @@ class CommandOutcome(msgspec.Struct, frozen=True, kw_only=True):
     display: str = ""
     error: str = ""
     extension: str = ""
+    panel: Panel | None = None
 
 
 class InterventionKind(enum.Enum):
@@ -317,6 +334,28 @@ class EgressRefused(_Ev, frozen=True, tag="egress_refused"):
     unreported: int = 0
 
 
+class PanelOpened(_Ev, frozen=True, tag="panel_open"):
+    """An extension opened a panel (its command's ``open_panel`` answer); it has the
+    focus until it is closed. ``extension`` is ``panel.extension``."""
+
+    panel: Panel
+
+
+class PanelRendered(_Ev, frozen=True, tag="panel_render"):
+    """The open panel was drawn again by its extension (a whole new ``panel``)."""
+
+    panel: Panel
+
+
+class PanelClosed(_Ev, frozen=True, tag="panel_close"):
+    """A panel closed: ``by`` the extension, the host (the user, a newer panel of the
+    same extension, a host that shows none) or the extension's exit; ``reason`` says why."""
+
+    panel_id: str
+    by: Literal["extension", "host", "exit"]
+    reason: str = ""
+
+
 class ToolsChanged(_Ev, frozen=True, tag="tools_changed"):
     """The set of extension tools or commands changed. ``extension`` is ``"*"``."""
 
@@ -334,5 +373,8 @@ SupervisorEvent = (
     | ExtensionStopped
     | ExtensionKept
     | EgressRefused
+    | PanelOpened
+    | PanelRendered
+    | PanelClosed
     | ToolsChanged
 )

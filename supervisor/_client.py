@@ -32,11 +32,13 @@ from ._manifest import ExtensionSpec
 from ._relay import Relay
 from ._requests import (
     CallTool,
+    ClosePanel,
     EmitEvent,
     EnableExtension,
     Intercept,
     InvokeCommand,
     ListExtensions,
+    PanelInput,
     PreviewToolCall,
     Reload,
     Request,
@@ -159,6 +161,38 @@ class SupervisorClient:
         """
         outcome: CommandOutcome = await self._ask(InvokeCommand(name=name, args=args))
         return outcome
+
+    async def panel_key(self, extension: str, panel_id: str, key: str, text: str = "") -> None:
+        """Send a key to ``extension``'s open panel ``panel_id`` (a ``panel_key`` frame).
+
+        Args:
+            extension: the panel's extension (``Panel.extension``).
+            panel_id: the panel (``Panel.panel_id``).
+            key: ``up``, ``down``, ``left``, ``right``, ``enter``, ``esc``, ``tab``,
+                ``backspace``, ``delete``, ``home``, ``end``, ``pageup``, ``pagedown``,
+                ``unknown``, or ``rune`` with the character in ``text``.
+            text: one printable character, for ``rune`` only.
+
+        Raises:
+            UnknownExtension: no running extension of that name.
+            UnknownPanel: it has no open panel ``panel_id``.
+            ValueError: the key is not one of those, or the text does not fit it.
+            ExtensionGone: the frame could not be sent (its stdin is full or closed).
+
+        Cancellation: the key may or may not have been sent.
+        """
+        await self._ask(PanelInput(extension=extension, panel_id=panel_id, key=key, text=text))
+
+    async def close_panel(self, extension: str, panel_id: str, reason: str = "") -> None:
+        """Close ``extension``'s open panel ``panel_id`` (the user closed it): the
+        extension gets ``panel_close``, subscribers ``PanelClosed``.
+
+        Raises:
+            UnknownExtension, UnknownPanel: as :meth:`panel_key`.
+
+        Cancellation: the panel may or may not have been closed.
+        """
+        await self._ask(ClosePanel(extension=extension, panel_id=panel_id, reason=reason))
 
     async def intercept_tool_call(
         self, tool_id: str, tool_name: str, tool_args: dict[str, Any], *, builtin: bool = True

@@ -167,6 +167,10 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         "quit",
         "exit",
     )
+    #: The host shows extension panels (chat, RPC and in-process clients); when it
+    #: does not, a command's ``open_panel`` answer fails with "panel unsupported
+    #: here" and the extension gets ``panel_close`` for it (docs/protocol.md, "Panels").
+    panels: bool = False
     #: Frames queued for an extension that is not reading its stdin before calls fail.
     write_backlog: int = 1024
     #: A lone call (nothing else in flight to that extension) reads its answer itself

@@ -18,11 +18,12 @@ from typing import Any
 
 from . import _frames as f
 from ._calls import REQUEST_IDS, CallKind, PendingCalls, Reply
-from ._exceptions import ExtensionGone, ExtensionStopping
+from ._exceptions import ExtensionGone, ExtensionStopping, UnknownPanel
 from ._incarnation import Incarnation
 from ._lifecycle import SERVING, ExtensionState, Lifecycle
-from ._protocol import Registrations
-from ._requests import CallTool, Intercept, InvokeCommand, PreviewToolCall
+from ._panels import key_problem
+from ._protocol import ExtensionProtocol, Registrations
+from ._requests import CallTool, ClosePanel, Intercept, InvokeCommand, PanelInput, PreviewToolCall
 from ._seams import Talk
 
 __all__ = ["Door"]
@@ -110,6 +111,27 @@ class Door:
                 text=text,
             )
             self._send(rid, f.encode_frame(frame), reply)
+
+    def panel_request(self, req: PanelInput | ClosePanel, reply: Reply[None]) -> None:
+        """Send a key to the open panel, or close it; answered at once (one-way frames)."""
+        talk = self._talk
+        panels = talk.panels if isinstance(talk, ExtensionProtocol) else None
+        if panels is None or not panels.has(req.panel_id):
+            reply.fail(UnknownPanel(self.name, req.panel_id))
+            return
+        if isinstance(req, ClosePanel):
+            panels.close(req.panel_id, req.reason)
+            reply.set(None)
+            return
+        problem = key_problem(req.key, req.text)
+        if problem is not None:
+            reply.fail(ValueError(problem))
+            return
+        error = panels.key(req.panel_id, req.key, req.text)
+        if error is None:
+            reply.set(None)
+        else:
+            reply.fail(ExtensionGone(self.name, f"panel {req.panel_id!r}", error))
 
     def _opened(self, reply: Reply[Any], kind: CallKind, name: str) -> bool:
         """Count a call; False (and ``reply`` answered) when it cannot be sent now."""

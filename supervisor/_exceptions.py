@@ -8,6 +8,7 @@
     ├── UnknownExtension         no extension of that name
     ├── UnknownTool              no extension offers that tool
     ├── UnknownCommand           no extension offers that command
+    ├── UnknownPanel             the extension has no open panel of that id
     ├── IllegalTransition        a lifecycle move the transition table forbids (a bug)
     ├── TrustError               trust cannot be checked or recorded
     │   ├── DirectoryUnhashable  ...an extension's directory cannot be digested
@@ -45,6 +46,7 @@ __all__ = [
     "TrustStoreError",
     "UnknownCommand",
     "UnknownExtension",
+    "UnknownPanel",
     "UnknownTool",
 ]
 
@@ -106,6 +108,15 @@ class UnknownCommand(SupervisorError):
     def __init__(self, name: str) -> None:
         super().__init__(f"no extension offers the command /{name}")
         self.name = name
+
+
+class UnknownPanel(SupervisorError):
+    """The extension has no open panel of this id (never opened, or closed already)."""
+
+    def __init__(self, extension: str, panel_id: str) -> None:
+        super().__init__(f"extension {extension!r} has no open panel {panel_id!r}")
+        self.extension = extension
+        self.panel_id = panel_id
 
 
 class IllegalTransition(SupervisorError):

@@ -46,7 +46,7 @@ from ._io import StderrLog
 from ._lifecycle import LISTED, SERVING, ExtensionState, Lifecycle
 from ._manifest import ChildKind, ExtensionSpec
 from ._process import spawn_child
-from ._protocol import Registrations
+from ._protocol import ExtensionProtocol, Registrations
 from ._restart import Verdict, crash_event, decide
 from ._spawn import launch_request
 from ._talk import Host, Session, Talk, new_session, open_talk
@@ -423,6 +423,11 @@ class Extension(Door):
             returncode = await inc.serve(talk)
         finally:
             self._inc = self._talk = None
+            if isinstance(talk, ExtensionProtocol):
+                why = (
+                    "the extension was stopped" if self._stop_requested else "the extension exited"
+                )
+                talk.panels.gone(why)
         early = talk.first_step if talk.early_exit else None
         return _Exit(returncode, talk.refused, early, inc.guardian_lost)
 

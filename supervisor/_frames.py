@@ -31,6 +31,10 @@ __all__ = [
     "HostFrame",
     "ImageBlock",
     "Notify",
+    "PanelClose",
+    "PanelKey",
+    "PanelRender",
+    "PanelSpec",
     "Ready",
     "RegisterCommand",
     "RegisterTool",
@@ -50,7 +54,7 @@ NotifyLevel = Literal["info", "success", "warn", "error"]
 #: What a ``notify`` frame may say: the seed's levels, and ``warning`` for ``warn``
 #: (docs/rpc.md listed it; extensions written from it keep working).
 NotifyLevelIn = NotifyLevel | Literal["warning"]
-CommandAction = Literal["prompt", "insert", "display", "noop"]
+CommandAction = Literal["prompt", "insert", "display", "noop", "open_panel"]
 #: What a ``command_response`` may say: an action, or none at all (``""`` or null, a
 #: Go extension's zero value), which is ``noop``.
 CommandActionIn = CommandAction | Literal[""] | None
@@ -134,6 +138,17 @@ class EventInterceptResponse(_Frame, frozen=True, tag="event_intercept_response"
     replace_text: str | None = None
 
 
+class PanelSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """The panel a ``command_response`` with action ``open_panel`` opens: ``id`` is the
+    extension's own name for it; ``lines`` are drawn as given, one row each."""
+
+    id: str
+    title: str = ""
+    # Null is an empty list: a Go extension's nil slice without ``omitempty``.
+    lines: list[str] | None = None
+    footer: str = ""
+
+
 class CommandResponse(_Frame, frozen=True, tag="command_response"):
     """Reply to a :class:`CommandInvoked` (``action``: see :attr:`taken_action`)."""
 
@@ -143,6 +158,7 @@ class CommandResponse(_Frame, frozen=True, tag="command_response"):
     insert: str = ""
     display: str = ""
     error: str = ""
+    open_panel: PanelSpec | None = None
 
     @property
     def taken_action(self) -> CommandAction:
@@ -162,6 +178,25 @@ class Notify(_Frame, frozen=True, tag="notify"):
         return "warn" if self.level == "warning" else self.level
 
 
+class PanelRender(_Frame, frozen=True, tag="panel_render"):
+    """One-way: draw the open panel ``panel_id`` again (a non-empty ``title`` replaces
+    the title; ``lines`` and ``footer`` replace theirs)."""
+
+    panel_id: str
+    title: str = ""
+    lines: list[str] | None = None
+    footer: str = ""
+
+
+class PanelClose(_Frame, frozen=True, tag="panel_close", omit_defaults=True):
+    """One-way, both ways: the extension closes its panel, or the host tells it the
+    panel was closed (by the user, a newer panel, the host that cannot show one:
+    ``reason``, a corral addition)."""
+
+    panel_id: str
+    reason: str = ""
+
+
 class ShutdownAck(_Frame, frozen=True, tag="shutdown_ack"):
     """The extension is about to exit."""
 
@@ -176,6 +211,8 @@ ExtFrame = (
     | EventInterceptResponse
     | CommandResponse
     | Notify
+    | PanelRender
+    | PanelClose
     | ShutdownAck
 )
 
@@ -235,11 +272,22 @@ class EventIntercept(_Frame, frozen=True, tag="event_intercept", omit_defaults=T
     text: str | None = None
 
 
+class PanelKey(_Frame, frozen=True, tag="panel_key", omit_defaults=True):
+    """A key pressed while the extension's panel has the focus: a name (``up``,
+    ``enter``...), or ``rune`` with the character in ``text``."""
+
+    panel_id: str
+    key: str
+    text: str = ""
+
+
 class Shutdown(_Frame, frozen=True, tag="shutdown"):
     """Asks the extension to acknowledge and exit."""
 
 
-HostFrame = HelloAck | CommandInvoked | ToolCall | Event | EventIntercept | Shutdown
+HostFrame = (
+    HelloAck | CommandInvoked | ToolCall | Event | EventIntercept | PanelKey | PanelClose | Shutdown
+)
 
 
 # --- codec --------------------------------------------------------------------

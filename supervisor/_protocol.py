@@ -11,7 +11,8 @@ of an extension (seed phase 4, see ``docs/protocol.md``):
   until ``ready``, or until a quiet period after the last one, capped; each
   incarnation has its own timer, so waiting for ready can never hang;
 * **routing**: every later frame is matched on its type: replies resolve the
-  pending call with their id, ``notify`` becomes an event, ``shutdown_ack`` cuts
+  pending call with their id, ``notify`` becomes an event, panel frames go to its
+  :class:`~supervisor._panels.Panels`, ``shutdown_ack`` cuts
   the shutdown ladder short. A bad line (not JSON, unknown type, oversize) is
   logged with an excerpt, counted, and fails the call it names, if any.
 
@@ -37,6 +38,7 @@ from ._api import CommandOutcome, Displayed, Notified, SupervisorEvent, ToolOutc
 from ._calls import CallKind, PendingCalls, Reply
 from ._config import HostInfo, SupervisorConfig
 from ._lines import MORE, LineReader, Oversize
+from ._panels import Panels
 from ._requests import CallTool, PreviewToolCall
 from ._seams import Pipe
 from ._version import VERSION
@@ -153,6 +155,9 @@ class ChildProtocol:
         """Act on one line once start-up is over (each kind its own)."""
         raise NotImplementedError
 
+    def _caught_up(self) -> None:
+        """Every line readable now was handled (a kind may act on a burst once, here)."""
+
     async def _route(self, reader: LineReader) -> None:
         """Route every line until EOF (after start-up).
 
@@ -169,12 +174,14 @@ class ChildProtocol:
                     handle(line)
                 item = reader.next_nowait()
                 if item is MORE:
+                    self._caught_up()
                     await reader.fill()
                 elif item is None:
                     return
                 else:
                     handle(item)
         finally:
+            self._caught_up()
             self._routing = None
 
     def call(self, rid: str, line: bytes, reply: Reply[Any]) -> str | None:
@@ -213,6 +220,7 @@ class ChildProtocol:
                     if item is None:
                         return  # the reader task sees the end too
                     handle(item)
+                self._caught_up()
                 if reply.done:
                     return
             if clock() >= deadline:
@@ -245,6 +253,8 @@ class ExtensionProtocol(ChildProtocol):
     ) -> None:
         super().__init__(owner, pipe, calls, config)
         self._host = host
+        #: The panel it has open (see :mod:`supervisor._panels`).
+        self.panels = Panels(owner.name, host.publish, pipe.send, supported=config.panels)
 
     # --- what the owner sends ----------------------------------------------------------
 
@@ -381,11 +391,20 @@ class ExtensionProtocol(ChildProtocol):
                 self._register(frame)
             case f.Ready():
                 self._mark_ready("ready frame")
+            case f.PanelRender():
+                self.panels.render(frame)
+            case f.PanelClose():
+                self.panels.closed(frame)
             case f.ShutdownAck():
                 self._log.debug("shutdown_ack")
                 self.acked.set()
             case f.Hello():
                 self._bad_frame("hello sent twice", f.excerpt(item), None)
+
+    def _caught_up(self) -> None:
+        # A burst of panel renders becomes one event: its last (see Panels.render).
+        if self.panels.pending:
+            self.panels.flush()
 
     def _bad_line(self, item: bytes) -> None:
         """A line that is not a frame: counted and logged, unless it is blank."""
@@ -432,16 +451,22 @@ class ExtensionProtocol(ChildProtocol):
         if reply is None:
             return
         action = frame.taken_action
+        error = frame.error
+        panel = None
         if action == "display" and frame.display:
             self._host.publish(Displayed(extension=self._name, text=frame.display))
+        elif action == "open_panel" and frame.open_panel is not None and not error:
+            # As the reference: an error opens nothing, and neither does a null spec.
+            panel, error = self.panels.opened(frame.open_panel)
         reply.set(
             CommandOutcome(
                 action=action,
                 prompt=frame.prompt,
                 insert=frame.insert,
                 display=frame.display,
-                error=frame.error,
+                error=error,
                 extension=self._name,
+                panel=panel,
             )
         )
 

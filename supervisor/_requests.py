@@ -21,6 +21,8 @@ request             what                                       answer
 ``StartChild``      supervise a child declared at run time       its ``Relay``
 ``StopChild``       stop it and forget it                         none
 ``SetHostInfo``     what later ``hello_ack`` frames report     none (one-way)
+``PanelInput``      a key for an extension's open panel         none
+``ClosePanel``      close it on the host's side                 none
 ==================  =========================================  ==================
 
 Why typed calls and not memory channels to a router task: routing never blocks
@@ -40,11 +42,13 @@ from ._manifest import ExtensionSpec
 
 __all__ = [
     "CallTool",
+    "ClosePanel",
     "EmitEvent",
     "EnableExtension",
     "Intercept",
     "InvokeCommand",
     "ListExtensions",
+    "PanelInput",
     "PreviewToolCall",
     "Reload",
     "Request",
@@ -132,6 +136,25 @@ class SetHostInfo(_Req, frozen=True, tag="set_host_info"):
     cwd: str
 
 
+class PanelInput(_Req, frozen=True, tag="panel_input"):
+    """A key pressed while ``extension``'s panel ``panel_id`` has the focus: a key name
+    of ``panel_key``, or ``rune`` with one printable character in ``text``."""
+
+    extension: str
+    panel_id: str
+    key: str
+    text: str = ""
+
+
+class ClosePanel(_Req, frozen=True, tag="close_panel"):
+    """Close ``extension``'s panel ``panel_id`` on the host's side (the user closed it);
+    the extension gets ``panel_close`` (with ``reason``, when there is one)."""
+
+    extension: str
+    panel_id: str
+    reason: str = ""
+
+
 class StartChild(_Req, frozen=True, tag="start_child"):
     """Supervise a child declared at run time (a stdio MCP server's spec, see
     :func:`~supervisor._manifest.mcp_server_spec`); answered once it runs, or has
@@ -158,4 +181,6 @@ Request = (
     | SetHostInfo
     | StartChild
     | StopChild
+    | PanelInput
+    | ClosePanel
 )

@@ -58,11 +58,13 @@ from ._reap import kill_and_wait, leftovers
 from ._registry import Registry
 from ._requests import (
     CallTool,
+    ClosePanel,
     EmitEvent,
     EnableExtension,
     Intercept,
     InvokeCommand,
     ListExtensions,
+    PanelInput,
     PreviewToolCall,
     Reload,
     Request,
@@ -381,6 +383,12 @@ class _Supervisor:
                 self._start_answering(functools.partial(self._start_child, req.spec), reply)
             case StopChild():
                 self._start_answering(functools.partial(self._stop_child, req.name), reply)
+            case PanelInput() | ClosePanel():
+                owner = next((e for e in self._exts if e.name == req.extension), None)
+                if owner is None:
+                    reply.fail(UnknownExtension(req.extension))
+                else:
+                    owner.panel_request(req, reply)
             case SetHostInfo():
                 self._host = HostInfo(provider=req.provider, model=req.model, cwd=req.cwd)
                 for ext in self._exts:

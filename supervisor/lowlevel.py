@@ -17,6 +17,8 @@ the supervisor instead of writing it again, as ``trio.lowlevel`` does for trio:
   supervised like an extension and relayed to its client;
 * **places**: :data:`SDK_DIR` (corral's SDK and tool-host runners),
   :func:`choice_file` and :func:`ui_file` (per-identity state files);
+* **terminal-safe text**: :func:`visible`, :func:`visible_lines` and
+  :class:`StreamSanitizer`, foreign text made safe to show on a terminal;
 * **state files**: :class:`StateFile`, a locked, atomically replaced file of
   corral's own (trust stores, catalogs, sessions), refusing a link at its path.
 
@@ -35,6 +37,7 @@ from ._manifest import mcp_server_spec
 from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
 from ._restart import describe_exit
+from ._safe_text import StreamSanitizer, visible, visible_lines
 from ._spawn import SDK_DIR
 from ._statefile import StateFile, StateFileRefused
 
@@ -51,6 +54,7 @@ __all__ = [
     "StateFile",
     "StateFileRefused",
     "StopLadder",
+    "StreamSanitizer",
     "TreeDigest",
     "choice_file",
     "describe_exit",
@@ -60,4 +64,6 @@ __all__ = [
     "open_child",
     "signal_group",
     "ui_file",
+    "visible",
+    "visible_lines",
 ]

@@ -176,6 +176,8 @@ async def run_prompt(options: AgentOptions, text: str, as_json: bool, usage: boo
     """
     if options.late_after is None:
         options = msgspec.structs.replace(options, late_after=RUN_LATE_AFTER)
+    # No screen to draw a panel on: an extension opening one hears "panel unsupported here".
+    options = msgspec.structs.replace(options, panels=False)
     renderer = run_renderer(as_json, usage=usage)
     required = await trio.to_thread.run_sync(requested_extensions, options)
     signals = SignalCancel()

@@ -5,7 +5,9 @@ history per project, multi-line input, Tab completion, a status line); from a
 pipe, one line at a time. A line starting with ``/`` is a slash command: the built-ins
 below, or an extension's command, whose answer is handled by its action —
 ``prompt`` runs a turn, ``insert`` pre-fills the next input line, ``display``
-shows a note, ``noop`` does nothing (an ``error`` is shown whatever the action).
+shows a note, ``open_panel`` hands the terminal to the extension's panel until it
+closes (:mod:`~agent._cli.panelview`; from a pipe there is no panel: "panel
+unsupported here"), ``noop`` does nothing (an ``error`` is shown whatever the action).
 
 Ctrl-C while a turn runs cancels the turn; Ctrl-C at the prompt (or a second one
 while the turn is being cancelled) exits cleanly, as does Ctrl-D or ``/quit``.
@@ -19,6 +21,7 @@ session starts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import os
@@ -28,21 +31,26 @@ import typing
 from pathlib import Path
 from typing import Protocol, TextIO
 
+import msgspec
 import trio
 
 from sandbox.log import get_logger
-from supervisor import CommandOutcome, ExtensionInfo, SupervisorError, corral_home
+from supervisor import CommandOutcome, ExtensionInfo, Panel, SupervisorError, corral_home
 
-from .._events import Done, Emit
+from .._events import AgentEvent, Done, Emit, ExtPanelClose, ExtPanelOpen, ExtPanelRender
 from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
 from .._options import AgentOptions
 from .._tools.dynamic import ToolDraft
+from .panelview import PanelText
 from .render import HumanRenderer, format_usage
 from .safe_text import visible
 from .screen import Terminal, make_console
 from .term import is_terminal
 from .trust import ask_trust
+
+if typing.TYPE_CHECKING:  # prompt_toolkit is imported only for a terminal
+    from .panelview import PanelView
 
 __all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
 
@@ -184,18 +192,46 @@ class ChatSession:
         renderer: HumanRenderer,
         reader: LineReader,
         emit: Emit | None = None,
+        panel_view: PanelView | None = None,
     ) -> None:
         self.host = host
         self.renderer = renderer
         self.reader = reader
         #: Where turns send their events (the renderer unless told otherwise).
         self.emit: Emit = emit or renderer.emit
+        #: Where extension panels are drawn (None: this chat shows none).
+        self.panel_view = panel_view
         self._turn: trio.CancelScope | None = None
         self._session = trio.CancelScope()
         self._default = ""
+        #: Open panels as last drawn, by (extension, panel id); the one shown.
+        self._panels: dict[tuple[str, str], PanelText] = {}
+        self._shown: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"<ChatSession turn_running={self._turn is not None}>"
+
+    async def emit_ext(self, event: AgentEvent) -> None:
+        """Where extension events go: panel events to the panel, the rest to the renderer.
+
+        Cancellation: not a checkpoint.
+        """
+        if isinstance(event, ExtPanelOpen | ExtPanelRender):
+            key = (event.extension, event.panel_id)
+            text = PanelText(event.extension, event.title, event.lines, event.footer)
+            self._panels[key] = text
+            if key == self._shown and self.panel_view is not None:
+                self.panel_view.show(text)
+        elif isinstance(event, ExtPanelClose):
+            key = (event.extension, event.panel_id)
+            self._panels.pop(key, None)
+            if key == self._shown and self.panel_view is not None:
+                self.panel_view.close()
+                if event.by != "host":
+                    why = f": {event.reason}" if event.reason else ""
+                    self.renderer.note(event.extension, f"panel closed{why}", "dim")
+        else:
+            await self.renderer.emit(event)
 
     async def watch_interrupts(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -337,8 +373,54 @@ class ChatSession:
         elif outcome.action == "insert" and outcome.insert:
             # It becomes the user's input line: what they see is what they send.
             self._default = visible(outcome.insert)
+        elif outcome.action == "open_panel" and outcome.panel is not None:
+            await self._focus(outcome.panel)
         # A ``display`` answer arrives as an ``ext_display`` event (the supervisor
         # publishes it), which the event forwarder renders: nothing to do here.
+
+    async def _focus(self, panel: Panel) -> None:
+        """Hand the terminal to ``panel`` until it closes.
+
+        Cancellation: the panel is closed (the extension is told).
+        """
+        view = self.panel_view
+        if view is None:  # the supervisor refuses panels then; never reached
+            return
+        key = (panel.extension, panel.panel_id)
+        # An event may have drawn it again already (the events come on their own task).
+        first = PanelText(panel.extension, panel.title, panel.lines, panel.footer)
+        view.show(self._panels.setdefault(key, first))
+        self._shown = key
+        send, receive = trio.open_memory_channel[tuple[str, str]](256)
+        how = "esc"
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._forward_keys, receive, panel)
+                how = await view.run(send)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._shown = None
+            if how == "esc":
+                # Shielded, bounded: the extension hears of it even when we are cancelled.
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(5),
+                    contextlib.suppress(SupervisorError),  # closed on its side meanwhile
+                ):
+                    await self.host.close_panel(*key, "closed by the user")
+
+    async def _forward_keys(
+        self, keys: trio.MemoryReceiveChannel[tuple[str, str]], panel: Panel
+    ) -> None:
+        """Send each key the view read to the extension, in order."""
+        async for key, text in keys:
+            try:
+                await self.host.panel_key(panel.extension, panel.panel_id, key, text)
+            except (SupervisorError, ValueError) as exc:
+                # The panel is gone (its close event may still be on its way).
+                log.info("panel_key_failed", extension=panel.extension, error=str(exc))
+                if self.panel_view is not None and isinstance(exc, SupervisorError):
+                    self.panel_view.close()
 
 
 def _tool_problems(host: AgentHost) -> list[str]:
@@ -429,12 +511,18 @@ async def _chat(
     options: AgentOptions, renderer: HumanRenderer, given: LineReader | None, out: TextIO
 ) -> None:
     opened: list[AgentHost] = []
+    view: PanelView | None = None
     if given is not None:
         reader = given
     elif is_terminal(sys.stdin) and renderer.terminal.interactive:
+        from .panelview import PanelView
+
         reader = _line_editor(options, renderer, opened)
+        view = PanelView(renderer.terminal, color=renderer.style.enabled)
     else:
         reader = TerminalReader(out)
+    # Panels need the terminal's keys: from a pipe, an extension is told there are none.
+    options = msgspec.structs.replace(options, panels=view is not None)
     await ask_trust(options, renderer, reader.read)
     if options.mcp_servers:
         from .tools_cmd import ask_mcp_trust
@@ -448,8 +536,8 @@ async def _chat(
         for problem in _tool_problems(host):
             renderer.line(renderer.style(visible(f"warning: {problem}"), "yellow"))
         renderer.set_source_of(host.engine.registry.sources().get)
-        await nursery.start(host.run_forwarder, renderer.emit)
-        chat = ChatSession(host, renderer, reader)
+        chat = ChatSession(host, renderer, reader, panel_view=view)
+        await nursery.start(host.run_forwarder, chat.emit_ext)
         await nursery.start(chat.watch_interrupts)
         s = renderer.style
         engine = host.engine

@@ -41,7 +41,7 @@ from prompt_toolkit.output import ColorDepth
 
 from .screen import Terminal
 
-__all__ = ["PromptReader", "SlashCompleter", "history_file"]
+__all__ = ["Above", "PromptReader", "SlashCompleter", "history_file"]
 
 #: What :meth:`PromptReader.read` waits for after asking a cancelled prompt to close.
 _CLOSE_GRACE = 2.0
@@ -105,6 +105,64 @@ def _bindings() -> KeyBindings:
 
 
 @typing.final
+class Above:
+    """Lines printed above a prompt_toolkit application while it runs (from any
+    thread, in order), or at once when none runs: the line editor's and the panel's."""
+
+    def __init__(self, terminal: Terminal) -> None:
+        self._terminal = terminal
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._context: contextvars.Context | None = None
+        self._pending: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"<Above active={self._loop is not None} pending={len(self._pending)}>"
+
+    def print(self, text: str) -> None:
+        """Print ``text`` above the application if it runs, else at once; order is kept."""
+        with self._lock:
+            self._pending.append(text)
+            loop, context = self._loop, self._context
+        if loop is None:
+            self._flush()
+            return
+        try:
+            # In the application's own context, where prompt_toolkit finds it.
+            loop.call_soon_threadsafe(run_in_terminal, self._flush, context=context)
+        except RuntimeError:  # the application's loop just closed: it is gone, print here
+            self._flush()
+
+    def call(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` in the application's loop and context (nothing when none runs)."""
+        with self._lock:
+            loop, context = self._loop, self._context
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # already closed
+                loop.call_soon_threadsafe(fn, context=context)
+
+    def _flush(self) -> None:
+        with self._lock:
+            texts, self._pending = self._pending, []
+        if texts:
+            out = self._terminal.notes.file
+            out.write("".join(texts))
+            out.flush()
+
+    def started(self) -> None:
+        """The application runs (call it from its ``pre_run``)."""
+        with self._lock:
+            self._loop = asyncio.get_running_loop()
+            self._context = contextvars.copy_context()
+
+    def stopped(self) -> None:
+        """The application ended: print what it did not get to."""
+        with self._lock:
+            self._loop = None
+        self._flush()
+
+
+@typing.final
 class PromptReader:
     """A :class:`~agent._cli.chat.LineReader` with prompt_toolkit's editor.
 
@@ -138,55 +196,26 @@ class PromptReader:
             color_depth=ColorDepth.DEFAULT if color else ColorDepth.MONOCHROME,
             enable_history_search=False,
         )
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._context: contextvars.Context | None = None
-        self._pending: list[str] = []
+        self._above = Above(terminal)
         self._closed = threading.Event()
 
     def __repr__(self) -> str:
-        return f"<PromptReader active={self._loop is not None}>"
-
-    # --- printing above the prompt (any thread) ---------------------------------------
+        return f"<PromptReader {self._above!r}>"
 
     def print_above(self, text: str) -> None:
         """Print ``text`` above the prompt if it is shown, else at once; order is kept."""
-        with self._lock:
-            self._pending.append(text)
-            loop, context = self._loop, self._context
-        if loop is None:
-            self._flush()
-            return
-        try:
-            # In the prompt's own context, where prompt_toolkit finds its running app.
-            loop.call_soon_threadsafe(run_in_terminal, self._flush, context=context)
-        except RuntimeError:  # the prompt's loop just closed: it is gone, print here
-            self._flush()
-
-    def _flush(self) -> None:
-        with self._lock:
-            texts, self._pending = self._pending, []
-        if texts:
-            out = self._terminal.notes.file
-            out.write("".join(texts))
-            out.flush()
+        self._above.print(text)
 
     # --- reading (worker thread) --------------------------------------------------------
 
-    def _started(self) -> None:
-        with self._lock:
-            self._loop = asyncio.get_running_loop()
-            self._context = contextvars.copy_context()
-
     def _read(self, prompt: str, default: str) -> str | None:
+        above = self._above
         try:
-            return self._session.prompt(ANSI(prompt), default=default, pre_run=self._started)
+            return self._session.prompt(ANSI(prompt), default=default, pre_run=above.started)
         except (EOFError, KeyboardInterrupt):
             return None
         finally:
-            with self._lock:
-                self._loop = None
-            self._flush()  # what the prompt's loop did not get to print
+            above.stopped()
             self._closed.set()
 
     def _cancel(self) -> None:
@@ -196,11 +225,7 @@ class PromptReader:
             if app.is_running:
                 app.exit(exception=EOFError)
 
-        with self._lock:
-            loop = self._loop
-        if loop is not None:
-            with contextlib.suppress(RuntimeError):  # already closed
-                loop.call_soon_threadsafe(close)
+        self._above.call(close)
 
     async def read(self, prompt: str, default: str = "") -> str | None:
         """Show the prompt and return the line (None: the user left with Ctrl-D or Ctrl-C).

@@ -145,6 +145,22 @@ class ExtEnable(_Cmd, frozen=True, tag="ext_enable"):
     name: str
 
 
+class ExtPanelKey(_Cmd, frozen=True, tag="ext_panel_key"):
+    """A key for an extension's open panel (corral addition)."""
+
+    extension: str
+    panel_id: str
+    key: str
+    text: str = ""
+
+
+class ExtPanelClose(_Cmd, frozen=True, tag="ext_panel_close"):
+    """Close an extension's open panel (corral addition)."""
+
+    extension: str
+    panel_id: str
+
+
 class ToolsClear(_Cmd, frozen=True, tag="tools_clear"):
     """Remove every tool of one kind: ``dynamic`` (the catalog too) or ``mcp`` (corral addition)."""
 
@@ -155,13 +171,23 @@ _SeedCommand = (
     Hello | Prompt | Abort | Compact | GetState | GetMessages | Clear | SetModel | GetModels | Ping
 )
 #: A decoded command: the seed's ten, then corral's additions.
-Command = _SeedCommand | GetTools | ExtList | ExtCommand | ExtReload | ExtEnable | ToolsClear
+Command = (
+    _SeedCommand
+    | GetTools
+    | ExtList
+    | ExtCommand
+    | ExtPanelKey
+    | ExtPanelClose
+    | ExtReload
+    | ExtEnable
+    | ToolsClear
+)
 #: Every command type, in documentation order.
 COMMANDS: tuple[str, ...] = tuple(
     typing.cast(str, cls.__struct_config__.tag) for cls in typing.get_args(Command)
 )
-_EXT_OPS = (ExtList, ExtCommand, ExtReload, ExtEnable, ToolsClear)
-ExtOp = ExtList | ExtCommand | ExtReload | ExtEnable | ToolsClear
+_EXT_OPS = (ExtList, ExtCommand, ExtReload, ExtEnable, ExtPanelKey, ExtPanelClose, ToolsClear)
+ExtOp = ExtList | ExtCommand | ExtReload | ExtEnable | ExtPanelKey | ExtPanelClose | ToolsClear
 
 
 class Response(
@@ -483,9 +509,16 @@ class _Server:
                 data = await rt.ext_reload()
             elif isinstance(command, ToolsClear):
                 data = await _tools_clear(rt, command.kind)
+            elif isinstance(command, ExtPanelKey):
+                c = command
+                await rt.ext_panel_key(c.extension, c.panel_id, c.key, c.text)
+                data = None
+            elif isinstance(command, ExtPanelClose):
+                await rt.ext_panel_close(command.extension, command.panel_id)
+                data = None
             else:
                 data = await rt.ext_enable(command.name)
-        except (SupervisorError, AgentError) as exc:
+        except (SupervisorError, AgentError, ValueError) as exc:
             await self._respond(command.id, kind, error=str(exc))
         else:
             await self._respond(command.id, kind, data=data)

@@ -61,6 +61,7 @@ __all__ = [
     "image_result",
     "insert",
     "noop",
+    "open_panel",
     "prompt",
     "text_block",
     "text_result",
@@ -77,7 +78,7 @@ EVENTS: Final = frozenset(
 INTERCEPTABLE_EVENTS: Final = ("tool_call", "turn_start", "assistant_message")
 """Events an extension can intercept (block or rewrite)."""
 
-_ACTIONS: Final = ("prompt", "insert", "display", "noop")
+_ACTIONS: Final = ("prompt", "insert", "display", "noop", "open_panel")
 _NOTIFY_LEVELS: Final = ("info", "success", "warn", "error")
 _DEFAULT_SCHEMA: Final[dict[str, Any]] = {"type": "object", "properties": {}}
 
@@ -115,18 +116,20 @@ class _Value:
 class Response(_Value):
     """What the host should do after one of our slash commands ran.
 
-    Build one with :func:`prompt`, :func:`insert`, :func:`display`, :func:`noop` or
-    :func:`error` rather than by hand.
+    Build one with :func:`prompt`, :func:`insert`, :func:`display`, :func:`noop`,
+    :func:`open_panel` or :func:`error` rather than by hand.
 
     Attributes:
-        action: ``"prompt"``, ``"insert"``, ``"display"`` or ``"noop"``.
+        action: ``"prompt"``, ``"insert"``, ``"display"``, ``"noop"`` or ``"open_panel"``.
         prompt: text submitted as a user message (action ``prompt``).
         insert: text put into the editor (action ``insert``).
         display: text shown as a one-shot note (action ``display``).
         error: shown as a red status line whatever the action, when non-empty.
+        panel: the panel to open (action ``open_panel``): ``id``, ``title``,
+            ``lines``, ``footer``.
     """
 
-    __slots__ = ("action", "display", "error", "insert", "prompt")
+    __slots__ = ("action", "display", "error", "insert", "panel", "prompt")
 
     def __init__(
         self,
@@ -136,6 +139,7 @@ class Response(_Value):
         insert: str = "",
         display: str = "",
         error: str = "",
+        panel: JSONObject | None = None,
     ) -> None:
         if action not in _ACTIONS:
             raise ValueError(f"action must be one of {_ACTIONS}, not {action!r}")
@@ -144,6 +148,7 @@ class Response(_Value):
         self.insert = insert
         self.display = display
         self.error = error
+        self.panel = panel
 
     def to_frame(self, request_id: Any) -> JSONObject:
         """The ``command_response`` frame answering request ``request_id``."""
@@ -152,6 +157,8 @@ class Response(_Value):
             value: str = getattr(self, key)
             if value or key == self.action:
                 frame[key] = value
+        if self.panel is not None:
+            frame["open_panel"] = self.panel
         return frame
 
 
@@ -173,6 +180,22 @@ def display(text: str) -> Response:
 def noop() -> Response:
     """The extension handled the command itself; the host changes nothing."""
     return Response("noop")
+
+
+def _panel_fields(title: str, lines: Iterable[str], footer: str) -> JSONObject:
+    return {"title": title, "lines": [str(line) for line in lines], "footer": footer}
+
+
+def open_panel(
+    panel_id: str, title: str = "", lines: Iterable[str] = (), footer: str = ""
+) -> Response:
+    """Open an interactive panel ``panel_id``: ``title`` above, one row per line (drawn
+    as given, no wrapping), ``footer`` below. While it has the focus the user's keys
+    reach :meth:`Extension.on_panel`'s handler; redraw it with
+    :meth:`Extension.render_panel`. A host without a screen (``corral run``) answers
+    "panel unsupported here" and calls the panel's ``on_close``.
+    """
+    return Response("open_panel", panel={"id": panel_id, **_panel_fields(title, lines, footer)})
 
 
 def error(text: str, action: str = "noop") -> Response:
@@ -442,7 +465,7 @@ class Extension:
         name: must equal the ``name`` in ``extension.json``; sent in ``hello``.
         version: sent in ``hello``.
         capabilities: sent in ``hello``; by default derived from what is registered
-            (``commands``, ``tools``, ``events``).
+            (``commands``, ``tools``, ``events``, ``panels``).
 
     Attributes:
         hello_ack: the host's ``hello_ack`` frame once it arrived (``protocol_version``,
@@ -460,6 +483,7 @@ class Extension:
         self._event_handlers: list[tuple[str | None, Callable[[JSONObject], object]]] = []
         self._intercepts: dict[str, Callable[..., object]] = {}
         self._start_callbacks: list[Callable[[], object]] = []
+        self._panels: dict[str, tuple[Callable[..., object], Callable[..., object] | None]] = {}
         # One lock makes every frame line-atomic, whichever thread writes it.
         self._write_lock = threading.Lock()
         self._log_lock = threading.Lock()
@@ -595,6 +619,38 @@ class Extension:
         self._announce_late(self._subscribe_frame())
         return fn
 
+    def on_panel(
+        self,
+        panel_id: str,
+        on_key: Callable[[str, str], object],
+        on_close: Callable[[str], object] | None = None,
+    ) -> None:
+        """Handle the panel ``panel_id`` (opened with :func:`open_panel`).
+
+        ``on_key(key, text)`` runs for each key the user presses while the panel has
+        the focus: ``key`` is ``up``, ``down``, ``left``, ``right``, ``enter``,
+        ``tab``, ``backspace``, ``delete``, ``home``, ``end``, ``pageup``,
+        ``pagedown``, ``unknown``, or ``rune`` with the character in ``text``.
+        ``on_close(reason)`` runs when the host closed the panel (the user pressed
+        Esc, another panel replaced it, or the host shows none: ``reason`` says
+        which when the host tells). Handlers run on the reading thread, in order.
+        """
+        self._panels[panel_id] = (on_key, on_close)
+
+    def render_panel(
+        self, panel_id: str, title: str = "", lines: Iterable[str] = (), footer: str = ""
+    ) -> None:
+        """Draw the open panel ``panel_id`` again (an empty ``title`` keeps the title).
+
+        Safe from any thread; a render for a panel that is not open is dropped by the host.
+        """
+        fields = _panel_fields(title, lines, footer)
+        self._write(_encode({"type": "panel_render", "panel_id": panel_id, **fields}))
+
+    def close_panel(self, panel_id: str) -> None:
+        """Close the panel ``panel_id`` (its ``on_close`` does not run)."""
+        self._write(_encode({"type": "panel_close", "panel_id": panel_id}))
+
     def on_start(self, fn: _F) -> _F:
         """Register ``fn()`` to run once :attr:`hello_ack` has arrived. Usable as a decorator."""
         self._start_callbacks.append(fn)
@@ -679,6 +735,8 @@ class Extension:
             caps.append("events")
         if self._commands or not caps:
             caps.insert(0, "commands")
+        if self._panels:
+            caps.append("panels")
         return caps
 
     # --- the protocol loop ----------------------------------------------------
@@ -797,6 +855,8 @@ class Extension:
             self._handle_intercept(frame)
         elif kind == "event":
             self._handle_event(frame)
+        elif kind in ("panel_key", "panel_close"):
+            self._handle_panel(kind, frame)
         elif kind == "hello_ack":
             self.hello_ack = frame
             for callback in self._start_callbacks:
@@ -863,6 +923,21 @@ class Extension:
                     self._reply(result.to_frame(request_id), fallback.to_frame(request_id))
                     raise
         self._reply(result.to_frame(request_id), fallback.to_frame(request_id))
+
+    def _handle_panel(self, kind: str, frame: JSONObject) -> None:
+        handlers = self._panels.get(str(frame.get("panel_id")))
+        if handlers is None:
+            return  # not ours, or not handled: nothing to answer
+        on_key, on_close = handlers
+        try:
+            if kind == "panel_key":
+                text = frame.get("text")
+                on_key(str(frame.get("key", "")), text if isinstance(text, str) else "")
+            elif on_close is not None:
+                reason = frame.get("reason")
+                on_close(reason if isinstance(reason, str) else "")
+        except Exception as exc:
+            self._log_exception(f"{kind} handler failed", exc)
 
     def _handle_event(self, frame: JSONObject) -> None:
         event = frame.get("event")

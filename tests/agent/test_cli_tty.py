@@ -21,6 +21,7 @@ import psutil
 import pyte
 import pytest
 from helpers.agentkit import script
+from helpers.panelkit import panel_ext
 from helpers.paths import REPO
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -366,5 +367,78 @@ def test_chat_shows_a_new_tools_code_and_asks_before_it_runs(
     term.wait_for("all done")
     assert "HEY!" in term.text()
     assert catalog.exists()
+    term.send("\x04")
+    assert term.finish() == 0
+
+
+def _panel_chat(open_screen: Callable[..., Screen], ext_dir: Path, name: str) -> Screen:
+    """A chat (sandboxed where it can be) with the panel extension ``name``, at its prompt."""
+    ext = panel_ext(ext_dir, name)
+    term = open_screen("chat", "--no-extensions", "--sandbox", "auto", "-e", str(ext))
+    term.prompt_ready(1)
+    return term
+
+
+def test_chat_draws_an_extension_panel_in_place_and_gives_it_the_keys(
+    open_screen: Callable[..., Screen], ext_dir: Path
+) -> None:
+    term = _panel_chat(open_screen, ext_dir, "board")
+    term.send("/board\r")
+    term.wait_for("── Board (0/2 done) ──")
+    term.wait_for("› □ first")
+    assert "up/down move - x toggle - q close" in term.text()
+    term.send("\x1b[B")  # Down: the extension moves its cursor and draws again
+    term.wait_for("› □ second")
+    term.send("x")
+    term.wait_for("── Board (1/2 done) ──")
+    term.wait_for("› ✓ second")
+    term.send("hi")  # runes go to the extension, not to the line editor
+    term.wait_for("typed: hi")
+    term.send("\x1b")  # Esc closes the panel; the extension is told
+    term.wait_for("[board] closed board-main: closed by the user")
+    term.prompt_ready(2)
+    assert "── Board" not in term.text()
+    lines = term.lines()
+    prompt = max(i for i, line in enumerate(lines) if line.startswith("›"))
+    assert lines[prompt] == "›"  # nothing typed into the editor
+    # Again, and this time the extension closes it ("q"): the prompt comes back.
+    term.send("/board\r")
+    term.wait_for("› ✓ second")
+    term.send("q")
+    term.prompt_ready(3)
+    assert "── Board" not in term.text()
+    term.send("\x04")
+    assert term.finish() == 0
+
+
+def test_chat_panel_text_cannot_drive_the_terminal(
+    open_screen: Callable[..., Screen], ext_dir: Path
+) -> None:
+    term = _panel_chat(open_screen, ext_dir, "hostile")
+    term.send("/evil\r")
+    term.wait_for("── \\x1b]0;pwned\\x07TTT")
+    term.wait_for("\\x1b[2J\\x1b]52;c;cHduZWQ=\\x07row 0")
+    assert "more lines" in term.text()  # cut at the terminal's height
+    assert term.screen.title != "pwned"
+    assert b"\x1b]0;pwned" not in term.raw
+    assert b"\x1b]52;" not in term.raw
+    term.send("\x03")  # Ctrl-C closes the panel too
+    term.prompt_ready(2)
+    assert "pwned" not in term.text()
+    term.send("\x04")
+    assert term.finish() == 0
+
+
+def test_chat_closes_the_panel_of_an_extension_that_crashed(
+    open_screen: Callable[..., Screen], ext_dir: Path
+) -> None:
+    term = _panel_chat(open_screen, ext_dir, "board")
+    term.send("/board\r")
+    term.wait_for("── Board (0/2 done) ──")
+    term.send("!")  # the extension exits with its panel open
+    term.wait_for("[board] panel closed: the extension exited")
+    term.prompt_ready(2)
+    assert "── Board" not in term.text()
+    term.wait_for("[board] restarted")
     term.send("\x04")
     assert term.finish() == 0

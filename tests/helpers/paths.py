@@ -26,3 +26,5 @@ ATTACKS = TESTS / "security" / "attacks"
 HOST_HELPER = TESTS / "sandbox" / "host_helper.py"
 #: Tool modules of the tool-host runner tests.
 TOOLHOST_FIXTURES = TESTS / "supervisor" / "toolhost_fixtures"
+#: Panel extensions (reference shapes in Python and Node, the SDK's, a hostile one).
+PANEL_FIXTURES = TESTS / "supervisor" / "panel_fixtures"

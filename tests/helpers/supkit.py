@@ -16,10 +16,12 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import structlog
 import trio
 
 from helpers.paths import CHAOS, TOOLHOST_FIXTURES
+from sandbox import select_sandbox
 from supervisor import (
     ExtensionSpec,
     HostInfo,
@@ -201,3 +203,13 @@ async def wait_for(
 def capture_logs() -> AbstractContextManager[list[MutableMapping[str, Any]]]:
     """``structlog.testing.capture_logs`` that keeps context-bound keys (``extension``)."""
     return structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars])
+
+
+def require_bwrap() -> None:
+    """Skip the test unless the sandbox here is bwrap."""
+    try:
+        backend = select_sandbox("required").backend
+    except Exception as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    if backend != "bwrap":
+        pytest.skip(f"the sandbox here is {backend}")

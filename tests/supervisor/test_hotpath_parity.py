@@ -188,6 +188,8 @@ _FRAMES = [
     b'{"type":"event_intercept_response","id":"i2","block":true,"reason":"no"}',
     b'{"type":"command_response","id":"c3","action":"display","display":"ok"}',
     b'{"type":"notify","message":"m","level":"info"}',
+    b'{"type":"panel_render","panel_id":"p","title":"t","lines":["a"],"footer":"f"}',
+    b'{"type":"panel_close","panel_id":"p"}',
     b'{"type":"shutdown_ack"}',
 ]
 _BAD = [
@@ -196,6 +198,7 @@ _BAD = [
     b'{"no":"type"}',
     b'{"type":"nonsense"}',
     b'{"type":"tool_result","id":7,"content":"x"}',
+    b'{"type":"panel_render","panel_id":"p","lines":"not a list"}',
 ]
 
 

@@ -22,10 +22,12 @@ from supervisor import (
 from supervisor._calls import CallKind, PendingCalls, Reply
 from supervisor._requests import (
     CallTool,
+    ClosePanel,
     EnableExtension,
     Intercept,
     InvokeCommand,
     ListExtensions,
+    PanelInput,
     PreviewToolCall,
     Reload,
     Request,
@@ -57,6 +59,8 @@ EVERY_REQUEST: list[Request] = [
         )
     ),
     StopChild(name="mcp-fx"),
+    PanelInput(extension="todo", panel_id="todos-main", key="rune", text="x"),
+    ClosePanel(extension="todo", panel_id="todos-main", reason="closed by the user"),
 ]
 
 

@@ -472,3 +472,61 @@ def test_eof_ends_run_cleanly(sink: Ext) -> None:
     sink.expect_eof()
     assert sink.wait() == 0
     assert "run returned" in sink.stderr
+
+
+PANEL = r"""
+from corral_ext import Extension, open_panel
+
+ext = Extension("pan", "0.1.0")
+ext.command("open", "open")(lambda args: open_panel("p1", "Title", ["a", 2], "foot"))
+
+
+def on_key(key, text):
+    if key == "enter":
+        raise RuntimeError("a broken key handler")
+    ext.render_panel("p1", "", [f"{key}:{text}"], "foot")
+
+
+def on_close(reason):
+    ext.close_panel("p1")  # nothing happens host-side; it shows the handler ran
+    ext.notify(f"closed: {reason}")
+
+
+ext.on_panel("p1", on_key, on_close)
+ext.run()
+"""
+
+
+def test_panels_in_the_sdk(launch: Launcher, tmp_path: Path) -> None:
+    """open_panel's frame, keys to on_key (a raising one does not stop the
+    extension), panel_close to on_close, frames for other panels ignored."""
+    script = tmp_path / "pan.py"
+    script.write_text(PANEL)
+    ext = launch(script)
+    hello = ext.frame()
+    assert hello["capabilities"] == ["commands", "panels"]
+    ext.frames(2)  # register_command, ready
+    assert invoke(ext, "open") == {
+        "type": "command_response",
+        "id": "c1",
+        "action": "open_panel",
+        "open_panel": {"id": "p1", "title": "Title", "lines": ["a", "2"], "footer": "foot"},
+    }
+    ext.send({"type": "panel_key", "panel_id": "other", "key": "up"})
+    ext.send({"type": "panel_key", "panel_id": "p1", "key": "enter"})
+    ext.send({"type": "panel_key", "panel_id": "p1", "key": "rune", "text": "é"})
+    assert ext.frame() == {
+        "type": "panel_render",
+        "panel_id": "p1",
+        "title": "",
+        "lines": ["rune:é"],
+        "footer": "foot",
+    }
+    ext.send({"type": "panel_close", "panel_id": "p1", "reason": "closed by the user"})
+    assert ext.frame() == {"type": "panel_close", "panel_id": "p1"}
+    assert ext.frame() == {
+        "type": "notify",
+        "level": "info",
+        "message": "closed: closed by the user",
+    }
+    shutdown(ext)
