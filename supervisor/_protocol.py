@@ -242,9 +242,12 @@ class ExtensionProtocol(ChildProtocol):
         calls: PendingCalls,
         config: SupervisorConfig,
         host: Host,
+        extension_dir: str = "",
+        data_dir: str = "",
     ) -> None:
         super().__init__(owner, pipe, calls, config)
         self._host = host
+        self._dirs = (extension_dir, data_dir)
 
     # --- what the owner sends ----------------------------------------------------------
 
@@ -305,6 +308,8 @@ class ExtensionProtocol(ChildProtocol):
             provider=info.provider,
             model=info.model,
             cwd=info.cwd,
+            extension_dir=self._dirs[0] or msgspec.UNSET,
+            data_dir=self._dirs[1] or msgspec.UNSET,
         )
         self._pipe.send(f.encode_frame(ack))
         return True
