@@ -26,3 +26,5 @@ ATTACKS = TESTS / "security" / "attacks"
 HOST_HELPER = TESTS / "sandbox" / "host_helper.py"
 #: Tool modules of the tool-host runner tests.
 TOOLHOST_FIXTURES = TESTS / "supervisor" / "toolhost_fixtures"
+#: Extensions written to the seed's reference implementation's shapes (no SDK).
+REFSHAPES = TESTS / "supervisor" / "refshapes"
