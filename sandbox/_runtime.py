@@ -171,7 +171,11 @@ class _Finder:
         if os.path.basename(bin_dir) != "bin":
             return
         for candidate in (os.path.dirname(bin_dir), bin_dir):
+            if self.visible(candidate):
+                return
             if not self.problem(candidate):
+                # It holds the real file's prefix, usually: one bind, not two.
+                self.paths = [p for p in self.paths if not inside(p, candidate)]
                 self.add(candidate)
                 return
 

@@ -110,7 +110,10 @@ def project_roots(ext_dir: str, project: bool) -> list[str]:
     roots = [ext_dir]
     if project:
         roots.append(os.path.dirname(os.path.dirname(os.path.dirname(ext_dir))))
-    cwd = os.getcwd()
+    try:
+        cwd = os.getcwd()
+    except OSError:  # removed under us: nothing there to skip
+        return roots
     home = os.path.expanduser("~")
     if cwd != "/" and not _inside(os.path.realpath(home), os.path.realpath(cwd)):
         roots.append(cwd)

@@ -15,6 +15,7 @@ import pytest
 import trio
 from helpers.paths import EXAMPLES, PROBE, REFSHAPES
 from helpers.rpc_harness import Frame, chaos_ext, events, open_rpc, write_script
+from helpers.supkit import require_bwrap
 
 from supervisor import identity_of, quarantine_file
 
@@ -265,13 +266,20 @@ async def test_what_an_extension_sends_before_its_answer_comes_before_it(tmp_pat
     manifest = {"name": "refnode", "exec": "node", "args": ["index.js"], "language": "javascript"}
     (where / "extension.json").write_text(json.dumps(manifest), encoding="utf-8")
     shutil.copy(REFSHAPES / "refnode.js", where / "index.js")
+    require_bwrap()
+    argv = ("--provider", "offline", "--sandbox", "required")  # the last --sandbox wins
     with trio.fail_after(TIMEOUT):
-        async with open_rpc(tmp_path, None, "--provider", "offline", exts=(str(where),)) as rpc:
+        async with open_rpc(tmp_path, None, *argv, exts=(str(where),)) as rpc:
+            listed = await rpc.call("ext_list")
+            (info,) = listed["data"]["extensions"]
+            assert (info["state"], info["sandboxed"]) == ("running", True), info
             for _ in range(5):
                 start = len(rpc.frames)
                 answer = await rpc.call("ext_command", name="where")
                 assert answer["success"] is True, answer
                 kinds = [f["type"] for f in rpc.frames[start:]]
+                ack = json.loads(answer["data"]["display"])["ack"]
+                assert ack["extension_dir"] == str(where)
                 assert kinds == ["ext_notify", "ext_display", "response"], [
                     (f["type"], f.get("id"), f.get("message")) for f in rpc.frames
                 ]

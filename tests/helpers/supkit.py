@@ -180,6 +180,20 @@ class Kit:
         return [int(m) for m in re.findall(r"chaos: spawned pid (\d+)", self.log_text(name))]
 
 
+def require_bwrap() -> None:
+    """Skip the test unless ``--sandbox required`` gets bubblewrap here."""
+    import pytest
+
+    from sandbox import select_sandbox
+
+    try:
+        backend = select_sandbox("required").backend
+    except Exception as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    if backend != "bwrap":
+        pytest.skip(f"the sandbox here is {backend}")
+
+
 async def wait_for(
     events: trio.MemoryReceiveChannel[SupervisorEvent],
     kind: type[E],

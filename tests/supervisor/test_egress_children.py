@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 import trio
 from helpers.egresskit import Origin, open_origin, table_resolver
-from helpers.supkit import Kit, wait_for
+from helpers.supkit import Kit, require_bwrap, wait_for
 
-from sandbox import Permissions, select_sandbox, start_guardian
+from sandbox import Permissions, start_guardian
 from supervisor import (
     EgressRefused,
     ExtensionState,
@@ -117,15 +117,6 @@ for line in sys.stdin:
 )
 
 
-def _bwrap() -> None:
-    try:
-        backend = select_sandbox("required").backend
-    except Exception as exc:
-        pytest.skip(f"no sandbox here: {exc}")
-    if backend != "bwrap":
-        pytest.skip(f"the sandbox here is {backend}")
-
-
 def _grant(*ports: int) -> dict[str, Any]:
     entries = [f"127.0.0.1:{p}" for p in ports]
     return {"network": entries, "unsafe": entries}
@@ -135,7 +126,7 @@ def _grant(*ports: int) -> dict[str, Any]:
 async def _supervised(
     kit: Kit, ext: Path, guard: NetGuard | None = None
 ) -> AsyncIterator[SupervisorClient]:
-    _bwrap()
+    require_bwrap()
     config = kit.config(
         sandbox="required", handshake_timeout=20, tool_timeout=30, command_timeout=30
     )
@@ -230,7 +221,7 @@ async def test_a_tool_host_gets_the_same_proxy(kit: Kit) -> None:
 
 
 async def test_a_stdio_mcp_server_gets_the_proxy_of_its_entry(kit: Kit) -> None:
-    _bwrap()
+    require_bwrap()
     server = kit.exts / "relayed.py"
     server.write_text(RELAYED)
     with trio.fail_after(CYCLE):

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import trio
-from helpers.supkit import Kit
+from helpers.supkit import Kit, require_bwrap
 
 from supervisor import (
     ExtensionState,
@@ -40,20 +40,9 @@ NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="node is not on PATH")
 
 
-def _bwrap() -> None:
-    from sandbox import select_sandbox
-
-    try:
-        backend = select_sandbox("required").backend
-    except Exception as exc:
-        pytest.skip(f"no sandbox here: {exc}")
-    if backend != "bwrap":
-        pytest.skip(f"the sandbox here is {backend}")
-
-
 @asynccontextmanager
 async def _sandboxed(kit: Kit, ext: Path, **config: Any) -> AsyncIterator[SupervisorClient]:
-    _bwrap()
+    require_bwrap()
     settings = {"sandbox": "required", "handshake_timeout": 20, "command_timeout": 30} | config
     async with kit.open(ext, config=kit.config(**settings)) as client:
         yield client
