@@ -49,6 +49,7 @@ from supervisor import (
 )
 
 from ._audit import AuditLog, audit_path
+from ._drain import Drain
 from ._events import (
     AgentEvent,
     Emit,
@@ -165,6 +166,8 @@ class AgentHost:
         self.dynamic = tools.dynamic
         self.mcp = tools.mcp
         self.mcp_problems = tools.mcp_problems
+        #: The forwarder's progress (see :meth:`invoke_command`).
+        self._forwarded = Drain()
 
     def __repr__(self) -> str:
         return f"<AgentHost {self.engine!r}>"
@@ -180,14 +183,23 @@ class AgentHost:
 
         Cancellation: unsubscribes and returns.
         """
+        forwarded = self._forwarded
         with self.supervisor.subscribe() as events:
             task_status.started()
-            async for event in events:
-                if isinstance(event, ToolsChanged | ExtensionStarted | ExtensionRestarted):
-                    self.engine.extensions_changed()
-                converted = agent_event_for(event)
-                if converted is not None:
-                    await emit(converted)
+            try:
+                while True:
+                    try:
+                        event = await forwarded.next(events)
+                    except trio.EndOfChannel:
+                        return
+                    if isinstance(event, ToolsChanged | ExtensionStarted | ExtensionRestarted):
+                        self.engine.extensions_changed()
+                    converted = agent_event_for(event)
+                    if converted is not None:
+                        await emit(converted)
+                    forwarded.handled()
+            finally:
+                forwarded.stopped()
 
     async def reload(self) -> ReloadStats:
         """``/reload-ext``: re-read manifests, start the new versions beside the running
@@ -206,9 +218,16 @@ class AgentHost:
         Raises:
             SupervisorError: no such command, or the extension failed.
 
+        What the extension sent before its answer (``notify``, the ``display``
+        answer's own ``ext_display``) has been forwarded when this returns: the
+        extension's order is kept for whoever reads the forwarded events.
+
         Cancellation: the command is abandoned.
         """
-        return await self.supervisor.invoke_command(name, args)
+        try:
+            return await self.supervisor.invoke_command(name, args)
+        finally:
+            await self._forwarded.drained()
 
     async def panel_key(self, extension: str, panel_id: str, key: str, text: str = "") -> None:
         """Send a key to an extension's open panel (see

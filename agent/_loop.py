@@ -291,8 +291,11 @@ class AgentLoop:
     async def prompt(self, text: str, images: list[ImageContent], emit: Emit) -> None:
         """Run one prompt to the end of the loop, emitting every event but ``done``.
 
-        Provider and tool failures end the step with ``turn_end(stop="error")`` or an
-        error result; they do not raise. A step limit hit emits an ``error`` event.
+        Provider and tool failures end the step with ``turn_end(stop="error")``
+        followed by an ``error`` event with the same message (a failed tool is an
+        error result); they do not raise. A step limit hit emits an ``error`` event.
+        A turn blocked by an extension ends with ``turn_end(stop="blocked")`` and no
+        ``error``: the block is a decision, not a failure.
 
         Raises:
             AgentBusy: another prompt or a compaction is running.
@@ -341,6 +344,12 @@ class AgentLoop:
         await emit(TurnEnd(stop=stop, error=error))
         await self._tell(EmitEvent(event="turn_end", stop=stop))
 
+    async def _fail(self, emit: Emit, message: str) -> None:
+        """The model call failed: ``turn_end(stop="error")``, then ``error`` (the
+        reference's clients detect a failed prompt through ``error`` only)."""
+        await self._end(emit, "error", message)
+        await emit(ErrorEvent(message=message))
+
     async def _step(self, step: int, emit: Emit) -> bool:
         """One model call and its tools; True when the loop should go on."""
         await emit(TurnStart(step=step))
@@ -382,14 +391,14 @@ class AgentLoop:
                         await emit(Retry(**msgspec.structs.asdict(event)))
         except ProviderError as exc:
             log.info("provider_failed", provider=self._provider.name, error=str(exc))
-            await self._end(emit, "error", str(exc))
+            await self._fail(emit, str(exc))
             return False
         except Exception as exc:  # a provider bug must end the step, not the session
             log.exception("provider_crashed", provider=self._provider.name)
-            await self._end(emit, "error", f"{self._provider.name}: unexpected failure: {exc!r}")
+            await self._fail(emit, f"{self._provider.name}: unexpected failure: {exc!r}")
             return False
         if stop is None:
-            await self._end(emit, "error", f"{self._provider.name}: the stream ended early")
+            await self._fail(emit, f"{self._provider.name}: the stream ended early")
             return False
         text = "".join(parts)
         if not calls:

@@ -473,7 +473,9 @@ class Runtime:
         A ``display`` answer also reaches :meth:`events` subscribers as
         ``ext_display`` (the supervisor publishes it), an ``open_panel`` one as
         ``ext_panel_open`` (the outcome's ``panel``; see :meth:`ext_panel_key`);
-        acting on a ``prompt`` or ``insert`` answer is the caller's choice.
+        acting on a ``prompt`` or ``insert`` answer is the caller's choice. What the
+        extension sent before its answer (``notify``, that ``ext_display``) is in
+        every :meth:`events` channel when this returns: the extension's order is kept.
 
         Raises:
             SupervisorError: no such command, or the extension failed or timed out.
@@ -511,7 +513,9 @@ class Runtime:
         await self._host.close_panel(extension, panel_id)
 
     async def ext_reload(self) -> ReloadStats:
-        """Stop every extension, re-read manifests, respawn, rebuild the tools.
+        """Re-read manifests, start the new versions beside the running ones and swap
+        them in (a new version that does not start keeps the running one); rebuild
+        the tools.
 
         Cancellation: the reload goes on in the supervisor; only the wait is abandoned.
         """

@@ -15,7 +15,9 @@ For a chosen interpreter, without running anything:
 * a Python virtual environment needs its own directory (site-packages) *and* the
   base interpreter's prefix named by its ``pyvenv.cfg``;
 * an interpreter elsewhere (pyenv, nvm, a tarball in /opt) needs its installation
-  prefix: the parent of its ``bin`` directory, found through the real path;
+  prefix: the parent of its ``bin`` directory, found through the real path, and,
+  when it was named through a link in a ``bin`` directory (nvm's ``npx``), that
+  directory's prefix too;
 * package managers whose binaries link libraries from sibling packages (Homebrew,
   Linuxbrew, Nix) need their whole store.
 
@@ -160,6 +162,23 @@ class _Finder:
                 return
         raise PlanError(self.name, f"the interpreter {real} cannot be made visible: it {why}")
 
+    def add_link_prefix(self, link: str) -> None:
+        """Make the installation a link lives in visible too, when it is one
+        (``<prefix>/bin/npx -> ../lib/node_modules/npm/bin/npx-cli.js``: the real
+        file's prefix is npm's, the link's holds the ``node`` its ``env`` shebang
+        finds on PATH). Best effort: a prefix that may not be bound is skipped."""
+        bin_dir = os.path.dirname(link)
+        if os.path.basename(bin_dir) != "bin":
+            return
+        for candidate in (os.path.dirname(bin_dir), bin_dir):
+            if self.visible(candidate):
+                return
+            if not self.problem(candidate):
+                # It holds the real file's prefix, usually: one bind, not two.
+                self.paths = [p for p in self.paths if not inside(p, candidate)]
+                self.add(candidate)
+                return
+
     def walk(self, interpreter: str, depth: int) -> None:
         if not os.path.isabs(interpreter):
             raise PlanError(self.name, f"the interpreter {interpreter!r} must be an absolute path")
@@ -178,6 +197,8 @@ class _Finder:
                 self.add(path)
         if not self.visible(real):
             self.add_prefix(real)
+        if depth == 0 and real != os.path.normpath(interpreter):
+            self.add_link_prefix(interpreter)
         shebang = _read_shebang(real)
         if shebang is None or depth > 0:
             return

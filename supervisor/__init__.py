@@ -94,6 +94,7 @@ from ._trust import (
     TrustStore,
     TrustVerdict,
     describe_permissions,
+    describe_program,
     trust_command,
 )
 from ._version import VERSION
@@ -172,6 +173,7 @@ __all__ = [
     "corral_home",
     "data_dir",
     "describe_permissions",
+    "describe_program",
     "discover",
     "identity_of",
     "load_manifest",

@@ -29,6 +29,7 @@ import time
 import typing
 from collections.abc import Callable, Mapping
 
+import msgspec
 import trio
 
 from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
@@ -48,6 +49,7 @@ from ._manifest import ChildKind, ExtensionSpec
 from ._process import spawn_child
 from ._protocol import ExtensionProtocol, Registrations
 from ._restart import Verdict, crash_event, decide
+from ._runners import exit_hint
 from ._spawn import launch_request
 from ._talk import Host, Session, Talk, new_session, open_talk
 
@@ -504,6 +506,11 @@ class Extension(Door):
             retry="connect the server again" if self._spec.source == "mcp" else None,
         )
         self._crashes = d.recent
+        if code != 0 or exit_.refused:  # say which permission a known runner missed
+            perms = self._spec.manifest.permissions
+            hint = exit_hint(self._spec.exec_note, tail, perms.network is True)
+            if hint:
+                d = msgspec.structs.replace(d, reason=f"{d.reason}; {hint}")
         self._stderr.note(f"exited: {d.reason}")
         # Whoever waits for start-up learns of the crash now; restarts go on behind it.
         self._settle()

@@ -230,6 +230,11 @@ class HelloAck(_Frame, frozen=True, tag="hello_ack"):
     provider: str = ""
     model: str = ""
     cwd: str = ""
+    #: The extension's own directory (read-only in a sandbox); omitted when unknown.
+    extension_dir: str | msgspec.UnsetType = msgspec.UNSET
+    #: Where it may persist its state (``$CORRAL_DATA_DIR``); omitted when
+    #: ``permissions.data_dir`` is false.
+    data_dir: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class CommandInvoked(_Frame, frozen=True, tag="command_invoked"):

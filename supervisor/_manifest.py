@@ -29,6 +29,7 @@ from sandbox import Permissions, PermissionsError, Pin, check_permissions
 
 from ._config import RestartPolicy, choice_file, identity_of
 from ._exceptions import ManifestError
+from ._runners import PYTHON_NAMES, corral_python, find_on_path, project_roots, runner_note
 
 __all__ = [
     "MANIFEST_NAME",
@@ -50,6 +51,10 @@ _FIELD_RE = re.compile(r"at `\$\.?([^`]*)`")
 #: Where a child was declared: ``--ext``, project-local, installed, or at run time
 #: for an MCP server (whose trust is its MCP config's).
 Source = Literal["cli", "project", "global", "mcp"]
+
+#: How ``exec`` was found: a path (absolute, or relative to the directory), a bare
+#: name on ``PATH``, or a bare Python name (corral's own interpreter).
+ExecLookup = Literal["", "path", "python"]
 
 
 class ChildKind(enum.StrEnum):
@@ -125,6 +130,11 @@ class ExtensionSpec(msgspec.Struct, frozen=True, kw_only=True):
     pins: list[Pin] = []
     #: Variables set to these values (an MCP server's ``env``; never from a manifest).
     env: dict[str, str] = {}
+    #: How ``exec`` was found (``exec_path`` is then the file on ``PATH``, or corral's
+    #: Python); see :mod:`supervisor._runners`.
+    exec_lookup: ExecLookup = ""
+    #: What its runner needs that its permissions withhold ("" when nothing).
+    exec_note: str = ""
 
     @property
     def name(self) -> str:
@@ -200,7 +210,7 @@ def load_manifest(
             where, "name", f"{manifest.name!r} is not a valid name (letters, digits, . _ -)"
         )
     ext_dir = p.parent
-    exec_path = _exec_path(manifest, ext_dir, where)
+    exec_path, lookup = _exec_path(manifest, ext_dir, where, project=source == "project")
     try:
         checked = check_permissions(
             manifest.permissions,
@@ -229,11 +239,18 @@ def load_manifest(
         manifest_sha256=hashlib.sha256(raw).hexdigest(),
         unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
         pins=checked.pins,
+        exec_lookup=lookup,
+        exec_note=runner_note(str(exec_path), manifest.args, checked.permissions),
     )
 
 
-def _exec_path(manifest: Manifest, ext_dir: Path, where: str) -> Path:
-    """The program to run, checked against the kind: ``exec``, or a runner's directory."""
+def _exec_path(
+    manifest: Manifest, ext_dir: Path, where: str, *, project: bool
+) -> tuple[Path, ExecLookup]:
+    """The program to run, checked against the kind: ``exec``, or a runner's directory.
+
+    A bare name (no ``/``) that is no file in the directory is looked up on ``PATH``
+    (see :mod:`supervisor._runners`)."""
     host = manifest.kind is ChildKind.TOOL_HOST
     if not host and (manifest.runtime is not None or manifest.config):
         field = "runtime" if manifest.runtime is not None else "config"
@@ -241,7 +258,7 @@ def _exec_path(manifest: Manifest, ext_dir: Path, where: str) -> Path:
     if host and manifest.runtime is not None:
         if manifest.exec:
             raise ManifestError(where, "exec", "a tool host has either runtime or exec, not both")
-        return ext_dir.absolute()  # the runner is corral's; it runs in the directory
+        return ext_dir.absolute(), ""  # the runner is corral's; it runs in the directory
     if not manifest.exec.strip():
         hint = ' (or "runtime": "python" / "node" for a tool host)' if host else ""
         raise ManifestError(where, "exec", "is required and must not be empty" + hint)
@@ -249,9 +266,20 @@ def _exec_path(manifest: Manifest, ext_dir: Path, where: str) -> Path:
     if not exec_path.is_absolute():
         exec_path = ext_dir / exec_path
     exec_path = exec_path.absolute()
-    if not exec_path.is_file():
-        raise ManifestError(where, "exec", f"{manifest.exec!r} does not exist ({exec_path})")
-    return exec_path
+    if exec_path.is_file():
+        return exec_path, ""
+    name = manifest.exec
+    if "/" in name or name in (".", ".."):
+        raise ManifestError(where, "exec", f"{name!r} does not exist ({exec_path})")
+    if PYTHON_NAMES.match(name):
+        return Path(corral_python()), "python"
+    found, ignored = find_on_path(name, project_roots(str(ext_dir), project))
+    if found is not None:
+        return Path(found), "path"
+    why = f"; ignored: {', '.join(ignored)}" if ignored else ""
+    raise ManifestError(
+        where, "exec", f"{name!r} is neither a file in {ext_dir} nor a program on PATH{why}"
+    )
 
 
 def _scan(root: Path) -> list[Path]:

@@ -250,11 +250,14 @@ class ExtensionProtocol(ChildProtocol):
         calls: PendingCalls,
         config: SupervisorConfig,
         host: Host,
+        extension_dir: str = "",
+        data_dir: str = "",
     ) -> None:
         super().__init__(owner, pipe, calls, config)
         self._host = host
         #: The panel it has open (see :mod:`supervisor._panels`).
         self.panels = Panels(owner.name, host.publish, pipe.send, supported=config.panels)
+        self._dirs = (extension_dir, data_dir)
 
     # --- what the owner sends ----------------------------------------------------------
 
@@ -315,6 +318,8 @@ class ExtensionProtocol(ChildProtocol):
             provider=info.provider,
             model=info.model,
             cwd=info.cwd,
+            extension_dir=self._dirs[0] or msgspec.UNSET,
+            data_dir=self._dirs[1] or msgspec.UNSET,
         )
         self._pipe.send(f.encode_frame(ack))
         return True

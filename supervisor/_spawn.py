@@ -84,6 +84,8 @@ def _is_python(spec: ExtensionSpec) -> bool:
     runtime = spec.manifest.runtime
     if runtime is not None:
         return runtime is Runtime.PYTHON
+    if spec.exec_lookup:  # a program on PATH runs as it is; a bare python3 is corral's
+        return spec.exec_lookup == "python"
     return spec.manifest.language.lower() in _PY_LANGS or spec.exec_path.endswith(".py")
 
 
@@ -91,6 +93,8 @@ def _is_node(spec: ExtensionSpec) -> bool:
     runtime = spec.manifest.runtime
     if runtime is not None:
         return runtime is Runtime.NODE
+    if spec.exec_lookup:
+        return False
     lang = spec.manifest.language.lower()
     return lang in _JS_LANGS or spec.exec_path.endswith(_JS_EXTS)
 
@@ -103,7 +107,8 @@ def _program(spec: ExtensionSpec) -> list[str]:
         case Runtime.NODE:
             return [_HOST_RUNNER]
         case None:
-            return [spec.exec_path]
+            # A bare python3 is the interpreter itself: its args are the program.
+            return [] if spec.exec_lookup == "python" else [spec.exec_path]
 
 
 def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]:
@@ -111,11 +116,16 @@ def interpreter_argv(spec: ExtensionSpec, config: SupervisorConfig) -> list[str]
 
     Python extensions run with ``config.python`` (the host's own interpreter by
     default); JavaScript ones with the real path of ``node``; anything else is
-    executed directly. A tool host with a ``runtime`` runs corral's runner for it;
+    executed directly. A bare ``exec`` found on ``PATH`` (``node``, ``npx``, ``go``)
+    is executed directly too, by its real path, whatever the manifest's ``language``
+    says (the program is the interpreter: never ``node node index.js``); a bare
+    ``python3`` is ``config.python``. A tool host with a ``runtime`` runs corral's runner for it;
     Node's runner gets the flag that turns type stripping on when its ``config``
     lists a TypeScript module and that Node needs it (see :func:`strip_types_flags`).
     """
     args = [*_program(spec), *spec.manifest.args]
+    if spec.exec_lookup == "path":
+        return [os.path.realpath(spec.exec_path), *spec.manifest.args]
     if _is_python(spec):
         return [os.path.abspath(config.python), *args]
     if _is_node(spec):
@@ -219,14 +229,22 @@ def launch_request(
         permissions=spec.manifest.permissions,
         runtime_paths=[SDK_DIR] if _is_python(spec) or spec.manifest.runtime else [],
         # Only an interpreter corral chose brings its installation into the sandbox; an
-        # MCP server's command is one by convention (python, node, npx, uvx).
-        interpreter=argv[0]
-        if argv[0] != spec.exec_path or spec.kind is ChildKind.MCP_SERVER
-        else "",
+        # MCP server's command is one by convention (python, node, npx, uvx), and so is
+        # a program found on PATH (named by the link found there: its installation is
+        # the link's prefix, e.g. nvm's npx -> ../lib/node_modules/npm/bin/npx-cli.js).
+        interpreter=_interpreter(spec, argv),
         pins=list(spec.pins if pins is None else pins),
         hidden=[config.home],
     )
     return request, token
+
+
+def _interpreter(spec: ExtensionSpec, argv: list[str]) -> str:
+    if spec.exec_lookup == "path":
+        return spec.exec_path
+    if argv[0] != spec.exec_path or spec.exec_lookup or spec.kind is ChildKind.MCP_SERVER:
+        return argv[0]
+    return ""
 
 
 @typing.final

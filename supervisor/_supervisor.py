@@ -89,6 +89,10 @@ T = typing.TypeVar("T")
 _SILENT = frozenset({ExtensionState.STOPPED, ExtensionState.STARTING})
 
 
+def _why(note: str) -> dict[str, str]:
+    return {"likely_cause": note} if note else {}
+
+
 class _Settled:
     """A ``task_status`` that only records that start-up is over."""
 
@@ -266,7 +270,10 @@ class _Supervisor:
             await settled.event.wait()
             return
         if ext.state in _SILENT:
-            log.warning("extension_late", extension=ext.name, after=late_after)
+            # A runner that needs what it was not granted (npx without the network)
+            # is the likely cause: say so now, not only when the handshake times out.
+            note = ext.spec.exec_note
+            log.warning("extension_late", extension=ext.name, after=late_after, **_why(note))
         else:  # it said hello in time: registration and ``ready`` are bounded
             await settled.event.wait()
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ._api import EgressRefused, SupervisorEvent
 from ._calls import PendingCalls
 from ._config import HostInfo, SupervisorConfig, ui_file
+from ._config import data_dir as data_dir_of
 from ._hoststate import HostSession
 from ._manifest import ChildKind, ExtensionSpec
 from ._netguard import NetGuard
@@ -99,7 +100,18 @@ def open_talk(
     spec = owner.spec
     match spec.kind:
         case ChildKind.EXTENSION:
-            return ExtensionProtocol(owner, pipe, calls=calls, config=config, host=host)
+            # hello_ack tells it where it lives and where to persist (the seed's
+            # reference sends both; data_dir only when it has one).
+            data = spec.manifest.permissions.data_dir
+            return ExtensionProtocol(
+                owner,
+                pipe,
+                calls=calls,
+                config=config,
+                host=host,
+                extension_dir=spec.dir,
+                data_dir=str(data_dir_of(config.home, spec.identity)) if data else "",
+            )
         case ChildKind.TOOL_HOST:
             assert isinstance(session, HostSession)
             settings: dict[str, Any] = spec.manifest.config

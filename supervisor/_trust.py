@@ -45,6 +45,7 @@ __all__ = [
     "TrustVerdict",
     "canonical_permissions",
     "describe_permissions",
+    "describe_program",
     "trust_command",
 ]
 
@@ -191,6 +192,23 @@ def describe_permissions(perms: Permissions | dict[str, Any]) -> str:
         else:
             parts.append(f"{label}={value}")
     return ", ".join(parts) or "defaults"
+
+
+def describe_program(spec: ExtensionSpec) -> str:
+    """Which file runs ``spec`` (``ext list``, the trust screen): a path in its
+    directory, a file outside it, a program found on ``PATH`` (with its real file),
+    corral's Python (a bare ``python3``) or one of corral's tool-host runners."""
+    manifest = spec.manifest
+    if manifest.runtime is not None:
+        return f"corral's {manifest.runtime.value} tool-host runner"
+    if spec.exec_lookup == "python":
+        return f"corral's Python ({spec.exec_path})"
+    real = os.path.realpath(spec.exec_path)
+    if spec.exec_lookup == "path":
+        via = f" = {real}" if real != spec.exec_path else ""
+        return f"{spec.exec_path}{via} (found on PATH)"
+    rel = os.path.relpath(real, os.path.realpath(spec.dir))
+    return f"{real} (outside its directory)" if rel.startswith("../") else rel
 
 
 def trust_command(spec: ExtensionSpec) -> str:
@@ -405,8 +423,11 @@ def named_paths(spec: ExtensionSpec) -> list[str]:
     root = os.path.realpath(spec.dir)
     manifest = spec.manifest
     # A tool host run by corral's runner has no program of its own (exec_path is
-    # its directory); the runner is corral's code, not the extension's.
-    values = [] if manifest.runtime is not None else [spec.exec_path]
+    # its directory); the runner is corral's code, not the extension's; so is the
+    # interpreter a bare python3 names. A program found on PATH is pinned like any
+    # exec outside the directory: when it changes (an upgrade), trust is asked again.
+    own = manifest.runtime is None and spec.exec_lookup != "python"
+    values = [spec.exec_path] if own else []
     values += [v for a in manifest.args for v in (a, a.partition("=")[2]) if v]
     modules = manifest.config.get("modules") if manifest.runtime is not None else None
     if isinstance(modules, list):

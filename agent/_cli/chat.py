@@ -59,7 +59,7 @@ log = get_logger(__name__)
 #: Built-in slash commands and what they do.
 BUILTIN_COMMANDS: dict[str, str] = {
     "help": "list the slash commands",
-    "reload-ext": "stop every extension, re-read manifests, respawn, rebuild tools",
+    "reload-ext": "re-read manifests, swap in the new versions (a failing one keeps the old)",
     "ext": "extension status and stats; /ext enable NAME lifts a quarantine",
     "tools": "the tools the model can call, and where they come from",
     "compact": "summarise the transcript into one message",

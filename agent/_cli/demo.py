@@ -201,7 +201,7 @@ async def _tour(demo: _Demo) -> None:
         "the session went on: the restarted chaos answered",
     )
 
-    demo.heading("/reload-ext", "stop everything, re-read manifests, respawn, rebuild tools")
+    demo.heading("/reload-ext", "re-read manifests, swap in the new versions, keep what fails")
     r.line(r.style("you ›", "bold", "green") + " /reload-ext")
     stats = await host.reload()
     r.line(f"  stopped {stats.stopped}, loaded {stats.loaded}, ready {stats.ready}")

@@ -31,6 +31,7 @@ from supervisor import (
     TrustVerdict,
     corral_home,
     describe_permissions,
+    describe_program,
     discover,
     load_manifest,
     log_file,
@@ -170,6 +171,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
                 "trust": trust,
                 "permissions": msgspec.to_builtins(perms),
                 "permissions_summary": describe_permissions(perms),
+                "runs": describe_program(spec),
                 "sandbox": sandbox,
                 "path": spec.dir,
                 "identity": spec.identity,
@@ -195,6 +197,8 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
             problem = verdict.problem
         elif spec.unknown_fields:
             problem = "unknown fields: " + ", ".join(spec.unknown_fields)
+        elif spec.exec_note:
+            problem = spec.exec_note
         row(spec, state, trust, sandbox_note if spec.manifest.enabled else "-", problem)
     for shadowed, winner in found.duplicates:
         why = f"shadowed by {winner.dir} ({winner.source}); never started"
@@ -213,6 +217,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
                 "trust": "-",
                 "permissions": None,
                 "permissions_summary": "-",
+                "runs": "-",
                 "sandbox": "-",
                 "path": err.path,
                 "identity": "",
@@ -228,7 +233,7 @@ def ext_list(ext_paths: tuple[str, ...], mode: str, as_json: bool) -> None:
         click.echo(f"no extensions (install one with `corral ext install PATH`; home: {home})")
         return
     cols = ["name", "kind", "version", "source", "state", "trust", "description"]
-    cols += ["permissions_summary", "sandbox", "problem"]
+    cols += ["permissions_summary", "runs", "sandbox", "problem"]
     heads = {"permissions_summary": "PERMISSIONS"}
     cells = [{c: cell(r[c]) for c in cols} for r in rows]
     for shown in cells:

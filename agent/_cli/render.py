@@ -154,6 +154,8 @@ class HumanRenderer:
         #: The session's totals, as the last ``usage`` event reported them.
         self.totals = UsageTotals()
         self.last_stop: str | None = None
+        #: The error of the turn that just failed: its ``error`` event repeats it.
+        self._turn_error: str | None = None
 
     def __repr__(self) -> str:
         return f"<HumanRenderer color={self.style.enabled} markdown={self._use_markdown}>"
@@ -233,6 +235,8 @@ class HumanRenderer:
             self._done()
         elif isinstance(event, TurnEnd):
             self._turn_end(event)
+        elif isinstance(event, ErrorEvent) and event.message == self._turn_error:
+            self._turn_error = None  # said once, with the turn's end
         elif not self._human:
             self._structured(event)
         else:
@@ -355,6 +359,7 @@ class HumanRenderer:
     def _turn_end(self, event: TurnEnd) -> None:
         s = self.style
         self.last_stop = event.stop
+        self._turn_error = event.error if event.stop == "error" else None
         if event.stop != "tool_use":
             self._stop_waiting()
         error = visible(event.error) if event.error else None

@@ -24,6 +24,7 @@ from supervisor import (
     TrustVerdict,
     corral_home,
     describe_permissions,
+    describe_program,
     discover,
     trust_command,
 )
@@ -78,13 +79,12 @@ def describe(v: TrustVerdict, shadows: Iterable[ExtensionSpec] = ()) -> list[str
     if m.description:
         rows.append(("description", m.description))
     rows.append(("directory", spec.dir))
-    exe = os.path.relpath(os.path.realpath(spec.exec_path), os.path.realpath(spec.dir))
-    if exe.startswith("../"):
-        exe = f"{os.path.realpath(spec.exec_path)} (outside its directory)"
+    exe = describe_program(spec)
     if m.runtime is not None:  # a tool host run by corral's runner
-        modules = m.config.get("modules")
-        exe = f"corral's {m.runtime.value} tool-host runner, modules: {modules!r}"
+        exe += f", modules: {m.config.get('modules')!r}"
     rows.append(("runs", " ".join([exe, *m.args])))
+    if spec.exec_note:
+        rows.append(("needs", spec.exec_note))
     rows.append(("permissions", describe_permissions(m.permissions)))
     if m.permissions.network is True:
         rows.append(("network", _ANYWHERE))

@@ -35,6 +35,7 @@ from sandbox.log import get_logger
 from supervisor import VERSION, SupervisorError
 from supervisor.lowlevel import LineReader, LineWriter, Oversize
 
+from .._drain import Drain
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError
 from .._messages import ImageContent, wire_message
@@ -293,6 +294,8 @@ class _Server:
         self._ext_in, self._ext_out = trio.open_memory_channel[tuple[ExtOp, str]](_EXT_BACKLOG)
         self._stdout_broken = False
         self._writer: LineWriter | None = None
+        #: The event pump's progress: an ext op's answer waits for what came before.
+        self._pumped = Drain()
         #: Tool call id to the extension running it, until its result is sent.
         self._sources: dict[str, str] = {}
 
@@ -334,8 +337,17 @@ class _Server:
             serving.cancel()
 
     async def _pump(self, events: trio.MemoryReceiveChannel[AgentEvent]) -> None:
-        async for event in events:
-            await self._emit(event)
+        pumped = self._pumped
+        try:
+            while True:
+                try:
+                    event = await pumped.next(events)
+                except trio.EndOfChannel:
+                    return
+                await self._emit(event)
+                pumped.handled()
+        finally:
+            pumped.stopped()
 
     async def serve(self, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream) -> int:
         status = 0
@@ -519,8 +531,11 @@ class _Server:
             else:
                 data = await rt.ext_enable(command.name)
         except (SupervisorError, AgentError, ValueError) as exc:
+            await self._pumped.drained()
             await self._respond(command.id, kind, error=str(exc))
         else:
+            # What the extension sent before its answer is written before it.
+            await self._pumped.drained()
             await self._respond(command.id, kind, data=data)
 
 

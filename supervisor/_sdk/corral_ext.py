@@ -469,7 +469,8 @@ class Extension:
 
     Attributes:
         hello_ack: the host's ``hello_ack`` frame once it arrived (``protocol_version``,
-            ``provider``, ``model``, ``cwd``, ...); an empty dict before that.
+            ``provider``, ``model``, ``cwd``, ``extension_dir``, ``data_dir``, ...); an
+            empty dict before that.
     """
 
     def __init__(self, name: str, version: str, capabilities: Iterable[str] | None = None) -> None:

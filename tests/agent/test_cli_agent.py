@@ -112,6 +112,15 @@ def test_run_scripted_provider_error_exit_status(home: Path, work: Path, tmp_pat
     assert (logged["event"], logged["error"]) == ("turn_error", "scripted: boom")
 
 
+def test_run_json_says_error_before_done(home: Path, work: Path, tmp_path: Path) -> None:
+    path = script(tmp_path, {"error": "boom", "status": 500})
+    result = corral("run", "--no-extensions", "--json", "--script", path, "go", cwd=work)
+    assert result.exit_code == 1
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["type"] for e in lines][-3:] == ["turn_end", "error", "done"]
+    assert lines[-2] == {"type": "error", "message": "scripted: boom"}
+
+
 def test_a_real_process_logs_the_same_line(home: Path, work: Path, tmp_path: Path) -> None:
     # In a fresh interpreter structlog is imported (and configured) only by the first
     # log call: the line is the one the configuration says, with level and time stamp.

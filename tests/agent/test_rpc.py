@@ -203,7 +203,9 @@ async def test_provider_error_and_step_limit_events(tmp_path: Path) -> None:
             end = of(frames, "turn_end")[0]
             assert end["stop"] == "error"
             assert "rate limited" in end["error"]
-            assert frames[-1]["type"] == "done"
+            # The reference's clients learn of a failed prompt through `error` only.
+            assert events(frames)[-3:] == ["turn_end", "error", "done"]
+            assert of(frames, "error") == [{"type": "error", "message": end["error"]}]
             await rpc.send({"id": 2, "type": "prompt", "message": "two"})
             frames = await rpc.until_done()
             assert of(frames, "tool_result")[0]["is_error"] is True

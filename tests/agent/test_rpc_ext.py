@@ -7,13 +7,15 @@ run unsandboxed for speed; the ``no_leaks`` fixture checks none outlives the tes
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 from pathlib import Path
 
 import pytest
 import trio
-from helpers.paths import EXAMPLES, PROBE
+from helpers.paths import EXAMPLES, PROBE, REFSHAPES
 from helpers.rpc_harness import Frame, chaos_ext, events, open_rpc, write_script
+from helpers.supkit import require_bwrap
 
 from supervisor import identity_of, quarantine_file
 
@@ -243,9 +245,7 @@ async def test_notify_from_a_command_is_an_ext_notify_event(tmp_path: Path) -> N
             answer = await rpc.call("ext_command", name="nop")
             assert answer["success"] is True
             assert answer["data"]["action"] == "noop"
-            notes = [f for f in rpc.frames if f["type"] == "ext_notify"]
-            if not notes:
-                notes = [(await rpc.until(lambda f: f["type"] == "ext_notify"))[-1]]
+            notes = [f for f in rpc.frames if f["type"] == "ext_notify"]  # before the answer
             assert notes[0] == {
                 "type": "ext_notify",
                 "extension": "probe",
@@ -255,6 +255,34 @@ async def test_notify_from_a_command_is_an_ext_notify_event(tmp_path: Path) -> N
             asked = await rpc.call("ext_command", name="ask")
             assert asked["data"]["action"] == "prompt"
             assert asked["data"]["prompt"] == 'say "asked by probe"'
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not on PATH")
+async def test_what_an_extension_sends_before_its_answer_comes_before_it(tmp_path: Path) -> None:
+    # The reference's hello example: notify, then a display answer. Written in Node to
+    # the reference's shapes, with its clock's manifest ("exec": "node").
+    where = tmp_path / "exts" / "refnode"
+    where.mkdir(parents=True)
+    manifest = {"name": "refnode", "exec": "node", "args": ["index.js"], "language": "javascript"}
+    (where / "extension.json").write_text(json.dumps(manifest), encoding="utf-8")
+    shutil.copy(REFSHAPES / "refnode.js", where / "index.js")
+    require_bwrap()
+    argv = ("--provider", "offline", "--sandbox", "required")  # the last --sandbox wins
+    with trio.fail_after(TIMEOUT):
+        async with open_rpc(tmp_path, None, *argv, exts=(str(where),)) as rpc:
+            listed = await rpc.call("ext_list")
+            (info,) = listed["data"]["extensions"]
+            assert (info["state"], info["sandboxed"]) == ("running", True), info
+            for _ in range(5):
+                start = len(rpc.frames)
+                answer = await rpc.call("ext_command", name="where")
+                assert answer["success"] is True, answer
+                kinds = [f["type"] for f in rpc.frames[start:]]
+                ack = json.loads(answer["data"]["display"])["ack"]
+                assert ack["extension_dir"] == str(where)
+                assert kinds == ["ext_notify", "ext_display", "response"], [
+                    (f["type"], f.get("id"), f.get("message")) for f in rpc.frames
+                ]
 
 
 async def test_ext_enable_lifts_a_quarantine(tmp_path: Path) -> None:

@@ -90,6 +90,19 @@ async def test_prompt_yields_the_wire_events_and_ends_after_done(tmp_path: Path)
             assert not stream.job.aborted
 
 
+async def test_a_failed_prompt_ends_with_error_before_done(tmp_path: Path) -> None:
+    options = opts(tmp_path, {"text": "partial ", "error": "upstream exploded", "status": 400})
+    with trio.fail_after(TIMEOUT):
+        async with open_runtime(options) as rt:
+            events = await rt.prompt("hi").collect()
+    assert kinds(events)[-3:] == [TurnEnd, ErrorEvent, Done]
+    end, error = events[-3], events[-2]
+    assert isinstance(end, TurnEnd)
+    assert isinstance(error, ErrorEvent)
+    assert end.stop == "error"
+    assert error.message == end.error == "scripted: upstream exploded"
+
+
 async def test_jobs_run_first_in_first_out(tmp_path: Path) -> None:
     options = opts(tmp_path, {"text": "one"}, {"text": "two"})
     with trio.fail_after(TIMEOUT):

@@ -28,3 +28,5 @@ HOST_HELPER = TESTS / "sandbox" / "host_helper.py"
 TOOLHOST_FIXTURES = TESTS / "supervisor" / "toolhost_fixtures"
 #: Panel extensions (reference shapes in Python and Node, the SDK's, a hostile one).
 PANEL_FIXTURES = TESTS / "supervisor" / "panel_fixtures"
+#: Extensions written to the seed's reference implementation's shapes (no SDK).
+REFSHAPES = TESTS / "supervisor" / "refshapes"

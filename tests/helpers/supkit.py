@@ -182,6 +182,17 @@ class Kit:
         return [int(m) for m in re.findall(r"chaos: spawned pid (\d+)", self.log_text(name))]
 
 
+def require_bwrap() -> None:
+    """Skip the test unless ``--sandbox required`` gets bubblewrap here."""
+
+    try:
+        backend = select_sandbox("required").backend
+    except Exception as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    if backend != "bwrap":
+        pytest.skip(f"the sandbox here is {backend}")
+
+
 async def wait_for(
     events: trio.MemoryReceiveChannel[SupervisorEvent],
     kind: type[E],
@@ -203,13 +214,3 @@ async def wait_for(
 def capture_logs() -> AbstractContextManager[list[MutableMapping[str, Any]]]:
     """``structlog.testing.capture_logs`` that keeps context-bound keys (``extension``)."""
     return structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars])
-
-
-def require_bwrap() -> None:
-    """Skip the test unless the sandbox here is bwrap."""
-    try:
-        backend = select_sandbox("required").backend
-    except Exception as exc:
-        pytest.skip(f"no sandbox here: {exc}")
-    if backend != "bwrap":
-        pytest.skip(f"the sandbox here is {backend}")

@@ -80,6 +80,20 @@ def test_script_interpreter_is_followed(tmp_path: Path) -> None:
     assert "PATH" in needs.notes[0]
 
 
+def test_a_link_in_a_bin_directory_brings_its_prefix(tmp_path: Path) -> None:
+    # nvm's layout: <prefix>/bin/npx -> ../lib/node_modules/npm/bin/npx-cli.js, whose
+    # `#!/usr/bin/env node` needs <prefix>/bin/node on the sandbox's PATH.
+    prefix = tmp_path / "nvm" / "versions" / "node" / "v20"
+    cli = prefix / "lib" / "node_modules" / "npm" / "bin" / "npx-cli.js"
+    cli.parent.mkdir(parents=True)
+    cli.write_text("#!/usr/bin/env node\n")
+    (prefix / "bin").mkdir()
+    (prefix / "bin" / "node").write_bytes(b"\x7fELF")
+    (prefix / "bin" / "npx").symlink_to("../lib/node_modules/npm/bin/npx-cli.js")
+    needs = find_runtime_paths("x", str(prefix / "bin" / "npx"))
+    assert needs.paths == [str(prefix)]
+
+
 def test_relative_or_missing_argv0_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PlanError, match="absolute"):
         find_runtime_paths("x", "python3")
