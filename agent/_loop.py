@@ -85,6 +85,7 @@ from ._messages import (
     annotated,
     now_iso,
 )
+from ._prompt import SystemPrompt
 from ._providers.base import (
     ModelInfo,
     ModelRequest,
@@ -100,7 +101,7 @@ from ._registry import ToolRegistry
 from ._toolround import ToolRound, consult, tell
 from ._transcript import Transcript, summary_message
 
-__all__ = ["AgentLoop", "LoopState", "default_system_prompt"]
+__all__ = ["AgentLoop", "LoopState"]
 
 log = get_logger(__name__)
 
@@ -117,15 +118,6 @@ class LoopState(enum.Enum):
     RUNNING = "running"
     #: Summarising the transcript.
     COMPACTING = "compacting"
-
-
-def default_system_prompt(cwd: str) -> str:
-    """The system prompt used when none is given."""
-    return (
-        f"You are corral, a careful coding agent working in {cwd}. Use the tools to read, "
-        "write and edit files and to run shell commands there; extensions may add more "
-        "tools. Call several tools at once when they are independent. Answer briefly."
-    )
 
 
 def _all_cancelled(exc: BaseException) -> bool:
@@ -165,8 +157,7 @@ class AgentLoop:
         self._hooks = hooks
         self._transcript = transcript if transcript is not None else Transcript()
         self.max_steps = max_steps
-        system = system_prompt if system_prompt is not None else default_system_prompt(cwd)
-        self._system = system + ("\n\n" + append_system_prompt if append_system_prompt else "")
+        self._system = SystemPrompt(cwd, system_prompt, append_system_prompt)
         self.compact_threshold = compact_threshold
         self._max_tokens = max_tokens
         self._audit = audit
@@ -352,11 +343,12 @@ class AgentLoop:
             return False
         await self._tell(EmitEvent(event="turn_start", step=step))
         self._sync_tools()
+        tools = self._registry.specs()
         request = ModelRequest(
             model=self._model,
-            system=self._system,
+            system=self._system.render(tools, self._registry.generation),
             messages=self._transcript.messages(),
-            tools=self._registry.specs(),
+            tools=tools,
             max_tokens=self._max_tokens,
         )
         hold = self._text_interceptors is not False
