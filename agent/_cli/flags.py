@@ -21,7 +21,7 @@ from sandbox import SandboxMode
 
 from .._exceptions import AgentError
 from .._options import AgentOptions
-from .._providers.base import ProviderSettings
+from .._providers.base import REASONING_LEVELS, ProviderSettings, ReasoningLevel
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
 from .errors import CLIError
@@ -150,6 +150,13 @@ _OPTIONS = [
         is_flag=True,
         help='Offer the model no built-in tool (as --tools ""); extension tools stay.',
     ),
+    # -- reasoning (issue 28) --
+    click.option(
+        "--reasoning",
+        type=click.Choice(REASONING_LEVELS),
+        help="How hard the model may think before it answers (refused for a model "
+        "that cannot reason) [default: the provider's own].",
+    ),
     click.option(
         "--searxng",
         metavar="URL",
@@ -211,6 +218,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         append_system_prompt: str | None,
         builtin_tools: str | None,
         no_tools: bool,
+        reasoning: ReasoningLevel | None,
         searxng: str | None,
         web_allow: tuple[str, ...],
         mcp_allow: tuple[str, ...],
@@ -272,6 +280,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             mcp_servers=not no_mcp_servers,
             mcp_allow=list(mcp_allow),
             bash_network=list(bash_network),
+            reasoning=reasoning,
         )
         return f(*args, options=options, **kwargs)
 

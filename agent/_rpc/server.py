@@ -38,6 +38,7 @@ from supervisor.lowlevel import LineReader, LineWriter, Oversize
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError
 from .._messages import ImageContent, wire_message
+from .._providers.base import ReasoningLevel
 from .._runtime import Runtime
 from .._tools.base import ToolKind
 
@@ -90,6 +91,8 @@ class ImageIn(msgspec.Struct, frozen=True, kw_only=True):
 class Prompt(_Cmd, frozen=True, tag="prompt"):
     message: str
     images: list[ImageIn] = []
+    #: This prompt's reasoning level (corral addition; None: the session's).
+    reasoning: ReasoningLevel | None = None
 
 
 class Abort(_Cmd, frozen=True, tag="abort"):
@@ -145,6 +148,15 @@ class ExtEnable(_Cmd, frozen=True, tag="ext_enable"):
     name: str
 
 
+# -- reasoning (issue 28) ----------------------------------------------------------------
+
+
+class SetReasoning(_Cmd, frozen=True, tag="set_reasoning"):
+    """The reasoning level of the next prompts (corral addition, as ``--reasoning``)."""
+
+    level: ReasoningLevel
+
+
 class ToolsClear(_Cmd, frozen=True, tag="tools_clear"):
     """Remove every tool of one kind: ``dynamic`` (the catalog too) or ``mcp`` (corral addition)."""
 
@@ -155,7 +167,16 @@ _SeedCommand = (
     Hello | Prompt | Abort | Compact | GetState | GetMessages | Clear | SetModel | GetModels | Ping
 )
 #: A decoded command: the seed's ten, then corral's additions.
-Command = _SeedCommand | GetTools | ExtList | ExtCommand | ExtReload | ExtEnable | ToolsClear
+Command = (
+    _SeedCommand
+    | GetTools
+    | ExtList
+    | ExtCommand
+    | ExtReload
+    | ExtEnable
+    | ToolsClear
+    | SetReasoning
+)
 #: Every command type, in documentation order.
 COMMANDS: tuple[str, ...] = tuple(
     typing.cast(str, cls.__struct_config__.tag) for cls in typing.get_args(Command)
@@ -406,7 +427,9 @@ class _Server:
     async def _accept(self, command: Prompt | Compact, kind: str) -> None:
         try:
             images = _images(command.images) if isinstance(command, Prompt) else []
-        except ValueError as exc:
+            if isinstance(command, Prompt):
+                self._rt.check_reasoning(command.reasoning)
+        except (ValueError, AgentError) as exc:
             await self._respond(command.id, kind, error=str(exc))
             return
         state = self._rt.state()
@@ -416,7 +439,9 @@ class _Server:
         await self._respond(command.id, kind, data={"started": True, "position": ahead})
         try:
             if isinstance(command, Prompt):
-                self._rt.start_prompt(command.message, images, self._emit)
+                self._rt.start_prompt(
+                    command.message, images, self._emit, reasoning=command.reasoning
+                )
             else:
                 self._rt.start_compact(self._emit)
         except AgentError as exc:  # the runtime closed under us
@@ -440,6 +465,9 @@ class _Server:
             return {"model": command.model}
         if isinstance(command, GetModels):
             return {"models": rt.models()}
+        if isinstance(command, SetReasoning):
+            rt.set_reasoning(command.level)
+            return {"reasoning": command.level}
         if isinstance(command, GetTools):
             sources = rt.tool_sources()
             tools = [msgspec.structs.asdict(t) for t in rt.tools()]

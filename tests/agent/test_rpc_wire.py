@@ -48,7 +48,7 @@ def test_rewrite_shortcuts(argv: list[str], expected: list[str]) -> None:
 
 def test_command_names_are_the_seed_then_corral_additions() -> None:
     seed = "hello prompt abort compact get_state get_messages clear set_model get_models ping"
-    added = "get_tools ext_list ext_command ext_reload ext_enable tools_clear"
+    added = "get_tools ext_list ext_command ext_reload ext_enable tools_clear set_reasoning"
     assert list(COMMANDS) == seed.split() + added.split()
 
 
