@@ -21,7 +21,14 @@ from click.testing import CliRunner
 from helpers.http_fakes import FakeServer, Recorded, Reply, open_fake_server
 from helpers.rpc_harness import open_rpc, write_script
 
-from agent import Message, ModelRequest, ProviderSettings, TextContent
+from agent import (
+    Message,
+    ModelRequest,
+    ProviderSettings,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+)
 from agent._cli.main import main
 from agent._messages import now_iso
 from agent._providers.anthropic import AnthropicProvider
@@ -180,6 +187,48 @@ async def test_openai_compatible_reasoning_is_thinking_not_text(field: str) -> N
     (block,) = [e.block for e in events if isinstance(e, ProviderThinkingBlock)]
     assert block.text == "Hmm, yes."
     assert block.signature is None
+
+
+async def test_redacted_thinking_is_kept_and_sent_back_as_it_came() -> None:
+    start = fx.an_block(0, "redacted_thinking", data="ENCRYPTED")
+    start["content_block"].pop("input", None)
+    body = fx.anthropic_sse(
+        fx.an_start(), start, fx.an_stop(0), *fx_text(1, "ok"), fx.an_end("end_turn"), fx.AN_DONE
+    )
+    async with open_fake_server() as server:
+        server.queue(Reply(chunks=[body]))
+        provider = AnthropicProvider("claude-sonnet-4-5", server.url, "k", settings=ONCE)
+        events = await _call(provider, "high")
+        await provider.aclose()
+    (block,) = [e.block for e in events if isinstance(e, ProviderThinkingBlock)]
+    assert (block.text, block.redacted) == ("", "ENCRYPTED")
+    assert not [e for e in events if isinstance(e, ProviderThinkingDelta)]
+
+
+async def test_thinking_is_off_for_a_call_that_continues_an_exchange_begun_without_it() -> None:
+    # The level was raised between prompts, mid-exchange: the API would refuse thinking.
+    call = ToolCallContent(id="toolu_1", name="read", args={})
+    result = ToolResultContent(call_id="toolu_1", is_error=False, content=[TextContent(text="x")])
+    chat = [
+        Message(role="user", content=[TextContent(text="go")], time=now_iso()),
+        Message(role="assistant", content=[call], time=now_iso()),
+        Message(role="tool", content=[result], time=now_iso()),
+    ]
+    request = ModelRequest(model="", system="s", messages=chat, tools=[], reasoning="high")
+    async with open_fake_server() as server:
+        server.queue(Reply(chunks=[fx.ANTHROPIC_FULL]))
+        provider = AnthropicProvider("claude-sonnet-4-5", server.url, "k", settings=ONCE)
+        with trio.fail_after(10):
+            async with aclosing(provider.stream(request)) as events:  # type: ignore[type-var]
+                async for _ in events:
+                    pass
+        await provider.aclose()
+    assert not server.refused, server.refused
+    assert "thinking" not in server.last.body
+
+
+def fx_text(index: int, text: str) -> list[dict[str, Any]]:
+    return [fx.an_block(index), fx.an_text(index, text), fx.an_stop(index)]
 
 
 # -- end to end: corral rpc against the doubles --------------------------------------------
@@ -354,8 +403,14 @@ def test_run_and_chat_show_thinking_apart(home: Path, work: Path) -> None:
     assert run.exit_code == 0, run.output
     assert "needs a tool" not in run.stdout  # stdout is the answer alone
     assert run.stdout.startswith("Hello!")
-    chat = CliRunner().invoke(main, ["chat", *base], input="hello\n", catch_exceptions=False)
+    # chat: set by /reasoning; the thought is shown (dimmed) before the answer.
+    lines = "hello\n/reasoning\n/reasoning low\nhello\n/reasoning extreme\n"
+    chat = CliRunner().invoke(main, ["chat", *base[:-2]], input=lines, catch_exceptions=False)
     assert chat.exit_code == 0, chat.output
+    out = chat.stdout
     thought = "┊ Nothing here needs a tool; I will answer directly."
-    assert thought in chat.stdout
-    assert chat.stdout.index(thought) < chat.stdout.index("Hello!")
+    assert out.count(thought) == 1
+    assert "reasoning: the provider default" in out
+    assert "reasoning: low" in out
+    assert out.index("reasoning: low") < out.index(thought) < out.rindex("Hello!")
+    assert "! /reasoning: unknown reasoning level 'extreme'" in out
