@@ -72,7 +72,7 @@ class JobState(enum.Enum):
     FINISHED = "finished"
 
 
-class RuntimeState(msgspec.Struct, frozen=True, kw_only=True):
+class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A snapshot of the runtime: the RPC ``get_state`` data."""
 
     provider: str
@@ -84,7 +84,7 @@ class RuntimeState(msgspec.Struct, frozen=True, kw_only=True):
     #: Jobs waiting behind the running one (corral addition).
     queued: int
     usage: UsageTotals
-    reasoning: str | None = None  #: The next prompts' reasoning level (corral addition).
+    reasoning: str | None = None  #: The next prompts' level; absent when unset (corral).
 
 
 @typing.final

@@ -324,7 +324,7 @@ async def test_reasoning_changes_per_prompt_and_for_the_session(tmp_path: Path) 
         async with open_fake_server() as server:
             server.responder = _anthropic_turns
             async with open_rpc(tmp_path, None, *_anthropic_argv(server)) as rpc:
-                assert (await rpc.call("get_state"))["data"]["reasoning"] is None
+                assert "reasoning" not in (await rpc.call("get_state"))["data"]
                 for frame in (
                     {"type": "prompt", "message": "a"},
                     {"type": "prompt", "message": "b", "reasoning": "high"},
