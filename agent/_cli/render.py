@@ -252,7 +252,7 @@ class HumanRenderer:
         thought, self._thought = "".join(self._thought).strip(), []
         if self._human and thought:
             for part in visible_lines(thought):
-                self.line(self.style(f"┊ {part}".rstrip(), "dim", "italic"))
+                self.line(self.style(f"┊ {part}".rstrip(), "dim"))
 
     def _delta(self, delta: str) -> None:
         shown = self._text.feed(delta)

@@ -414,3 +414,41 @@ def test_run_and_chat_show_thinking_apart(home: Path, work: Path) -> None:
     assert "reasoning: low" in out
     assert out.index("reasoning: low") < out.index(thought) < out.rindex("Hello!")
     assert "! /reasoning: unknown reasoning level 'extreme'" in out
+
+
+def test_run_on_a_terminal_shows_thinking_among_the_notes(home: Path, work: Path) -> None:
+    import os
+    import sys
+    import time
+
+    import pexpect
+    import pyte
+    from helpers.paths import REPO
+
+    code = "import sys; from agent._cli.main import main; sys.exit(main())"
+    answer = work / "answer.txt"
+    shell = (
+        f"{sys.executable} -c {code!r} run --no-extensions --sandbox off --reasoning low "
+        f"hello > {answer}"
+    )
+    env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO), "TERM": "xterm"}
+    child = pexpect.spawn("/bin/sh", ["-c", shell], cwd=str(work), env=env, dimensions=(40, 100))
+    screen = pyte.Screen(100, 40)
+    stream = pyte.ByteStream(screen)
+    deadline = time.monotonic() + 30
+    while True:
+        assert time.monotonic() < deadline
+        try:
+            stream.feed(child.read_nonblocking(65536, timeout=0.5))
+        except pexpect.TIMEOUT:
+            continue
+        except pexpect.EOF:
+            break
+    child.close()
+    assert child.exitstatus == 0
+    shown = [line.rstrip() for line in screen.display]
+    assert any(line.startswith("┊ Nothing here needs a tool; I will answer") for line in shown)
+    text = answer.read_text()
+    assert text.startswith("Hello!")  # the answer alone
+    assert "┊" not in text
+    assert "needs a tool" not in text
