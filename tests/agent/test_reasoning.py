@@ -10,6 +10,8 @@ back unchanged in the tool-use exchange, through the real ``corral rpc``.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ import pytest
 import trio
 from click.testing import CliRunner
 from helpers.http_fakes import FakeServer, Recorded, Reply, open_fake_server
+from helpers.paths import REPO
+from helpers.ptykit import run_on_pty
 from helpers.rpc_harness import open_rpc, write_script
 
 from agent import (
@@ -417,14 +421,6 @@ def test_run_and_chat_show_thinking_apart(home: Path, work: Path) -> None:
 
 
 def test_run_on_a_terminal_shows_thinking_among_the_notes(home: Path, work: Path) -> None:
-    import os
-    import sys
-    import time
-
-    import pexpect
-    import pyte
-    from helpers.paths import REPO
-
     code = "import sys; from agent._cli.main import main; sys.exit(main())"
     answer = work / "answer.txt"
     shell = (
@@ -432,21 +428,8 @@ def test_run_on_a_terminal_shows_thinking_among_the_notes(home: Path, work: Path
         f"hello > {answer}"
     )
     env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO), "TERM": "xterm"}
-    child = pexpect.spawn("/bin/sh", ["-c", shell], cwd=str(work), env=env, dimensions=(40, 100))
-    screen = pyte.Screen(100, 40)
-    stream = pyte.ByteStream(screen)
-    deadline = time.monotonic() + 30
-    while True:
-        assert time.monotonic() < deadline
-        try:
-            stream.feed(child.read_nonblocking(65536, timeout=0.5))
-        except pexpect.TIMEOUT:
-            continue
-        except pexpect.EOF:
-            break
-    child.close()
-    assert child.exitstatus == 0
-    shown = [line.rstrip() for line in screen.display]
+    status, shown = run_on_pty(shell, cwd=str(work), env=env, rows=40, cols=100, wait=30)
+    assert status == 0
     assert any(line.startswith("┊ Nothing here needs a tool; I will answer") for line in shown)
     text = answer.read_text()
     assert text.startswith("Hello!")  # the answer alone
