@@ -1,9 +1,10 @@
 """Agent events: the stream a prompt or a compaction produces.
 
 These are the RPC wire events of seeds/rpc.md (tagged on ``type``) plus corral's
-additions ``ext_notify``, ``ext_display``, ``ext_status``, the panel events
-``ext_panel_open``, ``ext_panel_render`` and ``ext_panel_close``, and ``retry``. The in-process API
-yields these same Structs; ``corral rpc`` writes them as JSON lines.
+additions ``thinking_delta``, ``ext_notify``, ``ext_display``, ``ext_status``, the
+panel events ``ext_panel_open``, ``ext_panel_render`` and ``ext_panel_close``, and
+``retry``. The in-process API yields these same Structs; ``corral rpc`` writes them
+as JSON lines.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "Retry",
     "StopReason",
     "TextDelta",
+    "ThinkingDelta",
     "ToolCallEvent",
     "ToolProgress",
     "ToolResultEvent",
@@ -69,6 +71,13 @@ class AssistantStart(_E, frozen=True, tag="assistant_start"):
 
 class TextDelta(_E, frozen=True, tag="text_delta"):
     """Partial assistant text."""
+
+    delta: str
+
+
+class ThinkingDelta(_E, frozen=True, tag="thinking_delta"):
+    """Partial thinking text of a model asked to reason (corral addition): shown as
+    thinking, never part of the answer (``text_delta``) nor of its message's text."""
 
     delta: str
 
@@ -262,6 +271,7 @@ AgentEvent = (
     | UserMessage
     | AssistantStart
     | TextDelta
+    | ThinkingDelta
     | ToolCallEvent
     | ToolProgress
     | ToolResultEvent

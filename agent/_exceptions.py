@@ -11,6 +11,7 @@
     │   └── SessionLocked   (in _sessions) another process has the session open
     ├── ExtensionFailed     an extension the user asked for (-e PATH) is unusable
     ├── AgentBusy           a prompt or compaction is already running on the loop
+    ├── ReasoningRefused    --reasoning asks a model that cannot reason to think
     └── RuntimeClosed       a job was submitted to a runtime that is closing or closed
 
 Errors of the supervisor (:class:`supervisor.SupervisorError`) reach the agent's
@@ -24,6 +25,7 @@ __all__ = [
     "AgentError",
     "ExtensionFailed",
     "ProviderError",
+    "ReasoningRefused",
     "RuntimeClosed",
     "ScriptError",
     "SessionError",
@@ -99,6 +101,11 @@ class ExtensionFailed(AgentError):
 
 class AgentBusy(AgentError):
     """A prompt or compaction is already running on this loop."""
+
+
+class ReasoningRefused(AgentError):
+    """``--reasoning`` asks a model that does not reason to think, or names no level
+    (the message says which model, and which of the provider's models would)."""
 
 
 class RuntimeClosed(AgentError):

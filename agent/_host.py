@@ -65,6 +65,7 @@ from ._loop import AgentLoop
 from ._options import AgentOptions, bash_network
 from ._providers.base import Provider
 from ._providers.factory import make_provider
+from ._providers.reasoning import check_reasoning
 from ._sessions import SessionHeader, SessionStore, latest_session
 from ._tools.selection import BUILTIN_TOOLS, OPTIONAL_TOOLS
 from ._toolsetup import SessionTools, ToolSetup
@@ -347,6 +348,7 @@ async def open_agent(
     Raises:
         AgentError: bad options (cwd, sandbox mode, tools), an unknown provider, a
             provider that cannot work (``ProviderError``: no key, no model), a
+            reasoning level the model cannot take (``ReasoningRefused``), a
             malformed script (``ScriptError``) or an unreadable session
             (``SessionError``).
 
@@ -362,6 +364,7 @@ async def open_agent(
         # Before any extension starts: a missing key or an unknown model fails here.
         await provider.prepare()
         model = _default_model(provider, options.model)
+        check_reasoning(provider, model, options.reasoning)  # before any extension starts
         transcript = await _open_transcript(options, home, cwd, provider.name, model)
         try:
             session = transcript.store.name if transcript.store is not None else ""
@@ -400,6 +403,7 @@ async def open_agent(
                     compact_threshold=compact_threshold,
                     max_tokens=options.provider_settings.max_tokens,
                     audit=audit,
+                    reasoning=options.reasoning,
                 )
                 await _start_session(client, loop)
                 yield AgentHost(

@@ -66,6 +66,7 @@ from ._events import (
     Retry,
     StopReason,
     TextDelta,
+    ThinkingDelta,
     TurnEnd,
     TurnStart,
     Usage,
@@ -81,10 +82,12 @@ from ._messages import (
     InterventionRecord,
     Message,
     TextContent,
+    ThinkingContent,
     ToolCallContent,
     annotated,
     now_iso,
 )
+from ._prompt import SystemPrompt
 from ._providers.base import (
     ModelInfo,
     ModelRequest,
@@ -92,15 +95,19 @@ from ._providers.base import (
     ProviderRetry,
     ProviderStop,
     ProviderTextDelta,
+    ProviderThinkingBlock,
+    ProviderThinkingDelta,
     ProviderToolCall,
     ProviderUsage,
+    ReasoningLevel,
     ToolSpec,
 )
+from ._providers.reasoning import check_reasoning
 from ._registry import ToolRegistry
 from ._toolround import ToolRound, consult, tell
 from ._transcript import Transcript, summary_message
 
-__all__ = ["AgentLoop", "LoopState", "default_system_prompt"]
+__all__ = ["AgentLoop", "LoopState"]
 
 log = get_logger(__name__)
 
@@ -117,15 +124,6 @@ class LoopState(enum.Enum):
     RUNNING = "running"
     #: Summarising the transcript.
     COMPACTING = "compacting"
-
-
-def default_system_prompt(cwd: str) -> str:
-    """The system prompt used when none is given."""
-    return (
-        f"You are corral, a careful coding agent working in {cwd}. Use the tools to read, "
-        "write and edit files and to run shell commands there; extensions may add more "
-        "tools. Call several tools at once when they are independent. Answer briefly."
-    )
 
 
 def _all_cancelled(exc: BaseException) -> bool:
@@ -155,6 +153,7 @@ class AgentLoop:
         compact_threshold: int | None = 400_000,
         max_tokens: int = 4096,
         audit: AuditLog | None = None,
+        reasoning: ReasoningLevel | None = None,
     ) -> None:
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
@@ -165,11 +164,14 @@ class AgentLoop:
         self._hooks = hooks
         self._transcript = transcript if transcript is not None else Transcript()
         self.max_steps = max_steps
-        system = system_prompt if system_prompt is not None else default_system_prompt(cwd)
-        self._system = system + ("\n\n" + append_system_prompt if append_system_prompt else "")
+        self._system = SystemPrompt(cwd, system_prompt, append_system_prompt)
         self.compact_threshold = compact_threshold
         self._max_tokens = max_tokens
         self._audit = audit
+        check_reasoning(provider, model, reasoning)
+        self._reasoning = reasoning
+        #: The level of the prompt running now (a prompt may bring its own).
+        self._prompt_reasoning = reasoning
         self._totals = UsageTotals()
         self._state = LoopState.IDLE
         self._host_info_stale = False
@@ -231,6 +233,11 @@ class AgentLoop:
         """Token and cost totals of this session."""
         return self._totals
 
+    @property
+    def reasoning(self) -> ReasoningLevel | None:
+        """The reasoning level of the next prompts (None: the provider's default)."""
+        return self._reasoning
+
     # --- Engine: changes ----------------------------------------------------------
 
     def set_model(self, model: str) -> None:
@@ -238,12 +245,27 @@ class AgentLoop:
 
         Raises:
             ValueError: the provider lists models and ``model`` is not one of them.
+            ReasoningRefused: the reasoning level is on and ``model`` cannot reason.
         """
         known = [m.id for m in self._provider.models()]
         if known and model not in known:
             raise ValueError(f"unknown model {model!r} for {self._provider.name}: {known}")
+        check_reasoning(self._provider, model, self._reasoning)
         self._model = model
         self._host_info_stale = True
+
+    def set_reasoning(self, level: ReasoningLevel | None) -> None:
+        """Set the reasoning level of the next prompts (None: the provider's default).
+
+        Raises:
+            ReasoningRefused: an unknown level, or one the model cannot take.
+        """
+        self.check_reasoning(level)
+        self._reasoning = level
+
+    def check_reasoning(self, level: str | None) -> None:
+        """Refuse ``level`` if the model in use cannot take it (``ReasoningRefused``)."""
+        check_reasoning(self._provider, self._model, level)
 
     def clear(self) -> None:
         """Drop the transcript (and empty its saved file).
@@ -288,7 +310,14 @@ class AgentLoop:
 
     # --- prompt -----------------------------------------------------------------------
 
-    async def prompt(self, text: str, images: list[ImageContent], emit: Emit) -> None:
+    async def prompt(
+        self,
+        text: str,
+        images: list[ImageContent],
+        emit: Emit,
+        *,
+        reasoning: ReasoningLevel | None = None,
+    ) -> None:
         """Run one prompt to the end of the loop, emitting every event but ``done``.
 
         Provider and tool failures end the step with ``turn_end(stop="error")``
@@ -296,9 +325,11 @@ class AgentLoop:
         error result); they do not raise. A step limit hit emits an ``error`` event.
         A turn blocked by an extension ends with ``turn_end(stop="blocked")`` and no
         ``error``: the block is a decision, not a failure.
+        ``reasoning`` is this prompt's level (None: the session's).
 
         Raises:
             AgentBusy: another prompt or a compaction is running.
+            ReasoningRefused: ``reasoning`` is a level the model cannot take.
 
         Cancellation: the running step ends (tools are stopped and reaped); if the
         model's message called tools, it enters the transcript with a result for
@@ -310,6 +341,8 @@ class AgentLoop:
         """
         if self._state is not LoopState.IDLE:
             raise AgentBusy("a prompt or compaction is already running")
+        self.check_reasoning(reasoning)
+        self._prompt_reasoning = reasoning if reasoning is not None else self._reasoning
         self._state = LoopState.RUNNING  # IDLE -> RUNNING
         try:
             await self._maybe_compact(emit)
@@ -361,16 +394,19 @@ class AgentLoop:
             return False
         await self._tell(EmitEvent(event="turn_start", step=step))
         self._sync_tools()
+        tools = self._registry.specs()
         request = ModelRequest(
             model=self._model,
-            system=self._system,
+            system=self._system.render(tools, self._registry.generation),
             messages=self._transcript.messages(),
-            tools=self._registry.specs(),
+            tools=tools,
             max_tokens=self._max_tokens,
+            reasoning=self._prompt_reasoning,
         )
         hold = self._text_interceptors is not False
         parts: list[str] = []
         calls: list[ProviderToolCall] = []
+        thinking: list[ThinkingContent] = []
         usage: ProviderUsage | None = None
         stop: str | None = None
         await emit(AssistantStart())
@@ -381,6 +417,13 @@ class AgentLoop:
                         parts.append(event.text)
                         if not hold and event.text:
                             await emit(TextDelta(delta=event.text))
+                    elif isinstance(event, ProviderThinkingDelta):
+                        # Live, also while text is held: interceptors of
+                        # assistant_message see (and rewrite) the answer only.
+                        if event.text:
+                            await emit(ThinkingDelta(delta=event.text))
+                    elif isinstance(event, ProviderThinkingBlock):
+                        thinking.append(event.block)
                     elif isinstance(event, ProviderToolCall):
                         calls.append(event)
                     elif isinstance(event, ProviderUsage):
@@ -403,7 +446,10 @@ class AgentLoop:
         text = "".join(parts)
         if not calls:
             message = Message(
-                role="assistant", content=[TextContent(text=text)] if text else [], time=now_iso()
+                role="assistant",
+                content=[TextContent(text=text)] if text else [],
+                time=now_iso(),
+                thinking=thinking,
             )
             await self._transcript.append(message)
             await self._show(text, [], hold, emit, message.time, self._annotate)
@@ -411,7 +457,7 @@ class AgentLoop:
                 await self._count(usage, emit)
             await self._end(emit, "length" if stop == "length" else "end_turn")
             return False
-        await self._exchange(text, unique_ids(calls), usage, hold, emit)
+        await self._exchange(text, unique_ids(calls), usage, hold, emit, thinking)
         await self._end(emit, "tool_use")
         return True
 
@@ -422,13 +468,16 @@ class AgentLoop:
         usage: ProviderUsage | None,
         hold: bool,
         emit: Emit,
+        thinking: list[ThinkingContent],
     ) -> None:
         """Show a message that calls tools, run them, and write message and results as one."""
         call_blocks: list[Block] = [
             ToolCallContent(id=c.id, name=c.name, args=c.args) for c in calls
         ]
         text_blocks: list[Block] = [TextContent(text=text)] if text else []
-        message = Message(role="assistant", content=text_blocks + call_blocks, time=now_iso())
+        message = Message(
+            role="assistant", content=text_blocks + call_blocks, time=now_iso(), thinking=thinking
+        )
         kept: list[InterventionRecord] = []
 
         async def keep(records: list[InterventionRecord]) -> None:

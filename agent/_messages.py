@@ -35,6 +35,7 @@ __all__ = [
     "NativeContent",
     "Role",
     "TextContent",
+    "ThinkingContent",
     "ToolCallContent",
     "ToolResultContent",
     "annotated",
@@ -102,6 +103,27 @@ class ToolResultContent(
 Block = TextContent | ImageContent | ToolCallContent | ToolResultContent
 
 
+class ThinkingContent(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="type",
+    tag="thinking",
+    omit_defaults=True,
+):
+    """What a model thought before it answered (corral addition, ``--reasoning``).
+
+    Kept on its message apart from the content (``Message.thinking``): it is never
+    answer text. ``signature`` (Anthropic's) must go back unchanged with the message
+    in a tool-use exchange; ``redacted`` is an encrypted ``redacted_thinking`` block's
+    data (then ``text`` is empty). The RPC wire shows the text only.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+
+
 class InterventionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """An extension blocked or rewrote an event: who changed what.
 
@@ -133,12 +155,14 @@ class InterventionRecord(msgspec.Struct, frozen=True, kw_only=True, omit_default
 
 
 class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """One transcript message (``interventions`` is omitted when empty)."""
+    """One transcript message (``interventions`` and ``thinking`` omitted when empty)."""
 
     role: Role
     content: list[Block]
     time: str
     interventions: list[InterventionRecord] = []
+    #: An assistant message's thinking blocks, in order (corral addition).
+    thinking: list[ThinkingContent] = []
 
 
 #: Largest image, decoded, that enters a transcript (the providers' own limits are lower).
@@ -209,6 +233,8 @@ def wire_message(message: Message) -> Message:
         content=[_wire_block(b) for b in message.content],
         time=message.time,
         interventions=message.interventions,
+        # The text only: signatures and redacted data are the provider's, and large.
+        thinking=[ThinkingContent(text=t.text) for t in message.thinking],
     )
 
 

@@ -18,7 +18,7 @@ import msgspec
 from sandbox import PermissionsError, check_network
 
 from ._exceptions import AgentError
-from ._providers.base import ProviderSettings
+from ._providers.base import ProviderSettings, ReasoningLevel
 from ._tools.web.config import WebConfig
 
 __all__ = ["AgentOptions", "bash_network", "mcp_allowances", "protected_paths"]
@@ -82,6 +82,12 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     #: reading a pipe do not, and an extension's ``open_panel`` then fails with
     #: "panel unsupported here" (the extension gets ``panel_close``).
     panels: bool = True
+
+    # -- reasoning -----------------------------------------------------------------------
+    #: How hard the model may think (``--reasoning``): ``off``, ``low``, ``medium`` or
+    #: ``high``, mapped to each provider's control and refused for a model that cannot
+    #: reason; None sends no reasoning control (the provider's default).
+    reasoning: ReasoningLevel | None = None
 
 
 def bash_network(options: AgentOptions) -> list[str]:

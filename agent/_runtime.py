@@ -39,8 +39,9 @@ from ._exceptions import AgentBusy, AgentError, RuntimeClosed
 from ._host import AgentHost, open_agent
 from ._messages import ImageContent, Message
 from ._options import AgentOptions
-from ._providers.base import ModelInfo, Provider, ToolSpec
+from ._providers.base import ModelInfo, Provider, ReasoningLevel, ToolSpec
 
+_Level = ReasoningLevel | None
 __all__ = [
     "EventStream",
     "Job",
@@ -71,7 +72,7 @@ class JobState(enum.Enum):
     FINISHED = "finished"
 
 
-class RuntimeState(msgspec.Struct, frozen=True, kw_only=True):
+class RuntimeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A snapshot of the runtime: the RPC ``get_state`` data."""
 
     provider: str
@@ -83,6 +84,7 @@ class RuntimeState(msgspec.Struct, frozen=True, kw_only=True):
     #: Jobs waiting behind the running one (corral addition).
     queued: int
     usage: UsageTotals
+    reasoning: str | None = None  #: The next prompts' level; absent when unset (corral).
 
 
 @typing.final
@@ -319,7 +321,14 @@ class Runtime:
         self._arrived.set()
         return job
 
-    def start_prompt(self, text: str, images: Iterable[ImageContent], emit: Emit) -> Job:
+    def start_prompt(
+        self,
+        text: str,
+        images: Iterable[ImageContent],
+        emit: Emit,
+        *,
+        reasoning: ReasoningLevel | None = None,
+    ) -> Job:
         """Queue a prompt whose events go to ``emit`` (``done`` last).
 
         This is the low-level form :meth:`prompt` and the RPC server build on;
@@ -327,11 +336,14 @@ class Runtime:
 
         Raises:
             RuntimeClosed: the runtime is closing.
+            ReasoningRefused: ``reasoning`` (this prompt's level; None: the session's)
+                is one the model cannot take.
         """
         pictures = list(images)
+        self.check_reasoning(reasoning)
 
         async def body(out: Emit) -> None:
-            await self._engine.prompt(text, pictures, out)
+            await self._engine.prompt(text, pictures, out, reasoning=reasoning)
 
         return self._submit("prompt", body, emit)
 
@@ -343,14 +355,17 @@ class Runtime:
         """
         return self._submit("compact", self._engine.compact, emit)
 
-    def prompt(self, text: str, images: Iterable[ImageContent] = ()) -> EventStream:
+    def prompt(
+        self, text: str, images: Iterable[ImageContent] = (), *, reasoning: _Level = None
+    ) -> EventStream:
         """Queue a prompt now; iterate the result for its events, ``done`` last.
 
         Raises:
             RuntimeClosed: the runtime is closing.
         """
         send, receive = trio.open_memory_channel[AgentEvent](math.inf)
-        return EventStream(self.start_prompt(text, images, _channel_emit(send)), receive)
+        job = self.start_prompt(text, images, _channel_emit(send), reasoning=reasoning)
+        return EventStream(job, receive)
 
     def compact(self) -> EventStream:
         """Queue a compaction now; iterate the result for its events, ``done`` last.
@@ -421,6 +436,7 @@ class Runtime:
             busy=bool(active),
             queued=max(0, len(active) - 1),
             usage=self._engine.usage(),
+            reasoning=self._engine.reasoning,
         )
 
     def messages(self) -> list[Message]:
@@ -445,6 +461,14 @@ class Runtime:
             ValueError: the provider does not know ``model``.
         """
         self._engine.set_model(model)
+
+    def set_reasoning(self, level: ReasoningLevel | None) -> None:
+        """The level of the next prompts (``ReasoningRefused``: one the model cannot take)."""
+        self._engine.set_reasoning(level)
+
+    def check_reasoning(self, level: str | None) -> None:
+        """Refuse ``level`` now (``ReasoningRefused``) if the model cannot take it."""
+        self._engine.check_reasoning(level)
 
     def models(self) -> list[ModelInfo]:
         """Models the provider knows."""

@@ -164,6 +164,7 @@ class SupervisorConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         "clear",
         "compact",
         "model",
+        "reasoning",
         "quit",
         "exit",
     )

@@ -65,6 +65,7 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "compact": "summarise the transcript into one message",
     "clear": "drop the transcript",
     "model": "show the model, or /model NAME to switch",
+    "reasoning": "show the reasoning level, or /reasoning off|low|medium|high to set it",
     "quit": "leave (also /exit, Ctrl-D, or Ctrl-C at the prompt)",
 }
 
@@ -322,6 +323,10 @@ class ChatSession:
                 if args:
                     self.host.engine.set_model(args)
                 r.line(f"{self.host.engine.provider_name} / {self.host.engine.model}")
+            elif name == "reasoning":
+                if args:
+                    self.host.engine.set_reasoning(args)  # type: ignore[arg-type]  # checked
+                r.line(f"reasoning: {self.host.engine.reasoning or 'the provider default'}")
             else:
                 await self._extension_command(name, args)
         except (SupervisorError, AgentError, ValueError) as exc:

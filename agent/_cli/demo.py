@@ -4,10 +4,11 @@ Runs in a temporary ``CORRAL_HOME`` and a temporary working directory, with the
 offline model, so it needs no key and no network and never touches the user's
 state. It loads ``hello-py``, ``weather``, ``guard``, ``clock`` and ``chaos``
 (sandboxed when a backend is available) and walks through: a tool call (two, run
-concurrently), the guard blocking and rewriting a command, redaction of the
-assistant's text, extension commands, an extension crashing mid-call and being
-restarted while the session goes on, ``/reload-ext``, and a clean stop. Every step
-checks what it shows; the exit status is 1 if one did not go as expected.
+concurrently), a model that thinks before it answers (``--reasoning``), the guard
+blocking and rewriting a command, redaction of the assistant's text, extension
+commands, an extension crashing mid-call and being restarted while the session
+goes on, ``/reload-ext``, and a clean stop. Every step checks what it shows; the
+exit status is 1 if one did not go as expected.
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from typing import TextIO
 import psutil
 import trio
 
-from .._events import AgentEvent, AssistantMessage, ExtStatus, ToolResultEvent
+from .._events import (
+    AgentEvent,
+    AssistantMessage,
+    ExtStatus,
+    TextDelta,
+    ThinkingDelta,
+    ToolResultEvent,
+)
 from .._host import AgentHost, open_agent
 from .._messages import TextContent, text_of
 from .._options import AgentOptions
@@ -148,6 +156,17 @@ async def _tour(demo: _Demo) -> None:
     events = await demo.say("What's the weather in Berlin and Paris?")
     texts = [_text(x) for x in _results(events) if not x.is_error]
     demo.check(len(texts) == 2 and "Berlin" in " ".join(texts), "two weather results")
+
+    demo.heading("Thinking", "with --reasoning low the model thinks first; shown dimmed, apart")
+    host.engine.set_reasoning("low")
+    events = await demo.say("weather in Rome")
+    host.engine.set_reasoning(None)
+    thought = "".join(e.delta for e in events if isinstance(e, ThinkingDelta))
+    answer = "".join(e.delta for e in events if isinstance(e, TextDelta))
+    demo.check(
+        "I will call weather" in thought and "I will" not in answer,
+        "the thought came as thinking_delta events, never as answer text",
+    )
 
     demo.heading("The guard blocks", "a tool_call interceptor refuses `rm -rf`; bash never runs")
     events = await demo.say("run `rm -rf ./build`")

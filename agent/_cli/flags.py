@@ -21,7 +21,7 @@ from sandbox import SandboxMode
 
 from .._exceptions import AgentError
 from .._options import AgentOptions
-from .._providers.base import ProviderSettings
+from .._providers.base import REASONING_LEVELS, ProviderSettings, ReasoningLevel
 from .._providers.factory import PROVIDERS
 from .._tools.web import WebConfig
 from .errors import CLIError
@@ -146,6 +146,18 @@ _OPTIONS = [
         "+dynamic new_tool and the tools it made, +mcp mcp_connect/_disconnect/_list.",
     ),
     click.option(
+        "--no-tools",
+        is_flag=True,
+        help='Offer the model no built-in tool (as --tools ""); extension tools stay.',
+    ),
+    # -- reasoning --
+    click.option(
+        "--reasoning",
+        type=click.Choice(REASONING_LEVELS),
+        help="How hard the model may think before it answers (refused for a model "
+        "that cannot reason) [default: the provider's own].",
+    ),
+    click.option(
         "--searxng",
         metavar="URL",
         help="SearXNG instance for web_search [default: $CORRAL_SEARXNG_URL].",
@@ -205,6 +217,8 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         system_prompt: str | None,
         append_system_prompt: str | None,
         builtin_tools: str | None,
+        no_tools: bool,
+        reasoning: ReasoningLevel | None,
         searxng: str | None,
         web_allow: tuple[str, ...],
         mcp_allow: tuple[str, ...],
@@ -220,6 +234,14 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         tools = None
         if builtin_tools is not None:
             tools = [t.strip() for t in builtin_tools.split(",") if t.strip()]
+        # --no-tools (seeds/rpc.md) is `--tools ""`; with a list that offers some, the
+        # two contradict each other, and guessing which one was meant would be worse.
+        if no_tools:
+            if tools:
+                raise click.UsageError(
+                    f"--no-tools and --tools {builtin_tools} contradict each other"
+                )
+            tools = []
         if provider is None:
             # A base URL means a server to talk to: never silently the offline model.
             provider = "scripted" if script else "openai" if base_url else "offline"
@@ -258,6 +280,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             mcp_servers=not no_mcp_servers,
             mcp_allow=list(mcp_allow),
             bash_network=list(bash_network),
+            reasoning=reasoning,
         )
         return f(*args, options=options, **kwargs)
 

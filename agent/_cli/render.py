@@ -5,7 +5,9 @@ text as Markdown (on a terminal; raw text into a pipe or a file, so ``corral run
 > answer.txt`` captures exactly the answer), a spinner while the model or a tool
 is awaited with the last lines of a running tool under it, each tool call and its
 result on one line with the extension that answered (``← [weather] Berlin: 16°C,
-fog``), blocked turns and errors with their reason, extension notes with the
+fog``), the model's thinking (``--reasoning``) as dimmed ``┊`` lines among the
+notes, once it is complete (never in the answer: ``run``'s stdout stays the answer
+alone), blocked turns and errors with their reason, extension notes with the
 extension's name in brackets on every line, and token and cost totals.
 
 Whatever came from an extension, a model or a tool is made terminal-safe first
@@ -39,6 +41,7 @@ from .._events import (
     ExtStatus,
     Retry,
     TextDelta,
+    ThinkingDelta,
     ToolCallEvent,
     ToolProgress,
     ToolResultEvent,
@@ -151,6 +154,8 @@ class HumanRenderer:
         self._activity: Activity | None = None
         self._told: set[str] = set()
         self._turn_usage = UsageTotals()
+        #: The model's thinking of this step, shown once it is complete.
+        self._thought: list[str] = []
         #: The session's totals, as the last ``usage`` event reported them.
         self.totals = UsageTotals()
         self.last_stop: str | None = None
@@ -220,6 +225,11 @@ class HumanRenderer:
 
     def show(self, event: AgentEvent) -> None:
         """Draw ``event``."""
+        if isinstance(event, ThinkingDelta):
+            self._thought.append(event.delta)
+            return
+        if self._thought:
+            self._show_thought()
         if isinstance(event, TextDelta):
             self._delta(event.delta)
         elif isinstance(event, AssistantStart):
@@ -241,6 +251,12 @@ class HumanRenderer:
             self._structured(event)
         else:
             self._note_event(event)
+
+    def _show_thought(self) -> None:
+        thought, self._thought = "".join(self._thought).strip(), []
+        if self._human and thought:
+            for part in visible_lines(thought):
+                self.line(self.style(f"┊ {part}".rstrip(), "dim"))
 
     def _delta(self, delta: str) -> None:
         shown = self._text.feed(delta)

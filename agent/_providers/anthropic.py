@@ -11,8 +11,21 @@ named events::
     message_stop                       the end
     ping / error                       keep-alive / failure inside the stream
 
-Blocks we do not use (thinking, server tools) and unknown events are skipped, so
-the API may grow without breaking us.
+``thinking`` blocks (``thinking_delta``, ``signature_delta``) and
+``redacted_thinking`` blocks are thinking, never answer text: streamed as thinking
+and kept whole, signature included, on the transcript's message. Blocks we do not
+use (server tools) and unknown events are skipped, so the API may grow without
+breaking us.
+
+``--reasoning low|medium|high`` turns extended thinking on, ``thinking: {type:
+enabled, budget_tokens}``, with ``max_tokens`` grown by the budget (the API wants it
+above the budget) up to the model's maximum output; corral never sends
+``temperature``, ``top_k`` or a forced ``tool_choice``, which thinking refuses. With
+thinking on, an assistant message goes back with its thinking blocks first,
+signatures unchanged (the API checks them in a tool-use exchange); with thinking
+off they are left out. A call that would continue a tool-use exchange whose
+message has no thinking (the level was raised between prompts) is sent without
+thinking, as the API refuses it otherwise.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from .._messages import (
     ImageContent,
     Message,
     TextContent,
+    ThinkingContent,
     ToolCallContent,
     ToolResultContent,
     model_blocks,
@@ -42,9 +56,12 @@ from .base import (
     ProviderSettings,
     ProviderStop,
     ProviderTextDelta,
+    ProviderThinkingBlock,
+    ProviderThinkingDelta,
     ProviderToolCall,
 )
-from .http import decode_data, excerpt, known_models, new_client, open_sse, usage_event
+from .http import decode_data, excerpt, known_models, lookup, new_client, open_sse, usage_event
+from .reasoning import limits
 from .retry import with_retries
 
 __all__ = ["API_VERSION", "DEFAULT_BASE_URL", "DEFAULT_MODEL", "AnthropicProvider"]
@@ -85,6 +102,9 @@ class _Block(msgspec.Struct, frozen=True, kw_only=True):
     name: str = ""
     text: str = ""
     input: Any = None
+    thinking: str = ""
+    signature: str = ""
+    data: str = ""
 
 
 class _BlockStart(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +116,8 @@ class _Delta(msgspec.Struct, frozen=True, kw_only=True):
     type: str
     text: str = ""
     partial_json: str = ""
+    thinking: str = ""
+    signature: str = ""
 
 
 class _BlockDelta(msgspec.Struct, frozen=True, kw_only=True):
@@ -172,8 +194,19 @@ def _media(blocks: list[TextContent | ImageContent]) -> list[dict[str, Any]]:
     return out
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _thinking(block: ThinkingContent) -> dict[str, Any] | None:
+    if block.redacted:
+        return {"type": "redacted_thinking", "data": block.redacted}
+    if block.signature:
+        return {"type": "thinking", "thinking": block.text, "signature": block.signature}
+    return None  # not Anthropic's (no signature): the API could not check it
+
+
+def _blocks(message: Message, thinking: bool) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    if thinking and message.role == "assistant":
+        # First, in their order, unchanged: the API verifies them.
+        out.extend(b for b in map(_thinking, message.thinking) if b is not None)
     for block in message.content:
         if isinstance(block, TextContent | ImageContent):
             if message.role != "assistant" or isinstance(block, TextContent):
@@ -194,7 +227,7 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     return out
 
 
-def _map_messages(messages: list[Message]) -> list[dict[str, Any]]:
+def _map_messages(messages: list[Message], thinking: bool = False) -> list[dict[str, Any]]:
     """The transcript as Messages API turns.
 
     Tool results travel in user turns; consecutive turns of one role are merged, so
@@ -206,7 +239,7 @@ def _map_messages(messages: list[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for message in messages:
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message)
+        blocks = _blocks(message, thinking)
         if not blocks:
             continue
         if out and out[-1]["role"] == role:
@@ -214,8 +247,21 @@ def _map_messages(messages: list[Message]) -> list[dict[str, Any]]:
         else:
             out.append({"role": role, "content": blocks})
     if out:
-        out[-1]["content"][-1] = {**out[-1]["content"][-1], "cache_control": _CACHE}
+        last = out[-1]["content"][-1]
+        if last.get("type") not in ("thinking", "redacted_thinking"):  # they take no mark
+            out[-1]["content"][-1] = {**last, "cache_control": _CACHE}
     return out
+
+
+def _unthought_exchange(messages: list[dict[str, Any]]) -> bool:
+    """Whether the request continues a tool-use exchange whose assistant message has
+    no thinking block: the API refuses that with thinking on."""
+    if len(messages) < 2 or messages[-1]["role"] != "user":
+        return False
+    if not any(b.get("type") == "tool_result" for b in messages[-1]["content"]):
+        return False
+    first = messages[-2]["content"][0]
+    return first.get("type") not in ("thinking", "redacted_thinking")
 
 
 # -- stream parsing -------------------------------------------------------------------
@@ -231,6 +277,22 @@ class _ToolBlock:
         self.json: list[str] = []
 
 
+class _ThinkingBlock:
+    __slots__ = ("redacted", "signature", "text")
+
+    def __init__(self, block: _Block) -> None:
+        self.text: list[str] = [block.thinking] if block.thinking else []
+        self.signature: list[str] = [block.signature] if block.signature else []
+        self.redacted = block.data if block.type == "redacted_thinking" else None
+
+    def content(self) -> ThinkingContent:
+        return ThinkingContent(
+            text="".join(self.text),
+            signature="".join(self.signature) or None,
+            redacted=self.redacted,
+        )
+
+
 @typing.final
 class _StreamState:
     """Accumulates one streamed message; ``feed`` per event, ``finish`` at the end."""
@@ -238,6 +300,7 @@ class _StreamState:
     def __init__(self, model: str) -> None:
         self._model = model
         self._tools: dict[int, _ToolBlock] = {}
+        self._thoughts: dict[int, _ThinkingBlock] = {}
         self._input = 0
         self._output = 0
         self._cache_read = 0
@@ -268,16 +331,31 @@ class _StreamState:
             block = event.content_block
             if block.type == "tool_use":
                 self._tools[event.index] = _ToolBlock(block)
+            elif block.type in ("thinking", "redacted_thinking"):
+                self._thoughts[event.index] = _ThinkingBlock(block)
+                if block.thinking:
+                    return [ProviderThinkingDelta(text=block.thinking)]
             elif block.type == "text" and block.text:
                 return [ProviderTextDelta(text=block.text)]
         elif isinstance(event, _BlockDelta):
             delta = event.delta
             if delta.type == "text_delta" and delta.text:
                 return [ProviderTextDelta(text=delta.text)]
+            thought = self._thoughts.get(event.index)
+            if thought is not None:
+                if delta.type == "thinking_delta" and delta.thinking:
+                    thought.text.append(delta.thinking)
+                    return [ProviderThinkingDelta(text=delta.thinking)]
+                if delta.type == "signature_delta":
+                    thought.signature.append(delta.signature)
+                return []
             tool = self._tools.get(event.index)
             if delta.type == "input_json_delta" and tool is not None:
                 tool.json.append(delta.partial_json)
         elif isinstance(event, _BlockStop):
+            done = self._thoughts.pop(event.index, None)
+            if done is not None:
+                return [ProviderThinkingBlock(block=done.content())]
             tool = self._tools.pop(event.index, None)
             if tool is not None:
                 return self._complete(tool)
@@ -406,13 +484,30 @@ class AnthropicProvider:
         if self._api_key is None and self._official:
             raise ProviderError(_NAME, f"no API key: {_KEY_HINT}")
 
+    def reasoning_support(self, model: str) -> bool | None:
+        """What the model table says of ``model`` (None: a model it does not list)."""
+        known = lookup(model)
+        return None if known is None else known.reasoning
+
     def _body(self, request: ModelRequest, model: str) -> dict[str, Any]:
+        level = request.reasoning
+        thinking = level is not None and level != "off"
+        messages = _map_messages(request.messages, thinking)
+        if thinking and _unthought_exchange(messages):
+            log.info("thinking_off_for_unthought_exchange", provider=_NAME, model=model)
+            thinking = False
+            messages = _map_messages(request.messages, False)
         body: dict[str, Any] = {
             "model": model,
             "max_tokens": request.max_tokens,
             "stream": True,
-            "messages": _map_messages(request.messages),
+            "messages": messages,
         }
+        if thinking and level is not None:
+            known = lookup(model)
+            max_tokens, budget = limits(level, request.max_tokens, known.max_output if known else 0)
+            body["max_tokens"] = max_tokens
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if request.system:
             # A block list rather than a string, to mark it as a cache breakpoint.
             body["system"] = [{"type": "text", "text": request.system, "cache_control": _CACHE}]

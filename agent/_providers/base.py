@@ -3,7 +3,10 @@
 A provider turns a :class:`ModelRequest` into a stream of :data:`ProviderEvent`:
 text deltas, complete tool calls, usage, and exactly one final :class:`Stop`; an
 HTTP provider may also announce a retry (:class:`ProviderRetry`) before any output.
-Providers raise :class:`~agent._exceptions.ProviderError` for failures (HTTP
+A provider that reasons may also stream its thinking (:class:`ProviderThinkingDelta`)
+and close each thinking block (:class:`ProviderThinkingBlock`, with the signature
+the API wants back); thinking is never text. Providers raise
+:class:`~agent._exceptions.ProviderError` for failures (HTTP
 errors, broken streams); the loop turns those into a ``turn_end`` with
 ``stop="error"``.
 """
@@ -15,9 +18,10 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from .._messages import Message
+from .._messages import Message, ThinkingContent
 
 __all__ = [
+    "REASONING_LEVELS",
     "ModelInfo",
     "ModelRequest",
     "Provider",
@@ -26,10 +30,18 @@ __all__ = [
     "ProviderSettings",
     "ProviderStop",
     "ProviderTextDelta",
+    "ProviderThinkingBlock",
+    "ProviderThinkingDelta",
     "ProviderToolCall",
     "ProviderUsage",
+    "ReasoningLevel",
     "ToolSpec",
 ]
+
+#: What ``--reasoning`` takes: how hard the model may think before it answers.
+ReasoningLevel = Literal["off", "low", "medium", "high"]
+#: The levels, in order.
+REASONING_LEVELS: tuple[ReasoningLevel, ...] = ("off", "low", "medium", "high")
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,12 +89,27 @@ class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
     messages: list[Message]
     tools: list[ToolSpec]
     max_tokens: int = 4096
+    #: How hard the model may think (``--reasoning``); None: the provider's default,
+    #: no reasoning control sent.
+    reasoning: ReasoningLevel | None = None
 
 
 class ProviderTextDelta(msgspec.Struct, frozen=True, kw_only=True, tag="text"):
     """Partial assistant text."""
 
     text: str
+
+
+class ProviderThinkingDelta(msgspec.Struct, frozen=True, kw_only=True, tag="thinking"):
+    """Partial thinking text (shown as thinking, never part of the answer)."""
+
+    text: str
+
+
+class ProviderThinkingBlock(msgspec.Struct, frozen=True, kw_only=True, tag="thinking_block"):
+    """A complete thinking block, as the transcript keeps it (signature included)."""
+
+    block: ThinkingContent
 
 
 class ProviderToolCall(msgspec.Struct, frozen=True, kw_only=True, tag="tool_call"):
@@ -121,7 +148,15 @@ class ProviderRetry(msgspec.Struct, frozen=True, kw_only=True, tag="retry"):
     error: str
 
 
-ProviderEvent = ProviderTextDelta | ProviderToolCall | ProviderUsage | ProviderStop | ProviderRetry
+ProviderEvent = (
+    ProviderTextDelta
+    | ProviderThinkingDelta
+    | ProviderThinkingBlock
+    | ProviderToolCall
+    | ProviderUsage
+    | ProviderStop
+    | ProviderRetry
+)
 
 
 class Provider(Protocol):
@@ -134,6 +169,12 @@ class Provider(Protocol):
 
     def models(self) -> list[ModelInfo]:
         """Models this provider knows."""
+        ...
+
+    def reasoning_support(self, model: str) -> bool | None:
+        """Whether ``model`` takes a reasoning level: True, False (``--reasoning`` is
+        refused for it), or None when not known (a model of a server the table does
+        not list: the level is sent and the server decides)."""
         ...
 
     async def prepare(self) -> None:

@@ -336,7 +336,12 @@ class KnownModel(msgspec.Struct, frozen=True, kw_only=True):
     provider: str
     context_window: int
     max_output: int
+    #: Takes a reasoning level (``--reasoning``): ``reasoning_effort`` (OpenAI) or
+    #: extended thinking (Anthropic).
     reasoning: bool = False
+    #: The ``reasoning_effort`` closest to ``--reasoning off`` for a model that always
+    #: reasons (``minimal`` for GPT-5); None: nothing is sent for ``off``.
+    reasoning_off: str | None = None
     input: float
     output: float
     cache_read: float = 0.0
@@ -372,6 +377,8 @@ def _m(
     )
 
 
+_GPT5: dict[str, Any] = {"reasoning": True, "reasoning_off": "minimal"}
+
 # List prices (standard tier) as published by the vendors; (input, output, cache read,
 # cache write). OpenAI bills no cache writes; Anthropic's are 5-minute writes.
 _MODELS: tuple[KnownModel, ...] = (
@@ -380,15 +387,18 @@ _MODELS: tuple[KnownModel, ...] = (
     _m("gpt-4.1-nano", "openai", 1_047_576, 32_768, (0.10, 0.40, 0.025, 0)),
     _m("gpt-4o", "openai", 128_000, 16_384, (2.50, 10.00, 1.25, 0)),
     _m("gpt-4o-mini", "openai", 128_000, 16_384, (0.15, 0.60, 0.075, 0)),
-    _m("gpt-5", "openai", 400_000, 128_000, (1.25, 10.00, 0.125, 0), reasoning=True),
-    _m("gpt-5-mini", "openai", 400_000, 128_000, (0.25, 2.00, 0.025, 0), reasoning=True),
-    _m("gpt-5-nano", "openai", 400_000, 128_000, (0.05, 0.40, 0.005, 0), reasoning=True),
+    _m("gpt-5", "openai", 400_000, 128_000, (1.25, 10.00, 0.125, 0), **_GPT5),
+    _m("gpt-5-mini", "openai", 400_000, 128_000, (0.25, 2.00, 0.025, 0), **_GPT5),
+    _m("gpt-5-nano", "openai", 400_000, 128_000, (0.05, 0.40, 0.005, 0), **_GPT5),
     _m("o3", "openai", 200_000, 100_000, (2.00, 8.00, 0.50, 0), reasoning=True),
     _m("o4-mini", "openai", 200_000, 100_000, (1.10, 4.40, 0.275, 0), reasoning=True),
     _m("claude-sonnet-4-5", "anthropic", 200_000, 64_000, (3, 15, 0.30, 3.75), reasoning=True),
     _m("claude-opus-4-5", "anthropic", 200_000, 64_000, (5, 25, 0.50, 6.25), reasoning=True),
     _m("claude-haiku-4-5", "anthropic", 200_000, 64_000, (1, 5, 0.10, 1.25), reasoning=True),
     _m("claude-opus-4-1", "anthropic", 200_000, 32_000, (15, 75, 1.50, 18.75), reasoning=True),
+    _m("claude-3-7-sonnet", "anthropic", 200_000, 64_000, (3, 15, 0.30, 3.75), reasoning=True),
+    # No extended thinking: --reasoning low|medium|high is refused for it.
+    _m("claude-3-5-haiku", "anthropic", 200_000, 8_192, (0.80, 4, 0.08, 1)),
     _m(
         "claude-sonnet-4-0",
         "anthropic",

@@ -22,6 +22,10 @@ in ``docs/agent.md``), checked in this order:
    Several matches make several calls in one step.
 5. A greeting gets a greeting; anything else gets a short plain-text answer that
    says what the offline model can do and which tools it sees.
+
+Asked to reason (``--reasoning low|medium|high``), it first streams a short thought
+saying what it is about to do (thinking, never answer text), so the thinking path
+can be seen and tested without a model.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import Any
 import trio
 
 from .._exchanges import pairing_error
-from .._messages import Message, ToolCallContent, ToolResultContent, text_of
+from .._messages import Message, ThinkingContent, ToolCallContent, ToolResultContent, text_of
 from .._tools import BUILTIN_TOOLS
 from .._transcript import SUMMARY_PREFIX, is_compaction, local_summary
 from .base import (
@@ -44,6 +48,8 @@ from .base import (
     ProviderEvent,
     ProviderStop,
     ProviderTextDelta,
+    ProviderThinkingBlock,
+    ProviderThinkingDelta,
     ProviderToolCall,
     ProviderUsage,
     ToolSpec,
@@ -246,6 +252,21 @@ def plan_reply(request: ModelRequest) -> tuple[str, list[tuple[str, dict[str, An
     return _plain_answer(text, request.tools), []
 
 
+def thought(request: ModelRequest, calls: list[tuple[str, dict[str, Any]]]) -> str:
+    """What the offline model thinks before its answer ("" when not asked to reason)."""
+    if request.reasoning in (None, "off") or is_compaction(request) or not request.messages:
+        return ""
+    if request.messages[-1].role == "tool":
+        plan = "The tool results are in; I will sum them up, one line per call."
+    elif calls:
+        names = ", ".join(dict.fromkeys(name for name, _ in calls))
+        plan = f"The request needs a tool; I will call {names}."
+    else:
+        plan = "Nothing here needs a tool; I will answer directly."
+    offered = ", ".join(t.name for t in request.tools) or "none"
+    return f"{plan} Tools offered: {offered}."
+
+
 @typing.final
 class OfflineProvider:
     """Deterministic rule-based model (see the module docstring for the rules)."""
@@ -265,8 +286,18 @@ class OfflineProvider:
     def models(self) -> list[ModelInfo]:
         """The offline model."""
         return [
-            ModelInfo(id="offline", provider="offline", context_window=1_000_000, max_output=8192)
+            ModelInfo(
+                id="offline",
+                provider="offline",
+                context_window=1_000_000,
+                max_output=8192,
+                reasoning=True,
+            )
         ]
+
+    def reasoning_support(self, model: str) -> bool:
+        """True: it thinks out loud when asked (a short thought before its answer)."""
+        return True
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
         """Answer ``request`` by the rules, streaming the text word by word.
@@ -282,6 +313,12 @@ class OfflineProvider:
             raise refused
         self._calls += 1
         text, calls = plan_reply(request)
+        thinking = thought(request, calls)
+        for piece in _chunks(thinking):
+            yield ProviderThinkingDelta(text=piece)
+            await trio.lowlevel.checkpoint()
+        if thinking:
+            yield ProviderThinkingBlock(block=ThinkingContent(text=thinking))
         for piece in _chunks(text):
             yield ProviderTextDelta(text=piece)
             await trio.lowlevel.checkpoint()

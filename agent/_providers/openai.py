@@ -7,6 +7,13 @@ tolerates the usual deviations of local servers: tool calls without ids or
 indexes, ``finish_reason: "stop"`` after tool calls, no usage chunk, a body that
 ends after the finish reason without ``data: [DONE]``.
 
+``--reasoning`` is sent as ``reasoning_effort`` (``off`` as the model's lowest effort
+when the table knows one, e.g. GPT-5's ``minimal``, else not at all), with the
+token limit grown by the level's budget. Thinking text that servers stream as
+``delta.reasoning_content`` (DeepSeek, vLLM) or ``delta.reasoning`` (OpenRouter,
+Ollama) is thinking, never answer text; it is kept in the transcript but never
+sent back (DeepSeek refuses a request that carries it).
+
 The transcript becomes the request's messages in :mod:`.openai_messages` (a tool
 host's OpenAI-shaped results included).
 """
@@ -24,6 +31,7 @@ import msgspec
 from sandbox.log import get_logger
 
 from .._exceptions import ProviderError
+from .._messages import ThinkingContent
 from .base import (
     ModelInfo,
     ModelRequest,
@@ -31,6 +39,8 @@ from .base import (
     ProviderSettings,
     ProviderStop,
     ProviderTextDelta,
+    ProviderThinkingBlock,
+    ProviderThinkingDelta,
     ProviderToolCall,
     ProviderUsage,
 )
@@ -45,6 +55,7 @@ from .http import (
     usage_event,
 )
 from .openai_messages import map_messages
+from .reasoning import limits
 from .retry import with_retries
 
 __all__ = ["DEFAULT_BASE_URL", "DEFAULT_MODEL", "OpenAIProvider"]
@@ -75,6 +86,9 @@ class _ToolCallDelta(msgspec.Struct, frozen=True, kw_only=True):
 
 class _Delta(msgspec.Struct, frozen=True, kw_only=True):
     content: str | None = None
+    reasoning_content: str | None = None
+    # OpenRouter's and Ollama's name; only a string is thinking text.
+    reasoning: Any = None
     tool_calls: list[_ToolCallDelta] | None = None
 
 
@@ -134,6 +148,7 @@ class _StreamState:
         self._emitted_calls = 0
         self.finish_reason: str | None = None
         self._usage: ProviderUsage | None = None
+        self._thinking: list[str] = []
 
     def feed(self, chunk: _Chunk) -> list[ProviderEvent]:
         if chunk.error is not None:
@@ -150,6 +165,10 @@ class _StreamState:
             if choice.index != 0:  # we never ask for n > 1
                 continue
             delta = choice.delta or _Delta()
+            thought = delta.reasoning_content or delta.reasoning
+            if thought and isinstance(thought, str):
+                self._thinking.append(thought)
+                events.append(ProviderThinkingDelta(text=thought))
             if delta.content:
                 events.append(ProviderTextDelta(text=delta.content))
             for part in delta.tool_calls or ():
@@ -224,6 +243,10 @@ class _StreamState:
         if self.finish_reason is None:
             raise ProviderError(_NAME, "stream ended early (no finish_reason)", retryable=True)
         events = self._flush_calls()
+        if self._thinking:
+            events.insert(
+                0, ProviderThinkingBlock(block=ThinkingContent(text="".join(self._thinking)))
+            )
         if self._usage is not None:
             events.append(self._usage)
         # Ollama and some chat templates answer "stop" after tool calls; the calls win.
@@ -322,6 +345,11 @@ class OpenAIProvider:
             ]
         return known
 
+    def reasoning_support(self, model: str) -> bool | None:
+        """What the model table says of ``model`` (None: a model it does not list)."""
+        known = lookup(model)
+        return None if known is None else known.reasoning
+
     def _headers(self) -> dict[str, str]:
         if self._api_key is None:
             return {}
@@ -385,9 +413,17 @@ class OpenAIProvider:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        known = lookup(model)
+        max_tokens = request.max_tokens
+        if request.reasoning is not None:
+            max_tokens, _ = limits(request.reasoning, max_tokens, known.max_output if known else 0)
+            if request.reasoning != "off":
+                body["reasoning_effort"] = request.reasoning
+            elif known is not None and known.reasoning_off is not None:
+                body["reasoning_effort"] = known.reasoning_off
         # OpenAI's reasoning models refuse `max_tokens`; other servers may not know
         # its replacement, `max_completion_tokens`.
-        body["max_completion_tokens" if self._official else "max_tokens"] = request.max_tokens
+        body["max_completion_tokens" if self._official else "max_tokens"] = max_tokens
         if request.tools:
             body["tools"] = [
                 {

@@ -4,6 +4,8 @@ One line is one model call (one step of the loop). Blank lines and lines startin
 with ``#`` are skipped. Fields (all optional)::
 
     {"text": "Let me look.",                       # streamed as text deltas
+     "thinking": "The user wants the README.",     # streamed as thinking first
+     "signature": "sig1",                          # the thinking block's signature
      "tool_calls": [{"name": "read", "args": {"path": "README.md"}, "id": "c1"}],
      "delay": 0.5,                                 # seconds before the first event
      "chunk": 8,                                   # characters per text delta (default 16)
@@ -13,7 +15,8 @@ with ``#`` are skipped. Fields (all optional)::
      "stop": "end_turn",                           # or "length"; default tool_use/end_turn
      "usage": {"input": 10, "output": 3}}
 
-Order of events in a call: ``delay``; the text in chunks (only the first
+Order of events in a call: ``delay``; the thinking in chunks and its block (the
+script is the model: it thinks whatever ``--reasoning`` says); the text in chunks (only the first
 ``break_after_chars`` characters when set, then a retryable :class:`ProviderError`
 "stream broke"); ``error`` raises :class:`ProviderError` after the text; otherwise
 the tool calls, the usage, and the stop. Compaction requests are answered with
@@ -33,6 +36,7 @@ import trio
 
 from .._exceptions import ProviderError, ScriptError
 from .._exchanges import pairing_error
+from .._messages import ThinkingContent
 from .._transcript import is_compaction, local_summary
 from .base import (
     ModelInfo,
@@ -40,6 +44,8 @@ from .base import (
     ProviderEvent,
     ProviderStop,
     ProviderTextDelta,
+    ProviderThinkingBlock,
+    ProviderThinkingDelta,
     ProviderToolCall,
     ProviderUsage,
 )
@@ -70,6 +76,8 @@ class ScriptTurn(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """One scripted model call."""
 
     text: str = ""
+    thinking: str = ""
+    signature: str | None = None
     tool_calls: list[ScriptToolCall] = []
     error: str | None = None
     status: int | None = None
@@ -171,7 +179,11 @@ class ScriptedProvider:
 
     def models(self) -> list[ModelInfo]:
         """The one model id this provider answers to (any id is accepted)."""
-        return [ModelInfo(id=self._model, provider="scripted")]
+        return [ModelInfo(id=self._model, provider="scripted", reasoning=True)]
+
+    def reasoning_support(self, model: str) -> bool:
+        """True: the script decides what the model thinks."""
+        return True
 
     def _take(self) -> tuple[int, ScriptTurn]:
         if self._next >= len(self._turns):
@@ -208,6 +220,13 @@ class ScriptedProvider:
         index, turn = self._take()
         if turn.delay:
             await trio.sleep(turn.delay)
+        thinking = turn.thinking
+        for start in range(0, len(thinking), turn.chunk):
+            yield ProviderThinkingDelta(text=thinking[start : start + turn.chunk])
+            await trio.lowlevel.checkpoint()
+        if thinking:
+            block = ThinkingContent(text=thinking, signature=turn.signature)
+            yield ProviderThinkingBlock(block=block)
         text = turn.text
         broken = turn.break_after_chars is not None and turn.break_after_chars < len(text)
         if broken:

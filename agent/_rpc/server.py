@@ -39,6 +39,7 @@ from .._drain import Drain
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError
 from .._messages import ImageContent, wire_message
+from .._providers.base import ReasoningLevel
 from .._runtime import Runtime
 from .._tools.base import ToolKind
 
@@ -91,6 +92,8 @@ class ImageIn(msgspec.Struct, frozen=True, kw_only=True):
 class Prompt(_Cmd, frozen=True, tag="prompt"):
     message: str
     images: list[ImageIn] = []
+    #: This prompt's reasoning level (corral addition; None: the session's).
+    reasoning: ReasoningLevel | None = None
 
 
 class Abort(_Cmd, frozen=True, tag="abort"):
@@ -162,6 +165,15 @@ class ExtPanelClose(_Cmd, frozen=True, tag="ext_panel_close"):
     panel_id: str
 
 
+# -- reasoning -------------------------------------------------------------------------
+
+
+class SetReasoning(_Cmd, frozen=True, tag="set_reasoning"):
+    """The reasoning level of the next prompts (corral addition, as ``--reasoning``)."""
+
+    level: ReasoningLevel
+
+
 class ToolsClear(_Cmd, frozen=True, tag="tools_clear"):
     """Remove every tool of one kind: ``dynamic`` (the catalog too) or ``mcp`` (corral addition)."""
 
@@ -182,6 +194,7 @@ Command = (
     | ExtReload
     | ExtEnable
     | ToolsClear
+    | SetReasoning
 )
 #: Every command type, in documentation order.
 COMMANDS: tuple[str, ...] = tuple(
@@ -444,7 +457,9 @@ class _Server:
     async def _accept(self, command: Prompt | Compact, kind: str) -> None:
         try:
             images = _images(command.images) if isinstance(command, Prompt) else []
-        except ValueError as exc:
+            if isinstance(command, Prompt):
+                self._rt.check_reasoning(command.reasoning)
+        except (ValueError, AgentError) as exc:
             await self._respond(command.id, kind, error=str(exc))
             return
         state = self._rt.state()
@@ -454,7 +469,9 @@ class _Server:
         await self._respond(command.id, kind, data={"started": True, "position": ahead})
         try:
             if isinstance(command, Prompt):
-                self._rt.start_prompt(command.message, images, self._emit)
+                self._rt.start_prompt(
+                    command.message, images, self._emit, reasoning=command.reasoning
+                )
             else:
                 self._rt.start_compact(self._emit)
         except AgentError as exc:  # the runtime closed under us
@@ -478,6 +495,9 @@ class _Server:
             return {"model": command.model}
         if isinstance(command, GetModels):
             return {"models": rt.models()}
+        if isinstance(command, SetReasoning):
+            rt.set_reasoning(command.level)
+            return {"reasoning": command.level}
         if isinstance(command, GetTools):
             sources = rt.tool_sources()
             tools = [msgspec.structs.asdict(t) for t in rt.tools()]

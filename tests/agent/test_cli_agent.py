@@ -242,6 +242,7 @@ def test_demo(home: Path) -> None:
     assert result.exit_code == 0, out
     for needle in (
         "A tool call",
+        "┊ The request needs a tool; I will call weather.",
         "The guard blocks",
         "The guard rewrites",
         "GUARDED",

@@ -23,6 +23,7 @@ import pytest
 from helpers.agentkit import script
 from helpers.panelkit import panel_ext
 from helpers.paths import REPO
+from helpers.ptykit import run_on_pty
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -284,21 +285,8 @@ def test_run_on_a_terminal_keeps_stdout_for_the_answer(home: Path, work: Path) -
         f"'weather in Berlin' > {answer}"
     )
     env = {**os.environ, "CORRAL_HOME": str(home), "PYTHONPATH": str(REPO), "TERM": "xterm"}
-    child = pexpect.spawn("/bin/sh", ["-c", shell], cwd=str(work), env=env, dimensions=(ROWS, COLS))
-    screen = pyte.Screen(COLS, ROWS)
-    stream = pyte.ByteStream(screen)
-    deadline = time.monotonic() + WAIT
-    while True:
-        assert time.monotonic() < deadline
-        try:
-            stream.feed(child.read_nonblocking(65536, timeout=0.5))
-        except pexpect.TIMEOUT:
-            continue
-        except pexpect.EOF:
-            break
-    child.close()
-    assert child.exitstatus == 0
-    shown = [line.rstrip() for line in screen.display]
+    status, shown = run_on_pty(shell, cwd=str(work), env=env, rows=ROWS, cols=COLS, wait=WAIT)
+    assert status == 0
     assert "  ← [weather] Berlin: 16°C, fog" in shown  # the notes, on the terminal
     assert any(line.startswith("  tokens ") for line in shown)
     text = answer.read_text()

@@ -261,7 +261,7 @@ async def test_state_models_set_model_messages_and_clear(tmp_path: Path) -> None
                     "provider": "scripted",
                     "context_window": 0,
                     "max_output": 0,
-                    "reasoning": False,
+                    "reasoning": True,  # the script decides what it thinks
                 }
             ]
             ok = await rpc.call("set_model", model="m1")

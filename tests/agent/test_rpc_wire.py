@@ -50,7 +50,7 @@ def test_command_names_are_the_seed_then_corral_additions() -> None:
     seed = "hello prompt abort compact get_state get_messages clear set_model get_models ping"
     added = (
         "get_tools ext_list ext_command ext_panel_key ext_panel_close ext_reload ext_enable"
-        " tools_clear"
+        " tools_clear set_reasoning"
     )
     assert list(COMMANDS) == seed.split() + added.split()
 

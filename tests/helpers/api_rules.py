@@ -10,6 +10,14 @@ and :func:`anthropic_error` are the services' error documents::
     OpenAI     {"error": {"message", "type": "invalid_request_error", "param", "code"}}
     Anthropic  {"type": "error", "error": {"type": "invalid_request_error", "message"}}
 
+With extended thinking on (Anthropic's ``thinking``), the constraints it adds are
+checked too: ``budget_tokens`` of at least 1024 and below ``max_tokens``, no
+``temperature`` other than 1, no ``top_k``, no forced ``tool_choice``, thinking
+blocks with a signature, and a request that continues a tool-use exchange must give
+that assistant message back starting with its thinking block. OpenAI-compatible
+requests may carry ``reasoning_effort`` only as one of its values, and no message
+may carry ``reasoning_content`` (DeepSeek refuses it).
+
 The messages follow the services' own wording where it is known (the unanswered
 tool call, the orphan ``tool`` message, alternation, unique ``tool_use`` ids);
 the rest is written in the same style. A check here is stricter than a service
@@ -121,6 +129,22 @@ def openai_problem(body: Any) -> Problem | None:
     problem = _openai_tools(body.get("tools"))
     if problem is not None:
         return problem
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in ("minimal", "low", "medium", "high"):
+        return Problem(
+            f"Invalid value: {effort!r}. Supported values are: 'minimal', 'low', 'medium', "
+            "and 'high'.",
+            "reasoning_effort",
+            "invalid_value",
+        )
+    for i, message in enumerate(messages):
+        if isinstance(message, dict) and "reasoning_content" in message:
+            return Problem(
+                "The reasoning_content is an intermediate result for display purposes only "
+                "and will not be included in the context for inference. Please remove the "
+                "reasoning_content from your message to reduce network traffic.",
+                f"messages[{i}].reasoning_content",
+            )
     owed: list[str] = []  # ids of the last assistant's calls still without a tool message
     answered: set[str] = set()
     open_at = -1  # index of the assistant message whose calls are being answered
@@ -291,6 +315,49 @@ def _anthropic_message(
     return [str(b["id"]) for b in blocks if b.get("type") == "tool_use"], None
 
 
+def _anthropic_thinking(body: dict[str, Any]) -> Problem | None:
+    thinking = body.get("thinking")
+    messages = body["messages"]
+    for i, message in enumerate(messages):
+        for j, block in enumerate(_blocks(message.get("content")) or []):
+            kind = block.get("type")
+            if kind == "thinking" and not isinstance(block.get("signature"), str):
+                return Problem(f"messages.{i}.content.{j}.thinking.signature: Field required")
+            if kind == "thinking" and not block["signature"]:
+                return Problem(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block")
+    if thinking is None or thinking.get("type") == "disabled":
+        return None
+    budget = thinking.get("budget_tokens")
+    if thinking.get("type") != "enabled" or not isinstance(budget, int):
+        return Problem("thinking: Input tag does not match any of the expected tags")
+    if budget < 1024:
+        return Problem(
+            "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+        )
+    if budget >= body["max_tokens"]:
+        return Problem("`max_tokens` must be greater than `thinking.budget_tokens`.")
+    if body.get("temperature", 1) != 1:
+        return Problem("`temperature` may only be set to 1 when thinking is enabled.")
+    if "top_k" in body:
+        return Problem("`top_k` is not supported when thinking is enabled.")
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") not in (None, "auto", "none"):
+        return Problem("Thinking may not be enabled when tool_choice forces tool use.")
+    last = _blocks(messages[-1].get("content")) or []
+    if len(messages) >= 2 and any(b.get("type") == "tool_result" for b in last):
+        first = (_blocks(messages[-2].get("content")) or [{}])[0]
+        if first.get("type") not in ("thinking", "redacted_thinking"):
+            return Problem(
+                f"messages.{len(messages) - 2}.content.0.type: Expected `thinking` or "
+                f"`redacted_thinking`, but found `{first.get('type')}`. When `thinking` is "
+                "enabled, a final `assistant` message must start with a thinking block "
+                "(preceeding the lastmost set of `tool_use` and `tool_result` blocks). We "
+                "recommend you include thinking blocks from previous turns. To avoid this "
+                "requirement, disable `thinking`."
+            )
+    return None
+
+
 def anthropic_problem(body: Any) -> Problem | None:
     """Why Anthropic's Messages API would refuse ``body``, or None."""
     if not isinstance(body, dict):
@@ -331,4 +398,4 @@ def anthropic_problem(body: Any) -> Problem | None:
             f"blocks immediately after: {', '.join(owed)}. Each `tool_use` block must have "
             "a corresponding `tool_result` block in the next message."
         )
-    return None
+    return _anthropic_thinking(body)
