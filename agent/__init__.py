@@ -55,6 +55,7 @@ if typing.TYPE_CHECKING:
         UnknownProvider,
     )
     from ._host import AgentHost, open_agent
+    from ._jobs import EventStream, Job, JobState
     from ._loop import AgentLoop, LoopState
     from ._messages import (
         ImageContent,
@@ -78,14 +79,7 @@ if typing.TYPE_CHECKING:
     from ._providers.offline import OfflineProvider
     from ._providers.scripted import ScriptedProvider, ScriptTurn, load_script, parse_script
     from ._rpc.server import serve_rpc
-    from ._runtime import (
-        EventStream,
-        Job,
-        JobState,
-        Runtime,
-        RuntimeState,
-        open_runtime,
-    )
+    from ._runtime import Runtime, RuntimeState, open_runtime
     from ._tools.selection import BUILTIN_TOOLS, OPTIONAL_TOOLS
     from ._tools.web import WebConfig
 
@@ -181,7 +175,7 @@ _WHERE: dict[str, str] = {
     "Done": "._events",
     "Emit": "._events",
     "ErrorEvent": "._events",
-    "EventStream": "._runtime",
+    "EventStream": "._jobs",
     "ExtDisplay": "._events",
     "ExtNotify": "._events",
     "ExtPanelClose": "._events",
@@ -189,8 +183,8 @@ _WHERE: dict[str, str] = {
     "ExtPanelRender": "._events",
     "ExtStatus": "._events",
     "ImageContent": "._messages",
-    "Job": "._runtime",
-    "JobState": "._runtime",
+    "Job": "._jobs",
+    "JobState": "._jobs",
     "LoopState": "._loop",
     "Message": "._messages",
     "ModelInfo": "._providers.base",

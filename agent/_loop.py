@@ -28,16 +28,11 @@ Extensions hear about ``turn_start``, ``tool_call`` (the args that actually run)
 ``assistant_message`` (the text the user sees) and ``turn_end`` through
 :meth:`Hooks.emit`. Every hook failure counts as "allow" (the seed's default).
 
-Every block and rewrite is recorded with the extension's name (provenance): on the
-transcript message of its turn (``interventions``: the tool results message for
-tool calls, the assistant message for its text, the last message for a blocked
-turn) and in the audit log; the ``tool_call`` event names who rewrote or blocked
-the call. Blocks and rewrites of built-in tool calls that the supervisor ignored
-(the extension lacks ``intercept_builtin``) are recorded as ``applied: false``.
-
-Text deltas are streamed live once the loop knows no extension intercepts
-``assistant_message``; until then (and while one does) the text is sent as one
-delta after the interceptors had their say, so a redaction is never shown first.
+Every block and rewrite is recorded with the extension's name on the transcript
+message of its turn (``interventions``) and in the audit log (``applied: false``
+when the supervisor ignored it); the ``tool_call`` event names who did it.
+Text deltas stream live only once no extension intercepts ``assistant_message``;
+else the text is one delta after the interceptors, so a redaction is never shown.
 """
 
 from __future__ import annotations
@@ -127,11 +122,9 @@ class LoopState(enum.Enum):
 
 
 def _all_cancelled(exc: BaseException) -> bool:
-    if isinstance(exc, trio.Cancelled):
-        return True
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(trio.Cancelled)[1] is None
-    return False
+    return isinstance(exc, trio.Cancelled)
 
 
 @typing.final
@@ -320,11 +313,10 @@ class AgentLoop:
     ) -> None:
         """Run one prompt to the end of the loop, emitting every event but ``done``.
 
-        Provider and tool failures end the step with ``turn_end(stop="error")``
-        followed by an ``error`` event with the same message (a failed tool is an
-        error result); they do not raise. A step limit hit emits an ``error`` event.
-        A turn blocked by an extension ends with ``turn_end(stop="blocked")`` and no
-        ``error``: the block is a decision, not a failure.
+        A provider failure ends the step with ``turn_end(stop="error")`` then an
+        ``error`` event with its message (a failed tool is an error result); nothing
+        raises. A step limit emits ``error``; a turn an extension blocks ends with
+        ``turn_end(stop="blocked")`` and no ``error`` (a decision, not a failure).
         ``reasoning`` is this prompt's level (None: the session's).
 
         Raises:

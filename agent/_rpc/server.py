@@ -3,7 +3,7 @@
 The protocol is seeds/rpc.md plus corral's additions (``docs/rpc.md``); one
 :class:`~agent._runtime.Runtime` does the work, this module translates:
 
-* one reader task decodes each line into a :data:`Command` (a tagged union on
+* one reader task decodes each line into a :data:`~agent._rpc.commands.Command` (a tagged union on
   ``type``, one module-level decoder) and answers it; a line that is not JSON, not
   an object, of an unknown type, with wrong field types, or over the line limit
   gets a ``success:false`` response naming the problem (with the id when one can
@@ -39,18 +39,41 @@ from .._drain import Drain
 from .._events import AgentEvent, ToolCallEvent, ToolResultEvent, wire_event
 from .._exceptions import AgentError
 from .._messages import ImageContent, wire_message
-from .._providers.base import ReasoningLevel
 from .._runtime import Runtime
 from .._tools.base import ToolKind
+from .commands import (
+    COMMANDS,
+    EXT_OPS,
+    NULL,
+    Abort,
+    Clear,
+    Command,
+    Compact,
+    ExtCommand,
+    ExtList,
+    ExtOp,
+    ExtPanelClose,
+    ExtPanelKey,
+    ExtReload,
+    GetMessages,
+    GetModels,
+    GetState,
+    GetTools,
+    Hello,
+    ImageIn,
+    Ping,
+    Prompt,
+    Response,
+    SetModel,
+    SetReasoning,
+    ToolsClear,
+)
 
 __all__ = [
-    "COMMANDS",
     "DEFAULT_LINE_LIMIT",
     "PROTOCOL_VERSION",
     "SEED_TOKEN_ENV",
     "TOKEN_ENV",
-    "Command",
-    "Response",
     "serve_rpc",
 ]
 
@@ -69,155 +92,10 @@ SEED_TOKEN_ENV = "ZOTCORE_RPC_TOKEN"
 _OUT_BUFFER = 1024
 #: Extension commands (``ext_*``) waiting for their turn before the reader waits.
 _EXT_BACKLOG = 64
-_NULL = msgspec.Raw(b"null")
-
-
-# --- commands ------------------------------------------------------------------------
-
-
-class _Cmd(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
-    #: Any JSON value as sent; only strings and numbers are accepted.
-    id: msgspec.Raw = _NULL
-
-
-class Hello(_Cmd, frozen=True, tag="hello"):
-    token: str | None = None
-
-
-class ImageIn(msgspec.Struct, frozen=True, kw_only=True):
-    mime_type: str = "image/png"
-    data: str
-
-
-class Prompt(_Cmd, frozen=True, tag="prompt"):
-    message: str
-    images: list[ImageIn] = []
-    #: This prompt's reasoning level (corral addition; None: the session's).
-    reasoning: ReasoningLevel | None = None
-
-
-class Abort(_Cmd, frozen=True, tag="abort"):
-    """Cancel the running prompt or compaction."""
-
-
-class Compact(_Cmd, frozen=True, tag="compact"):
-    """Summarise the transcript (queued like a prompt)."""
-
-
-class GetState(_Cmd, frozen=True, tag="get_state"):
-    """Snapshot of the runtime."""
-
-
-class GetMessages(_Cmd, frozen=True, tag="get_messages"):
-    """The full transcript."""
-
-
-class Clear(_Cmd, frozen=True, tag="clear"):
-    """Drop the transcript."""
-
-
-class SetModel(_Cmd, frozen=True, tag="set_model"):
-    model: str
-
-
-class GetModels(_Cmd, frozen=True, tag="get_models"):
-    """Models of the current provider."""
-
-
-class Ping(_Cmd, frozen=True, tag="ping"):
-    """Health check."""
-
-
-class GetTools(_Cmd, frozen=True, tag="get_tools"):
-    """Tools the model is offered (corral addition)."""
-
-
-class ExtList(_Cmd, frozen=True, tag="ext_list"):
-    """Status and stats of every extension (corral addition)."""
-
-
-class ExtCommand(_Cmd, frozen=True, tag="ext_command"):
-    name: str
-    args: str = ""
-
-
-class ExtReload(_Cmd, frozen=True, tag="ext_reload"):
-    """Reload every extension (corral addition)."""
-
-
-class ExtEnable(_Cmd, frozen=True, tag="ext_enable"):
-    name: str
-
-
-class ExtPanelKey(_Cmd, frozen=True, tag="ext_panel_key"):
-    """A key for an extension's open panel (corral addition)."""
-
-    extension: str
-    panel_id: str
-    key: str
-    text: str = ""
-
-
-class ExtPanelClose(_Cmd, frozen=True, tag="ext_panel_close"):
-    """Close an extension's open panel (corral addition)."""
-
-    extension: str
-    panel_id: str
-
-
-# -- reasoning -------------------------------------------------------------------------
-
-
-class SetReasoning(_Cmd, frozen=True, tag="set_reasoning"):
-    """The reasoning level of the next prompts (corral addition, as ``--reasoning``)."""
-
-    level: ReasoningLevel
-
-
-class ToolsClear(_Cmd, frozen=True, tag="tools_clear"):
-    """Remove every tool of one kind: ``dynamic`` (the catalog too) or ``mcp`` (corral addition)."""
-
-    kind: ToolKind = ToolKind.DYNAMIC
-
-
-_SeedCommand = (
-    Hello | Prompt | Abort | Compact | GetState | GetMessages | Clear | SetModel | GetModels | Ping
-)
-#: A decoded command: the seed's ten, then corral's additions.
-Command = (
-    _SeedCommand
-    | GetTools
-    | ExtList
-    | ExtCommand
-    | ExtPanelKey
-    | ExtPanelClose
-    | ExtReload
-    | ExtEnable
-    | ToolsClear
-    | SetReasoning
-)
-#: Every command type, in documentation order.
-COMMANDS: tuple[str, ...] = tuple(
-    typing.cast(str, cls.__struct_config__.tag) for cls in typing.get_args(Command)
-)
-_EXT_OPS = (ExtList, ExtCommand, ExtReload, ExtEnable, ExtPanelKey, ExtPanelClose, ToolsClear)
-ExtOp = ExtList | ExtCommand | ExtReload | ExtEnable | ExtPanelKey | ExtPanelClose | ToolsClear
-
-
-class Response(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="response", omit_defaults=True
-):
-    """The answer to one command; ``id`` is the command's, as raw JSON (``null`` if none)."""
-
-    id: msgspec.Raw
-    command: str | None
-    success: bool
-    data: Any = None
-    error: str | None = None
 
 
 class _IdOnly(msgspec.Struct):
-    id: msgspec.Raw = _NULL
+    id: msgspec.Raw = NULL
 
 
 _decoder: msgspec.json.Decoder[Command] = msgspec.json.Decoder(Command)
@@ -249,12 +127,12 @@ def _diagnose(line: bytes, exc: msgspec.DecodeError) -> _Bad:
     try:
         value = msgspec.json.decode(line)
     except msgspec.DecodeError as bad:
-        return _NULL, None, f"not valid JSON: {bad}"
+        return NULL, None, f"not valid JSON: {bad}"
     if not isinstance(value, dict):
-        return _NULL, None, f"a command must be a JSON object, not {type(value).__name__}"
+        return NULL, None, f"a command must be a JSON object, not {type(value).__name__}"
     ident = _id_decoder.decode(line).id
     if not _id_ok(ident):
-        return _NULL, None, _bad_id(ident)
+        return NULL, None, _bad_id(ident)
     kind = value.get("type")
     if kind is None:
         return ident, None, "missing field `type` (the command name)"
@@ -390,7 +268,7 @@ class _Server:
             found = _ID_IN_PREFIX.search(item.head)  # the id, if it can be read
             limit = f"exceeds the limit of {self._line_limit} bytes; skipped"
             return (
-                msgspec.Raw(found.group(1)) if found else _NULL,
+                msgspec.Raw(found.group(1)) if found else NULL,
                 None,
                 (f"line of {item.size} bytes {limit}"),
             )
@@ -402,7 +280,7 @@ class _Server:
         except msgspec.DecodeError as exc:
             return _diagnose(line, exc)
         if not _id_ok(command.id):
-            return _NULL, _kind(command), _bad_id(command.id)
+            return NULL, _kind(command), _bad_id(command.id)
         return command
 
     async def _read(
@@ -431,7 +309,7 @@ class _Server:
                     return 1
                 self._authed = True
                 tasks.start_soon(self._pump, ext_events)
-            if isinstance(parsed, _EXT_OPS):
+            if isinstance(parsed, EXT_OPS):
                 await self._ext_in.send((parsed, kind))
             else:
                 await self._answer(parsed, kind)

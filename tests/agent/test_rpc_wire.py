@@ -23,7 +23,8 @@ from agent import (
     serve_rpc,
 )
 from agent._cli.argv import rewrite_shortcuts
-from agent._rpc.server import COMMANDS, Response, encode_line
+from agent._rpc.commands import COMMANDS, Response
+from agent._rpc.server import encode_line
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import trio.testing
 
 from agent import AgentEvent, Done, ErrorEvent, TurnEnd
 from agent._exceptions import AgentError
-from agent._runtime import Job, JobKind, JobState
+from agent._jobs import Job, JobKind, JobState
 
 
 def _job(kind: JobKind = "prompt", fail: Exception | None = None) -> tuple[Job, list[object]]:
