@@ -24,7 +24,8 @@ import trio
 from supervisor import corral_home
 
 from .._audit import AuditLog, ToolAction, audit_path
-from .._options import AgentOptions
+from .._exceptions import AgentError
+from .._options import AgentOptions, mcp_allowances
 from .._tools.dynamic import (
     SOURCE,
     Catalog,
@@ -45,7 +46,9 @@ from .._tools.mcp.config import (
     user_config_path,
 )
 from .._tools.mcp.errors import McpConfigError
+from .._tools.mcp.policy import McpPolicy
 from .._tools.mcp.trust import McpTrust, code_paths, entry_digest
+from .confirm import confirm
 from .errors import CLIError
 from .helptext import COMMON_ENV, epilog
 from .render import HumanRenderer
@@ -222,7 +225,7 @@ def tools_rm(names: tuple[str, ...], dynamic: bool) -> None:
     ),
 )
 @click.option("--dynamic", is_flag=True, help="Dynamic tools (the only kind kept here).")
-@click.option("--yes", is_flag=True, help="Do not ask.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (needed without a terminal).")
 def tools_clear(dynamic: bool, yes: bool) -> None:
     """Remove every dynamic tool from the catalog."""
     _need_dynamic(dynamic)
@@ -231,8 +234,7 @@ def tools_clear(dynamic: bool, yes: bool) -> None:
     if not names:
         click.echo("no dynamic tools")
         return
-    if not yes and not click.confirm(f"remove {len(names)} dynamic tool(s)?", default=False):
-        raise CLIError("nothing removed")
+    confirm(f"remove {len(names)} dynamic tool(s)?", yes, declined="nothing removed")
     try:
         _catalog().clear()
     except CatalogError as exc:
@@ -295,28 +297,82 @@ def mcp_group() -> None:
     """MCP servers declared for this project and user: list, trust, untrust."""
 
 
+_MCP_ALLOW = click.option(
+    "--mcp-allow",
+    metavar="ADDR",
+    multiple=True,
+    help="An exception to the MCP network guard, as run's (also $CORRAL_MCP_ALLOW).",
+)
+
+
+def _policy(allow: tuple[str, ...]) -> McpPolicy:
+    try:
+        return McpPolicy.allowing(mcp_allowances(AgentOptions(mcp_allow=list(allow))))
+    except AgentError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _states(decls: list[ServerDecl], policy: McpPolicy) -> list[tuple[str, str]]:
+    """What a session would do with each server: (state, why), as ``declared_servers``
+    and the policy decide it. Blocking (it runs the policy's checks)."""
+    trust = McpTrust(_home())
+
+    async def check() -> list[tuple[str, str]]:
+        states: list[tuple[str, str]] = []
+        users = {d.name: d for d in decls if d.origin is Origin.USER}
+        for decl in decls:
+            winner = users.get(decl.name)
+            if decl.origin is Origin.PROJECT and winner is not None:
+                states.append(("SHADOWED", f"the user's server of that name wins ({winner.path})"))
+                continue
+            refused = await policy.refusal(decl)  # trusting it would not change this
+            if refused is not None:
+                states.append(("REFUSED", refused))
+                continue
+            try:
+                why = trust.problem(decl)
+            except McpConfigError as exc:
+                why = str(exc)
+            states.append(("starts", "") if why is None else ("NOT TRUSTED", why))
+        return states
+
+    return trio.run(check)
+
+
 @mcp_group.command(
     "list",
     epilog=epilog(examples=[("corral tools mcp list", "")], env=COMMON_ENV),
 )
 @click.option("--cwd", default=".", type=click.Path(file_okay=False, exists=True))
-def mcp_list(cwd: str) -> None:
-    """List the declared MCP servers and whether they may start."""
+@_MCP_ALLOW
+def mcp_list(cwd: str, mcp_allow: tuple[str, ...]) -> None:
+    """List the declared MCP servers and what a session would do with each.
+
+    STATE is `starts` only when `corral run` would start the server: trusted (a
+    project's), not shadowed by a user server of the same name, and allowed by the
+    connection policy (an absolute executable command; a URL the network guard lets
+    through). Otherwise it says why not, on the next line: REFUSED (by the policy,
+    trusted or not), NOT TRUSTED, or SHADOWED.
+    """
     project = os.path.realpath(cwd)
-    trust = McpTrust(_home())
     decls = _declared(project)
     if not decls:
         click.echo(
             f"no MCP servers declared ({user_config_path(_home())}, {project_config_path(project)})"
         )
         return
-    for decl in decls:
-        try:
-            why = trust.problem(decl)
-        except McpConfigError as exc:
-            why = str(exc)
-        state = "starts" if why is None else "NOT TRUSTED"
-        click.echo(visible(f"{decl.name}  {decl.origin.value}  {state}  {decl.config.describe()}"))
+    states = _states(decls, _policy(mcp_allow))
+    rows = [
+        (visible(d.name), d.origin.value, state, visible(d.config.describe()))
+        for d, (state, _) in zip(decls, states, strict=True)
+    ]
+    heads = ("NAME", "ORIGIN", "STATE", "RUNS")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads[:-1])]
+    for row, (_, why) in zip([heads, *rows], [("", ""), *states], strict=True):
+        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+        click.echo("  ".join([*cells, row[-1]]).rstrip())
+        if why:
+            click.echo(visible(f"    {why}"))
 
 
 def _project_decl(name: str, cwd: str) -> ServerDecl:
@@ -329,19 +385,35 @@ def _project_decl(name: str, cwd: str) -> ServerDecl:
 @mcp_group.command(
     "trust",
     epilog=epilog(
-        examples=[("corral tools mcp trust files", "after reviewing .corral/mcp.json")],
+        examples=[
+            ("corral tools mcp trust files", "review, then answer y"),
+            ("corral tools mcp trust -y files", "no question (needed without a terminal)"),
+        ],
         env=COMMON_ENV,
+        exit_codes=((0, "trusted"), (1, "not trusted: refused by policy, or not confirmed")),
     ),
 )
 @click.argument("names", nargs=-1, required=True)
 @click.option("--cwd", default=".", type=click.Path(file_okay=False, exists=True))
-def mcp_trust(names: tuple[str, ...], cwd: str) -> None:
-    """Trust project MCP servers as their entries are now."""
+@click.option("-y", "--yes", is_flag=True, help="Trust without asking, as shown.")
+@_MCP_ALLOW
+def mcp_trust(names: tuple[str, ...], cwd: str, yes: bool, mcp_allow: tuple[str, ...]) -> None:
+    """Trust project MCP servers as their entries are now.
+
+    Each is shown first; one the connection policy would refuse at start is not
+    pinned (a pin would only say `starts` where `run` refuses). Asks on a terminal;
+    without one, only -y trusts.
+    """
     trust = McpTrust(_home())
+    policy = _policy(mcp_allow)
     for name in names:
         decl = _project_decl(name, cwd)
         for line in describe_server(decl):
             click.echo(line)
+        refused = trio.run(policy.refusal, decl)
+        if refused is not None:
+            raise CLIError(f"not trusting {name}: a session would not start it: {refused}")
+        confirm(f"Trust {name}?", yes, declined=f"{name} not trusted", what="trust it as shown")
         try:
             trust.trust(decl)
         except McpConfigError as exc:
@@ -381,6 +453,11 @@ async def ask_mcp_trust(
     home, cwd = await trio.to_thread.run_sync(_where, options)
     trust = McpTrust(home)
     try:
+        policy = McpPolicy.allowing(mcp_allowances(options))
+    except AgentError as exc:
+        renderer.line(renderer.style(visible(f"! {exc}"), "red"))
+        return
+    try:
         decls, bad = await trio.to_thread.run_sync(
             load_config, project_config_path(cwd), Origin.PROJECT
         )
@@ -396,6 +473,10 @@ async def ask_mcp_trust(
         except McpConfigError as exc:
             renderer.line(renderer.style(visible(f"! {exc}"), "red"))
             return
+        refused = await policy.refusal(decl)
+        if refused is not None:  # trusting it would not start it: not asked
+            renderer.line(renderer.style(visible(f"! not starting {decl.name}: {refused}"), "red"))
+            continue
         renderer.line(renderer.style(f"MCP server {decl.name} needs your trust:", "bold"))
         for line in describe_server(decl):
             renderer.line(line)
