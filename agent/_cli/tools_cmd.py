@@ -1,7 +1,8 @@
 """``corral tools``: the dynamic tools the agent wrote, and the MCP servers declared here.
 
-``list`` / ``show`` / ``rm`` / ``clear`` with ``--dynamic`` work on the catalog
-(``$CORRAL_HOME/state/dynamic-tools.db``, or ``$CORRAL_DYNAMIC_CATALOG``), checking
+``list`` / ``show`` / ``rm`` / ``clear`` work on the catalog of dynamic tools
+(``$CORRAL_HOME/state/dynamic-tools.db``, or ``$CORRAL_DYNAMIC_CATALOG``: the only
+kind kept outside a session, so ``--dynamic`` is accepted, never needed), checking
 every entry's seal as a session would (a refused entry is listed as such, with
 why). ``tools mcp list|trust|untrust`` show the servers of ``$CORRAL_HOME/mcp.json``
 and ``./.corral/mcp.json`` and trust the project's. Everything shown that an agent,
@@ -62,6 +63,16 @@ _ENV = (
 )
 
 
+#: ``--dynamic`` is accepted, never needed: dynamic tools are the only kind kept
+#: outside a session (extension tools: ``corral ext list``; MCP servers: ``tools mcp``).
+_DYNAMIC = click.option(
+    "--dynamic",
+    is_flag=True,
+    expose_value=False,
+    help="Dynamic tools: the only kind kept here, so the default.",
+)
+
+
 def _home() -> Path:
     return corral_home()
 
@@ -90,14 +101,6 @@ def _entries() -> list[tuple[CatalogEntry | None, EntryRefused | None]]:
     return out
 
 
-def _need_dynamic(dynamic: bool) -> None:
-    if not dynamic:
-        raise CLIError(
-            "only dynamic tools are kept outside a session: add --dynamic (MCP servers: "
-            "`corral tools mcp list`; extension tools: `corral ext list`)"
-        )
-
-
 def _record(action: ToolAction, name: str) -> None:
     log = AuditLog(audit_path(_home()), session="", cwd=os.getcwd())
     trio.run(functools.partial(log.record_tool, action, name, SOURCE))
@@ -123,11 +126,10 @@ def tools_group() -> None:
         env=_ENV,
     ),
 )
-@click.option("--dynamic", is_flag=True, help="The dynamic tools (the only kind kept here).")
+@_DYNAMIC
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per tool.")
-def tools_list(dynamic: bool, as_json: bool) -> None:
+def tools_list(as_json: bool) -> None:
     """List the dynamic tools in the catalog."""
-    _need_dynamic(dynamic)
     entries = _entries()
     if as_json:
         for entry, refused in entries:
@@ -142,7 +144,10 @@ def tools_list(dynamic: bool, as_json: bool) -> None:
             click.echo(json.dumps(data, ensure_ascii=False))
         return
     if not entries:
-        click.echo(f"no dynamic tools (catalog: {_catalog().path})")
+        click.echo(
+            f"no dynamic tools (catalog: {_catalog().path}; MCP servers: `corral tools mcp "
+            "list`; extension tools: `corral ext list`)"
+        )
         return
     for entry, refused in entries:
         name = entry.name if entry else refused.name if refused else "?"
@@ -160,30 +165,33 @@ def tools_list(dynamic: bool, as_json: bool) -> None:
     ),
 )
 @click.argument("name")
-@click.option("--dynamic", is_flag=True, help="A dynamic tool (the only kind kept here).")
-def tools_show(name: str, dynamic: bool) -> None:
+@_DYNAMIC
+def tools_show(name: str) -> None:
     """Show a dynamic tool: description, parameters, code, and whether it loads."""
-    _need_dynamic(dynamic)
     for entry, refused in _entries():
         if (entry.name if entry else refused.name if refused else None) != name:
             continue
         if entry is None:
             assert refused is not None
             raise CLIError(str(refused))
-        lines = [
-            f"name         {entry.name}",
-            f"created      {entry.created}",
-            f"code         {code_digest(entry.code)}",
-            f"status       {'REFUSED: ' + refused.reason if refused else 'sealed, loads'}",
-            f"description  {entry.description}",
-            "parameters   "
-            + json.dumps(entry.parameters, indent=2).replace("\n", "\n             "),
-            "",
-            "def tool(args):",
-            *("    " + line for line in entry.code.splitlines()),
+        status = "REFUSED: " + refused.reason if refused else "sealed, loads"
+        fields = [
+            ("name", entry.name),
+            ("created", entry.created),
+            ("code", code_digest(entry.code)),
+            ("status", status),
+            ("description", entry.description),
+            ("parameters", json.dumps(entry.parameters, indent=2, ensure_ascii=False)),
         ]
-        for line in lines:
-            click.echo(visible(line))
+        for label, value in fields:  # made safe line by line: real lines, no literal \n
+            first, *rest = value.splitlines() or [""]
+            click.echo(visible(f"{label:<12} {first}"))
+            for line in rest:
+                click.echo(" " * 13 + visible(line))
+        click.echo("")
+        click.echo("def tool(args):")
+        for line in entry.code.splitlines():
+            click.echo("    " + visible(line))
         return
     raise CLIError(f"no dynamic tool named {name!r}; `corral tools list --dynamic` lists them")
 
@@ -197,10 +205,9 @@ def tools_show(name: str, dynamic: bool) -> None:
     ),
 )
 @click.argument("names", nargs=-1, required=True)
-@click.option("--dynamic", is_flag=True, help="Dynamic tools (the only kind kept here).")
-def tools_rm(names: tuple[str, ...], dynamic: bool) -> None:
+@_DYNAMIC
+def tools_rm(names: tuple[str, ...]) -> None:
     """Remove dynamic tools from the catalog (refused entries too)."""
-    _need_dynamic(dynamic)
     catalog = _catalog()
     missing = []
     for name in names:
@@ -224,11 +231,10 @@ def tools_rm(names: tuple[str, ...], dynamic: bool) -> None:
         env=_ENV,
     ),
 )
-@click.option("--dynamic", is_flag=True, help="Dynamic tools (the only kind kept here).")
+@_DYNAMIC
 @click.option("-y", "--yes", is_flag=True, help="Do not ask (needed without a terminal).")
-def tools_clear(dynamic: bool, yes: bool) -> None:
+def tools_clear(yes: bool) -> None:
     """Remove every dynamic tool from the catalog."""
-    _need_dynamic(dynamic)
     entries = _entries()
     names = [e.name if e else r.name if r else "?" for e, r in entries]
     if not names:
