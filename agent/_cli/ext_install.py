@@ -198,7 +198,7 @@ def ext_remove(name: str, yes: bool, purge: bool) -> None:
         identity = identity_of(name, str(dest))  # installed under its name
     data = data_dir(home, identity)
     keeps = " and its data" if purge and data.exists() else ""
-    confirm(f"Remove {name} ({dest}){keeps}?", yes, declined="nothing removed")
+    confirm(f"Remove {name} ({dest}){keeps}?", yes, declined="nothing removed", what="remove it")
     shutil.rmtree(dest)
     _forget(home, identity, purge=purge)
     if data.exists():
