@@ -216,17 +216,19 @@ class ToolSetup:
         if not declared_files and not any(n in self._wanted for n in MCP_TOOLS):
             yield None, []
             return
-        from ._tools.mcp import McpTrust, SupervisedLauncher, declared_servers, open_mcp
-        from ._tools.web import AddressPolicy, NetGuard, WebConfigError, parse_allowance
+        from ._tools.mcp import (
+            McpPolicy,
+            McpTrust,
+            SupervisedLauncher,
+            declared_servers,
+            open_mcp,
+        )
 
-        try:
-            policy = AddressPolicy(parse_allowance(a) for a in mcp_allowances(options))
-        except ValueError as exc:
-            raise WebConfigError("CORRAL_MCP_ALLOW / --mcp-allow", str(exc)) from None
+        guard = McpPolicy.allowing(mcp_allowances(options)).guard
         # Supervised children: the session's sandbox mode applies (``required`` refuses
         # a server it cannot confine).
         launcher = SupervisedLauncher(client, home)
-        async with open_mcp(launcher, NetGuard(policy), audit=self._audit) as servers:
+        async with open_mcp(launcher, guard, audit=self._audit) as servers:
             problems: list[str] = []
             if declared_files:
                 decls, problems = await trio.to_thread.run_sync(

@@ -52,7 +52,7 @@ from ._permissions import Limits
 from ._pin import Pin, walk
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
-from ._protected import ProtectedPaths, protect_args
+from ._protected import ProtectedPaths, protect_args, release_placeholders
 from ._runtime import LINUX_SYSTEM_DIRS, RuntimeNeeds, find_runtime_paths, program_note
 from ._seccomp import build_filter, filter_fd
 
@@ -276,6 +276,7 @@ class BwrapSandbox:
         run_dirs: list[str] = []
         cgroups: list[str] = []
         fds: list[int] = []  # the /etc copies' and the seccomp filter's
+        held: list[tuple[int, int, str, bool]] = []  # protected directories, locked
         try:
             self._want_binds(request, binds, notes)
             shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
@@ -287,7 +288,7 @@ class BwrapSandbox:
                 # A list needs the TLS trust stores too (name resolution is the proxy's).
                 *_filesystem_args(shm, tmp, self._etc.args(bool(perms.network), fds)),
                 *binds.open(self.config.bind_fd),
-                *self._protected(request, binds, fds, notes),
+                *self._protected(request, binds, fds, notes, held),
                 "--remount-ro",
                 "/",
                 "--chdir",
@@ -325,6 +326,7 @@ class BwrapSandbox:
                 notes.append(f"no seccomp filter: {self.config.seccomp_why or 'unavailable'}")
         except BaseException:
             binds.close()
+            release_placeholders(held)
             for fd in fds:
                 os.close(fd)
             if self.cgroups is not None:
@@ -333,6 +335,7 @@ class BwrapSandbox:
             raise
         pass_fds = [*binds.fds, *fds]
         self.own(pass_fds)
+        self.own(fd for lock, parent, _, _ in held for fd in (lock, parent))
         pass_fds += request.pass_fds  # the caller's: passed, never closed here
         return LaunchPlan(
             argv=[*args, "--", *command],
@@ -346,6 +349,7 @@ class BwrapSandbox:
             notes=notes,
             pass_fds=pass_fds,
             run_dirs=run_dirs,
+            placeholders=held,
             pins=binds.bound,
             tmpfs=tmpfs,
             egress=listed,
@@ -380,7 +384,12 @@ class BwrapSandbox:
                 notes.append(note)
 
     def _protected(
-        self, request: LaunchRequest, binds: _Binds, fds: list[int], notes: list[str]
+        self,
+        request: LaunchRequest,
+        binds: _Binds,
+        fds: list[int],
+        notes: list[str],
+        held: list[tuple[int, int, str, bool]],
     ) -> list[str]:
         """Read-only binds over the protected paths inside each ``read_write`` grant.
 
@@ -400,7 +409,7 @@ class BwrapSandbox:
                 )
                 continue
             found = ProtectedPaths(grant, own_corral=False).paths()
-            args += protect_args(grant, fd, found, fds, who=request.name)
+            args += protect_args(grant, fd, found, fds, who=request.name, placeholders=held)
         return args
 
     def _runtime(self, request: LaunchRequest, system: tuple[str, ...]) -> RuntimeNeeds:
@@ -512,8 +521,18 @@ class BwrapSandbox:
         """Close the plan's descriptors and remove its cgroups (killing leftovers).
 
         Idempotent: a descriptor is closed only while this backend still owns it, so
-        a second call cannot close an unrelated file that reused the number.
+        a second call cannot close an unrelated file that reused the number. A
+        protected directory the plan created empty is removed first when no other
+        plan holds it (:func:`release_placeholders`).
         """
+        mine = []
+        for held in plan.placeholders:
+            with self._lock:
+                owned = held[0] in self._owned_fds and held[1] in self._owned_fds
+                self._owned_fds.difference_update(held[:2])
+            if owned:
+                mine.append(held)
+        release_placeholders(mine)
         for fd in plan.pass_fds:
             with self._lock:
                 owned = fd in self._owned_fds

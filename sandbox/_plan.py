@@ -112,6 +112,12 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     #: Per-run directories :meth:`Sandbox.plan` created (a private tmp on macOS);
     #: :meth:`Sandbox.cleanup` removes them.
     run_dirs: list[str] = []
+    #: Protected directories the plan binds, each ``(lock_fd, parent_fd, name,
+    #: created)``: a shared ``flock`` held on it while the child may run, and
+    #: whether the plan created it empty as a mount point. :meth:`Sandbox.cleanup`
+    #: removes one it created if it is still empty and no other plan holds it (see
+    #: :func:`sandbox._protected.release_placeholders`), then closes both descriptors.
+    placeholders: list[tuple[int, int, str, bool]] = []
     #: Identities of what the plan binds: pass them as the next request's ``pins``
     #: so a restart binds the same files.
     pins: list[Pin] = []

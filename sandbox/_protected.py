@@ -34,12 +34,15 @@ command on.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import functools
 import os
 import site
 import stat
 import sys
+import time
 import typing
 import unicodedata
 from collections.abc import Sequence
@@ -55,7 +58,11 @@ __all__ = [
     "ProtectedSnapshot",
     "installation_paths",
     "protect_args",
+    "release_placeholders",
 ]
+
+#: How long a plan waits for a protected directory another plan is removing.
+_SHARE_WAIT = 2.0
 
 #: The packages of corral, whose directories are protected wherever they live.
 _PACKAGES = ("agent", "sandbox", "supervisor")
@@ -263,7 +270,13 @@ class ProtectedPaths:
 
 
 def protect_args(
-    root: str, root_fd: int, protected: Sequence[Protected], fds: list[int], *, who: str
+    root: str,
+    root_fd: int,
+    protected: Sequence[Protected],
+    fds: list[int],
+    *,
+    who: str,
+    placeholders: list[tuple[int, int, str, bool]] | None = None,
 ) -> list[str]:
     """bwrap arguments binding the protected paths inside ``root`` read-only.
 
@@ -279,6 +292,14 @@ def protect_args(
     Everything is opened from ``root_fd`` without following a symlink; a symlink on
     the way, or as the protected path itself (it could be retargeted), refuses the
     plan.
+
+    With ``placeholders``, every protected *directory* is held with a shared
+    ``flock`` while the plan lives, and the held ones are appended (with whether
+    this plan created them): :func:`release_placeholders` then removes a directory
+    the plan created if it is still empty and no other plan holds it, so the first
+    ``bash`` call does not leave an empty ``.corral/`` behind. Removal needs the
+    lock: deleting a directory that is a mount point in another sandbox's
+    namespace would silently detach that sandbox's read-only bind.
     """
     wanted = sorted(
         (p for p in protected if p.path != root and _inside(p.path, root)), key=lambda p: p.path
@@ -301,10 +322,10 @@ def protect_args(
                 binds[where] = ("--bind-fd", fd)
             at = binds[where][1]
         else:
-            fd = _open_protected(at, parts[-1], p.path, p.kind, p, who)
-            if fd is not None:
-                fds.append(fd)
-                binds[p.path] = ("--ro-bind-fd", fd)
+            opened = _held(at, parts[-1], p, who, placeholders)
+            if opened is not None:
+                fds.append(opened)
+                binds[p.path] = ("--ro-bind-fd", opened)
     args: list[str] = []
     # Parents before children: a later mount on a parent would hide the child's.
     for where in sorted(binds, key=lambda w: (w.count("/"), w)):
@@ -313,8 +334,68 @@ def protect_args(
     return args
 
 
+def _held(
+    dir_fd: int,
+    name: str,
+    p: Protected,
+    who: str,
+    placeholders: list[tuple[int, int, str, bool]] | None,
+) -> int | None:
+    """:func:`_open_protected` of a final protected path; a directory is also held
+    with a shared lock (see :func:`protect_args`) when ``placeholders`` is given."""
+    deadline = time.monotonic() + _SHARE_WAIT
+    made: list[bool] = []  # across tries: a directory this plan made is its to remove
+    while True:
+        fd = _open_protected(dir_fd, name, p.path, p.kind, p, who, made)
+        if fd is None or placeholders is None or not stat.S_ISDIR(os.fstat(fd).st_mode):
+            return fd
+        try:
+            lock = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=dir_fd)  # fmt: skip
+        except OSError:
+            return fd  # unreadable (or gone): not ours to remove, held by no one
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            now, bound = os.fstat(lock), os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (bound.st_dev, bound.st_ino) and now.st_nlink:
+                placeholders.append((lock, os.dup(dir_fd), name, bool(made)))
+                return fd
+        except BlockingIOError:
+            pass  # another plan is removing it: open it again (created anew) when done
+        os.close(lock)
+        os.close(fd)
+        if time.monotonic() > deadline:
+            raise PlanError(who, f"{p.path} is locked by another process; try again")
+        time.sleep(0.01)
+
+
+def release_placeholders(placeholders: Sequence[tuple[int, int, str, bool]]) -> None:
+    """Remove each directory a plan created as a mount point, if still empty and held
+    by no other plan; close the descriptors. Never raises."""
+    for lock, parent, name, created in placeholders:
+        try:
+            if created:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    pass  # another plan binds it: it stays (its creator was us; harmless)
+                else:
+                    # Not empty (something was put there on purpose), or gone: it stays.
+                    with contextlib.suppress(OSError):
+                        os.rmdir(name, dir_fd=parent)
+        finally:
+            os.close(lock)
+            os.close(parent)
+
+
 def _open_protected(
-    dir_fd: int, name: str, where: str, kind: ProtectKind, p: Protected, who: str
+    dir_fd: int,
+    name: str,
+    where: str,
+    kind: ProtectKind,
+    p: Protected,
+    who: str,
+    created: list[bool] | None = None,
 ) -> int | None:
     """An ``O_PATH`` descriptor of ``name`` in ``dir_fd``, created empty when missing.
 
@@ -331,6 +412,8 @@ def _open_protected(
             try:
                 if kind is ProtectKind.DIR:
                     os.mkdir(name, 0o755, dir_fd=dir_fd)
+                    if created is not None:
+                        created.append(True)
                 else:
                     made = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                                    | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)  # fmt: skip

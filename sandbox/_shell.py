@@ -14,7 +14,8 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
   away; a missing one is created empty first, because a read-only bind needs a
   mount point and a later ``mkdir .git/hooks`` in the writable workspace would
   otherwise succeed (in a directory the user may not write, nobody can create it,
-  and none is needed);
+  and none is needed); an empty directory made so is removed again after the
+  command, when no other plan holds it (:func:`~sandbox._protected.protect_args`);
 * when the workspace is the home directory (or contains it), or is itself
   protected (it holds corral's installation), nothing is writable but the
   private ``/tmp``;
@@ -45,7 +46,7 @@ from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._plan import LaunchPlan, Sandbox
 from ._preexec import rlimits_for
-from ._protected import Protected, ProtectKind, protect_args
+from ._protected import Protected, ProtectKind, protect_args, release_placeholders
 from ._seccomp import build_filter, filter_fd
 from ._secrets import existing, stores_around
 
@@ -115,8 +116,9 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
     if listed:
         env.update(proxy_env(EGRESS_PORT, listed))
         notes.append(egress_note(listed))
+    held: list[tuple[int, int, str, bool]] = []  # protected directories, locked
     try:
-        mounts = _mounts(request, fds)
+        mounts = _mounts(request, fds, held)
         cgroups = _cgroups(sandbox, request.limits, notes)
         manager = sandbox.cgroups
         memory_done = bool(cgroups) and manager is not None and manager.limits_memory()
@@ -139,6 +141,7 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         else:
             notes.append(f"no seccomp filter: {sandbox.config.seccomp_why}")
     except BaseException:
+        release_placeholders(held)
         for fd in fds:
             os.close(fd)
         if sandbox.cgroups is not None:
@@ -146,6 +149,7 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         raise
     # The backend's cleanup() closes only descriptors it owns: hand ours over.
     sandbox.own(fds)
+    sandbox.own(fd for lock, parent, _, _ in held for fd in (lock, parent))
     return LaunchPlan(
         argv=[*args, "--", *command],
         env=env,
@@ -157,12 +161,15 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         extra_cgroups=cgroups[1:],
         notes=notes,
         pass_fds=fds,
+        placeholders=held,
         egress=listed,
         egress_port=EGRESS_PORT if listed else 0,
     )
 
 
-def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
+def _mounts(
+    request: ShellRequest, fds: list[int], held: list[tuple[int, int, str, bool]]
+) -> list[str]:
     size = str(request.limits.tmp_mb * _MIB)
     args = ["--ro-bind", "/", "/", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
     args += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
@@ -185,7 +192,7 @@ def _mounts(request: ShellRequest, fds: list[int]) -> list[str]:
     # Bound even when read-only: the workspace may sit in /tmp, which is private.
     args += ["--bind-fd" if writable else "--ro-bind-fd", str(ws), request.workspace]
     if writable:
-        args += protect_args(request.workspace, ws, protected, fds, who="bash")
+        args += protect_args(request.workspace, ws, protected, fds, who="bash", placeholders=held)
     for real, is_dir in _hidden(request):
         # An empty tmpfs of one page, writable: what is written there goes nowhere.
         # Read-only would cost a second mount per store, and bwrap reads the mount

@@ -8,7 +8,10 @@ a private ``CORRAL_HOME`` and the virtualenv's ``corral`` first on PATH.
 
 A line that cannot run here says why in a trailing ``# needs: …`` comment (a
 network, an API key, the whole test suite); it is left out and the test reports it
-as skipped with that reason. An untagged block may not hold a ``corral`` command:
+as skipped with that reason. A line ending in ``# exit: N`` must exit with status N
+(a documented usage error, a refusal), and any other status fails the block; a
+documented side effect is checked by a ``test …`` line after the command (``set
+-e`` fails the block when it does not hold). An untagged block may not hold a ``corral`` command:
 it would escape this check unnoticed (``text`` marks a synopsis or an output).
 """
 
@@ -28,6 +31,7 @@ DOCS = sorted([ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("examples
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
 RUNNABLE = {"sh", "bash", "shell"}
 NEEDS = re.compile(r"#\s*needs:\s*(.+)$")
+EXIT = re.compile(r"#\s*exit:\s*(\d+)\b")
 #: One block may take this long (./dev demo installs nothing here, but runs the tour).
 BLOCK_TIMEOUT = 240
 
@@ -44,6 +48,40 @@ def _blocks() -> list[tuple[str, int, str, str]]:
 
 BLOCKS = _blocks()
 RUN = [b for b in BLOCKS if b[2] in RUNNABLE]
+
+
+def checked(line: str) -> str:
+    """``line`` as the block's script runs it: with ``# exit: N``, a failure unless it
+    exits with status N (``set -e`` would stop at any non-zero status)."""
+    want = EXIT.search(line)
+    if want is None:
+        return line
+    command = line[: line.index("#")].rstrip()
+    status = want.group(1)
+    quoted = command.replace("'", "'\\''")
+    return (
+        f'set +e; {command}; _status=$?; set -e; [ "$_status" -eq {status} ] || '
+        f"{{ echo 'exit status '\"$_status\"', documented {status}: {quoted}' >&2; exit 1; }}"
+    )
+
+
+def _script(lines: list[str]) -> str:
+    return "set -euo pipefail\n" + "\n".join(checked(line) for line in lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("line", "ok"),
+    [
+        ("false  # exit: 1", True),
+        ("(exit 2)  # exit: 2", True),
+        ("true  # exit: 2", False),
+        ("(exit 1)  # exit: 2", False),
+        ("false", False),
+    ],
+)
+def test_a_documented_exit_status_is_checked(line: str, ok: bool) -> None:
+    done = subprocess.run(["bash", "-c", _script([line, "echo reached"])], capture_output=True)
+    assert (done.returncode == 0 and b"reached" in done.stdout) is ok, done
 
 
 def test_untagged_blocks_hold_no_commands() -> None:
@@ -81,7 +119,7 @@ def test_documented_commands_run(where: str, line: int, body: str, tmp_path: Pat
         "PYTHONPATH": str(ROOT),
     }
     env.pop("CORRAL_RPC_TOKEN", None)
-    script = "set -euo pipefail\n" + "\n".join(kept) + "\n"
+    script = _script(kept)
     done = subprocess.run(
         ["bash", "-c", script],
         cwd=ROOT,

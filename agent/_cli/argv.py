@@ -3,7 +3,10 @@
 * ``corral [group options] --rpc ARGS`` is ``corral [group options] rpc ARGS``;
 * ``corral [group options] -e PATH ARGS`` (or ``--ext PATH``) is
   ``corral [group options] chat -e PATH ARGS``: the seed's bare form, a chat with
-  that extension.
+  that extension;
+* ``corral [group options] -p PROMPT ARGS`` (or ``--print PROMPT``,
+  ``--print=PROMPT``) is ``corral [group options] run PROMPT ARGS``: the one-shot
+  form other agent CLIs have.
 
 Only the group's own leading options count; anything after the first other
 argument (a command name, an option of a command) is left alone.
@@ -30,13 +33,20 @@ def _is_ext(arg: str) -> bool:
 
 
 def rewrite_shortcuts(args: Sequence[str]) -> list[str]:
-    """``args`` with ``--rpc`` turned into ``rpc`` and a leading ``-e`` put after ``chat``."""
+    """``args`` with ``--rpc`` turned into ``rpc``, a leading ``-e`` put after ``chat``,
+    and a leading ``-p``/``--print`` turned into ``run``."""
     out = list(args)
     index = 0
     while index < len(out):
         arg = out[index]
         if arg == "--rpc":
             out[index] = "rpc"
+            return out
+        if arg in ("-p", "--print"):
+            out[index] = "run"
+            return out
+        if arg.startswith("--print="):
+            out[index : index + 1] = ["run", arg.partition("=")[2]]
             return out
         if _is_ext(arg):
             out.insert(index, "chat")

@@ -47,7 +47,7 @@ def parse_since(value: str, now: datetime) -> datetime:
     """``--since``: an age (``30m``, ``2h``, ``7d``) or an ISO date/time (local if naive).
 
     Raises:
-        CLIError: neither.
+        click.BadParameter: neither: a usage error (exit status 2), as click's own.
     """
     age = _AGE.match(value.strip())
     if age:
@@ -55,9 +55,10 @@ def parse_since(value: str, now: datetime) -> datetime:
     try:
         when = datetime.fromisoformat(value.strip())
     except ValueError:
-        raise CLIError(
-            f"--since {value!r}: use an age like 30m, 2h or 7d, or a date like 2026-01-31 "
-            "or 2026-01-31T09:00:00Z"
+        raise click.BadParameter(
+            f"{value!r}: use an age like 30m, 2h or 7d, or a date like 2026-01-31 "
+            "or 2026-01-31T09:00:00Z",
+            param_hint="'--since'",
         ) from None
     return when if when.tzinfo is not None else when.astimezone()
 

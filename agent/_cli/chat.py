@@ -9,8 +9,10 @@ shows a note, ``open_panel`` hands the terminal to the extension's panel until i
 closes (:mod:`~agent._cli.panelview`; from a pipe there is no panel: "panel
 unsupported here"), ``noop`` does nothing (an ``error`` is shown whatever the action).
 
-Ctrl-C while a turn runs cancels the turn; Ctrl-C at the prompt (or a second one
-while the turn is being cancelled) exits cleanly, as does Ctrl-D or ``/quit``.
+Ctrl-C while a turn runs cancels the turn (a second one while it is being
+cancelled exits). Ctrl-C at an empty prompt says how to leave; a second one in a
+row leaves, as do Ctrl-D, ``/quit`` and ``/exit`` (each says goodbye). A resumed
+session shows its last exchange.
 
 With ``--tools +dynamic``, a ``new_tool`` call shows the tool (name, description,
 parameters and the code in full) and asks y/N before its program first runs;
@@ -40,6 +42,7 @@ from supervisor import CommandOutcome, ExtensionInfo, Panel, SupervisorError, co
 from .._events import AgentEvent, Done, Emit, ExtPanelClose, ExtPanelOpen, ExtPanelRender
 from .._exceptions import AgentError
 from .._host import AgentHost, open_agent
+from .._messages import Message, TextContent
 from .._options import AgentOptions
 from .._tools.dynamic import ToolDraft
 from .panelview import PanelText
@@ -52,7 +55,15 @@ from .trust import ask_trust
 if typing.TYPE_CHECKING:  # prompt_toolkit is imported only for a terminal
     from .panelview import PanelView
 
-__all__ = ["BUILTIN_COMMANDS", "ChatSession", "LineReader", "TerminalReader", "run_chat"]
+__all__ = [
+    "BUILTIN_COMMANDS",
+    "ChatSession",
+    "LineReader",
+    "PromptInterrupted",
+    "TerminalReader",
+    "last_exchange",
+    "run_chat",
+]
 
 log = get_logger(__name__)
 
@@ -66,8 +77,19 @@ BUILTIN_COMMANDS: dict[str, str] = {
     "clear": "drop the transcript",
     "model": "show the model, or /model NAME to switch",
     "reasoning": "show the reasoning level, or /reasoning off|low|medium|high to set it",
-    "quit": "leave (also /exit, Ctrl-D, or Ctrl-C at the prompt)",
+    "quit": "leave (also /exit, Ctrl-D, or Ctrl-C twice at the prompt)",
 }
+
+#: Said after one Ctrl-C at an empty prompt.
+AGAIN_TO_QUIT = "press Ctrl-C again to quit (or Ctrl-D)"
+
+
+class PromptInterrupted(Exception):
+    """Ctrl-C at an empty prompt (a :class:`LineReader` on a terminal raises it)."""
+
+
+#: Lines of each message :func:`last_exchange` shows at most.
+_EXCHANGE_LINES = 6
 
 
 class LineReader(Protocol):
@@ -77,6 +99,9 @@ class LineReader(Protocol):
         """The next line, or None at end of input.
 
         ``default`` pre-fills the line (an extension's ``insert``).
+
+        Raises:
+            PromptInterrupted: Ctrl-C at an empty prompt.
         """
         ...
 
@@ -208,6 +233,8 @@ class ChatSession:
         #: Open panels as last drawn, by (extension, panel id); the one shown.
         self._panels: dict[tuple[str, str], PanelText] = {}
         self._shown: tuple[str, str] | None = None
+        #: One Ctrl-C at the prompt was pressed; the next one in a row leaves.
+        self._armed = False
 
     def __repr__(self) -> str:
         return f"<ChatSession turn_running={self._turn is not None}>"
@@ -248,6 +275,9 @@ class ChatSession:
                 if turn is not None and not turn.cancel_called:
                     turn.cancel()
                     self.renderer.line("^C — cancelling the turn (Ctrl-C again exits)")
+                elif turn is None and not self._armed:  # at the prompt (read from a pipe)
+                    self._armed = True
+                    self.renderer.line(f"^C — {AGAIN_TO_QUIT}")
                 else:
                     self.renderer.line("^C — bye")
                     self._session.cancel()
@@ -259,7 +289,16 @@ class ChatSession:
         """
         with self._session:
             while True:
-                line = await self.reader.read("› ", self._default)
+                try:
+                    line = await self.reader.read("› ", self._default)
+                except PromptInterrupted:
+                    if self._armed:
+                        self.renderer.line("bye")
+                        return
+                    self._armed = True
+                    self.renderer.line(self.renderer.style(AGAIN_TO_QUIT, "dim"))
+                    continue
+                self._armed = False
                 self._default = ""
                 if line is None:
                     self.renderer.line("bye")
@@ -269,6 +308,7 @@ class ChatSession:
                     continue
                 if line.startswith("/"):
                     if not await self.slash(line):
+                        self.renderer.line("bye")
                         return
                 else:
                     await self.turn(line)
@@ -428,6 +468,37 @@ class ChatSession:
                     self.panel_view.close()
 
 
+def _text(message: Message) -> str:
+    return "\n".join(b.text for b in message.content if isinstance(b, TextContent)).strip()
+
+
+def _clipped(text: str) -> list[str]:
+    lines = text.splitlines()
+    if len(lines) > _EXCHANGE_LINES:
+        lines = [
+            *lines[: _EXCHANGE_LINES - 1],
+            f"… ({len(lines) - _EXCHANGE_LINES + 1} more lines)",
+        ]
+    return [visible(line) for line in lines]
+
+
+def last_exchange(messages: list[Message]) -> list[str]:
+    """A resumed session's last exchange: the last prompt and the answer's text after
+    it, a few lines of each (terminal-safe); nothing when there is no prompt."""
+    for i in range(len(messages) - 1, -1, -1):
+        asked = _text(messages[i]) if messages[i].role == "user" else ""
+        if asked:
+            break
+    else:
+        return []
+    answers = [_text(m) for m in messages[i + 1 :] if m.role == "assistant"]
+    answer = next((a for a in reversed(answers) if a), "")
+    lines = [
+        f"you › {line}" if n == 0 else f"      {line}" for n, line in enumerate(_clipped(asked))
+    ]
+    return lines + _clipped(answer)
+
+
 def _tool_problems(host: AgentHost) -> list[str]:
     problems = list(host.mcp_problems)
     if host.dynamic is not None:
@@ -552,5 +623,7 @@ async def _chat(
         renderer.line(s(f"extensions: {names or 'none'}; /help for commands", "dim"))
         if len(engine.transcript):
             renderer.line(s(f"resumed session with {len(engine.transcript)} messages", "dim"))
+            for line in last_exchange(engine.transcript.messages()):
+                renderer.line(s(line, "dim"))
         await chat.run()
         nursery.cancel_scope.cancel()

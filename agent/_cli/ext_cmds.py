@@ -39,6 +39,7 @@ from supervisor import (
 )
 from supervisor.lowlevel import choice_file, ui_file
 
+from .confirm import confirm
 from .errors import CLIError
 from .ext_files import cell, ext_dirs, installed_dir
 from .ext_install import ext_install, ext_remove
@@ -344,11 +345,8 @@ def ext_trust(target: str, yes: bool) -> None:
         return
     if verdict.tree is None:
         raise CLIError(verdict.problem)
-    if not yes:
-        if not sys.stdin.isatty():
-            raise CLIError("not asking without a terminal: add -y to trust it as shown above")
-        if not click.confirm(f"Trust {spec.name}?", default=False):
-            raise CLIError(f"{spec.name} not trusted")
+    declined = f"{spec.name} not trusted"
+    confirm(f"Trust {spec.name}?", yes, declined=declined, what="trust it as shown above")
     try:
         store.pin(spec, verdict.tree)
     except TrustError as exc:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from supervisor import (
 )
 from supervisor.lowlevel import choice_file
 
+from .confirm import confirm
 from .errors import CLIError
 from .ext_files import cell, installed_dir, is_git_url
 from .helptext import epilog
@@ -167,16 +167,6 @@ def _forget(home: Path, identity: str, *, purge: bool) -> None:
         raise CLIError(f"removed, but its pin could not be dropped: {exc}") from None
 
 
-def _confirm(question: str, yes: bool) -> None:
-    """Ask ``question`` on a terminal; without one, only ``-y`` goes ahead."""
-    if yes:
-        return
-    if not sys.stdin.isatty():
-        raise CLIError("not asking without a terminal: add -y to go ahead")
-    if not click.confirm(question, default=False):
-        raise CLIError("nothing removed")
-
-
 @click.command(
     "remove",
     epilog=epilog(
@@ -208,7 +198,7 @@ def ext_remove(name: str, yes: bool, purge: bool) -> None:
         identity = identity_of(name, str(dest))  # installed under its name
     data = data_dir(home, identity)
     keeps = " and its data" if purge and data.exists() else ""
-    _confirm(f"Remove {name} ({dest}){keeps}?", yes)
+    confirm(f"Remove {name} ({dest}){keeps}?", yes, declined="nothing removed", what="remove it")
     shutil.rmtree(dest)
     _forget(home, identity, purge=purge)
     if data.exists():

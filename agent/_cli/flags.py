@@ -192,6 +192,61 @@ _OPTIONS = [
 ]
 
 
+# --- issue 27: config files, --resume, --protect ------------------------------------
+#
+# A value of the user's or the project's config.toml is the default of the flag of
+# that name (``main`` sets it as click's ``default_map``; see :mod:`.settings`).
+
+_MORE_OPTIONS = [
+    click.option(
+        "--resume",
+        metavar="NAME",
+        help="Resume the saved session NAME (an error when there is none; --session "
+        "NAME also starts a new one).",
+    ),
+    click.option(
+        "--protect",
+        metavar="PATH",
+        multiple=True,
+        help="A path bash, write and edit never change, besides the defaults (repeatable; "
+        "also $CORRAL_PROTECT, separated by ':').",
+    ),
+]
+
+
+def _resumed(session: str | None, resume: str | None, home: str | None) -> str | None:
+    """The session to open: ``--resume NAME`` (which must exist) or ``--session NAME``."""
+    if resume is None:
+        return session
+    if session is not None and session != resume:
+        raise click.UsageError("--resume and --session name different sessions: give one")
+    from supervisor import corral_home
+
+    from .._exceptions import SessionError
+    from .._sessions import SessionHeader, SessionStore, list_sessions
+
+    where = Path(home).expanduser() if home else corral_home()
+    try:
+        store = SessionStore.for_name(where, resume, SessionHeader(name=resume))
+    except SessionError as exc:
+        raise CLIError(str(exc)) from None
+    if not store.path.exists():
+        known = ", ".join(i.name for i in list_sessions(where)) or "none"
+        raise CLIError(f"--resume {resume}: no saved session of that name (saved: {known})")
+    return resume
+
+
+def _protected(given: tuple[str, ...]) -> list[str] | None:
+    """``--protect`` (and the files' ``protect``) added to ``CORRAL_PROTECT``; None: neither."""
+    if not given:
+        return None
+    env = [p for p in os.environ.get("CORRAL_PROTECT", "").split(os.pathsep) if p.strip()]
+    return [*env, *given]
+
+
+# --- end of issue 27's block ------------------------------------------------------------
+
+
 def agent_options(f: Callable[..., T]) -> Callable[..., T]:
     """Add the shared agent options to a click command.
 
@@ -229,6 +284,8 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
         read_timeout: float,
         retries: int,
         retry_max_time: float,
+        resume: str | None,
+        protect: tuple[str, ...],
         **kwargs: Any,
     ) -> T:
         tools = None
@@ -265,7 +322,7 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             ext_paths=[str(Path(p).absolute()) for p in ext_paths],
             discover=not no_extensions,
             sandbox=sandbox,
-            session=session,
+            session=_resumed(session, resume, None),
             continue_session=continue_session,
             max_steps=max_steps,
             system_prompt=system_prompt,
@@ -281,10 +338,11 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
             mcp_allow=list(mcp_allow),
             bash_network=list(bash_network),
             reasoning=reasoning,
+            protect=_protected(protect),
         )
         return f(*args, options=options, **kwargs)
 
     decorated: Callable[..., T] = wrapper
-    for option in reversed(_OPTIONS):
+    for option in reversed([*_OPTIONS, *_MORE_OPTIONS]):
         decorated = option(decorated)
     return decorated

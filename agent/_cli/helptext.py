@@ -20,6 +20,7 @@ COMMON_ENV: tuple[tuple[str, str], ...] = (
 #: Variables the commands that run an agent read as well.
 AGENT_ENV: tuple[tuple[str, str], ...] = (
     *COMMON_ENV,
+    ("XDG_CONFIG_HOME", "where your config file is: $XDG_CONFIG_HOME/corral/config.toml"),
     ("CORRAL_PROVIDER", "default for --provider"),
     ("OPENAI_API_KEY", "key of --provider openai (also OPENAI_BASE_URL)"),
     ("ANTHROPIC_API_KEY", "key of --provider anthropic (also ANTHROPIC_BASE_URL)"),

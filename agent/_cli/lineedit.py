@@ -6,8 +6,9 @@
   Enter after a trailing ``\\``;
 * Tab completes slash commands, the built-in ones and the extensions' (with their
   descriptions);
-* Ctrl-C clears a line being typed, and on an empty line leaves; Ctrl-D on an
-  empty line leaves;
+* Ctrl-C clears a line being typed, and on an empty line raises
+  :class:`~agent._cli.chat.PromptInterrupted` (the chat leaves on a second one);
+  Ctrl-D on an empty line leaves;
 * a status line at the bottom: provider and model, extensions, tokens and cost;
 * whatever corral prints while the prompt is shown (an extension's note, a crash
   report) is printed above the prompt, which is then drawn again, never over it.
@@ -39,6 +40,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import ColorDepth
 
+from .chat import PromptInterrupted
 from .screen import Terminal
 
 __all__ = ["Above", "PromptReader", "SlashCompleter", "history_file"]
@@ -212,7 +214,9 @@ class PromptReader:
         above = self._above
         try:
             return self._session.prompt(ANSI(prompt), default=default, pre_run=above.started)
-        except (EOFError, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            raise PromptInterrupted from None
+        except EOFError:
             return None
         finally:
             above.stopped()
@@ -228,7 +232,10 @@ class PromptReader:
         self._above.call(close)
 
     async def read(self, prompt: str, default: str = "") -> str | None:
-        """Show the prompt and return the line (None: the user left with Ctrl-D or Ctrl-C).
+        """Show the prompt and return the line (None: the user left with Ctrl-D).
+
+        Raises:
+            PromptInterrupted: Ctrl-C on an empty line.
 
         Cancellation: the prompt is closed and the terminal restored (bounded wait)
         before ``Cancelled`` propagates.

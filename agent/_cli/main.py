@@ -48,12 +48,60 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Dynamic tools and MCP servers: list, show, remove, trust.",
     ),
     "sandbox": ("ext_cmds", "sandbox_group", "Check which sandbox backend works here."),
+    "config": (
+        "config_cmd",
+        "config_group",
+        "Show each setting, its value and where it came from.",
+    ),
     "completion": ("completion", "completion_cmd", "Print a shell completion script."),
 }
 
 
 #: Commands that run an agent (and so extensions and the bash tool).
 _AGENT_COMMANDS = frozenset({"run", "chat", "demo", "rpc"})
+#: Commands whose flags the config files give defaults to (:mod:`.settings`).
+_CONFIGURED = frozenset({"run", "chat", "rpc"})
+
+
+def _late_verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    if value:
+        from .logs import configure_logging
+
+        root = ctx.find_root()
+        root.params["verbose"] = total = int(root.params.get("verbose") or 0) + value
+        configure_logging(total)
+
+
+def _late_color(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        set_color_mode(ctx, ColorMode(value))
+
+
+def _accept_global_options(command: click.Command) -> None:
+    """Let ``-v`` and ``--color`` follow the command name too (``corral run hi -v``),
+    in ``command`` and every command below it; said once, in the group's help."""
+    if getattr(command, "_corral_globals", False):
+        return
+    command._corral_globals = True  # type: ignore[attr-defined]
+    command.params += [
+        click.Option(
+            ["-v", "--verbose", "late_verbose"],
+            count=True,
+            expose_value=False,
+            hidden=True,
+            callback=_late_verbose,
+        ),
+        click.Option(
+            ["--color", "late_color"],
+            type=click.Choice([m.value for m in ColorMode]),
+            expose_value=False,
+            hidden=True,
+            callback=_late_color,
+        ),
+    ]
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _accept_global_options(sub)
 
 
 def _option(args: list[str], *names: str) -> str | None:
@@ -137,6 +185,13 @@ class _Main(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and args[0] in _AGENT_COMMANDS:
             _prefetch_sandbox(args[0], args[1:])
+        if args and args[0] in _CONFIGURED and not {"-h", "--help"} & set(args):
+            from .settings import flag_defaults
+
+            # The config files' values: defaults of the flags, after flags and env.
+            defaults = flag_defaults(_option(args[1:], "--cwd") or ".")
+            if defaults:
+                ctx.default_map = {args[0]: defaults}
         return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
@@ -147,6 +202,7 @@ class _Main(click.Group):
         command = getattr(importlib.import_module(f".{module}", __package__), attr)
         assert isinstance(command, click.Command)
         command.short_help = summary
+        _accept_global_options(command)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -167,6 +223,7 @@ class _Main(click.Group):
             ("corral demo", "the offline tour (no key, no network)"),
             ('corral run "weather in Berlin?" -e examples/extensions/weather', "one prompt"),
             ("corral -e examples/extensions/guard", "chat with an extension"),
+            ('corral -p "what is in README.md?"', "one prompt (as corral run)"),
             ("corral ext list", "installed and project-local extensions"),
             ("corral COMMAND --help", "more about one command"),
         ],
@@ -188,6 +245,14 @@ class _Main(click.Group):
     help="Chat with the extension in PATH: same as `corral chat -e PATH`.",
 )
 @click.option(
+    "-p",
+    "--print",
+    "print_prompt",
+    metavar="PROMPT",
+    expose_value=False,
+    help="Run one prompt and print the answer: same as `corral run PROMPT`.",
+)
+@click.option(
     "--rpc",
     is_flag=True,
     expose_value=False,
@@ -199,7 +264,9 @@ def main(ctx: click.Context, verbose: int, color: str) -> None:
     """corral: run untrusted agent extensions as supervised, sandboxed subprocesses.
 
     Without a key or a network, `corral demo` shows what it does. On a terminal, logs
-    go to $CORRAL_HOME/logs/corral.log (-v shows them on stderr instead).
+    go to $CORRAL_HOME/logs/corral.log (-v shows them on stderr instead). -v and
+    --color may follow the command too (`corral run hi -v`). Flag defaults can be
+    kept in ~/.config/corral/config.toml (`corral config` shows them).
     """
     from .logs import configure_logging  # structlog is not needed for --help
 

@@ -398,16 +398,18 @@ class HumanRenderer:
             text += f" (pid {event.pid})"
         if event.sandboxed is False:
             text += " — UNSANDBOXED"
-        if event.detail:
-            # The reason an extension runs unsandboxed (with its fix) is the same for
-            # all of them: said once per session.
-            detail = visible(event.detail)
-            if event.sandboxed is False and detail in self._told:
+        if event.detail and event.status == "started":
+            # "backend; note; note": the sandbox's notes (memory limited per process,
+            # why it runs unsandboxed, with its fix) are the same for every extension
+            # and every restart: each is said once per session.
+            backend, *notes = visible(event.detail).split("; ")
+            fresh = [n for n in notes if n not in self._told]
+            self._told.update(fresh)
+            text += ": " + "; ".join([backend, *fresh])
+            if event.sandboxed is False and len(fresh) < len(notes):
                 text += " (why: see above)"
-            else:
-                text += f": {detail}"
-                if event.sandboxed is False:
-                    self._told.add(detail)
+        elif event.detail:
+            text += f": {visible(event.detail)}"
         self.note(event.extension, text, _STATUS_STYLE.get(event.status, "blue"))
 
     def _structured(self, event: AgentEvent) -> None:

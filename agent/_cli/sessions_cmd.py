@@ -25,11 +25,13 @@ from .._messages import (
 )
 from .._sessions import (
     SessionHeader,
+    SessionLocked,
     SessionStore,
     list_sessions,
     remove_session,
     sessions_dir,
 )
+from .confirm import confirm
 from .errors import CLIError
 from .helptext import epilog
 from .safe_text import visible
@@ -145,15 +147,37 @@ def sessions_show(name: str, as_json: bool) -> None:
 @sessions_group.command(
     "rm",
     epilog=epilog(
-        examples=[("corral sessions rm work old", "delete two sessions")],
-        exit_codes=((0, "deleted"), (1, "no such session, or one is open elsewhere")),
+        examples=[
+            ("corral sessions rm work old", "asks, then deletes two sessions"),
+            ("corral sessions rm -y work", "no question (needed without a terminal)"),
+        ],
+        exit_codes=(
+            (0, "deleted"),
+            (1, "no such session, one is open elsewhere, or not confirmed"),
+        ),
     ),
 )
 @click.argument("names", nargs=-1, required=True, metavar="NAME...")
-def sessions_rm(names: tuple[str, ...]) -> None:
-    """Delete saved sessions (refused for one open in another process)."""
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (needed without a terminal).")
+def sessions_rm(names: tuple[str, ...], yes: bool) -> None:
+    """Delete saved sessions (refused for one open in another process).
+
+    Asks first on a terminal; without one, only -y deletes.
+    """
     for name in names:
-        _load(name)
+        _load(name)  # every name exists before anything is asked or deleted
+    in_use = {i.name: i.locked_by for i in list_sessions(_home()) if i.locked_by is not None}
+    for name in names:
+        if name in in_use:  # said before asking (remove_session checks again, locked)
+            raise CLIError(str(SessionLocked(name, in_use[name])))
+    listed = ", ".join(names)
+    confirm(
+        f"Delete the session{'s' if len(names) > 1 else ''} {listed}?",
+        yes,
+        declined="nothing deleted",
+        what="delete them",
+    )
+    for name in names:
         try:
             remove_session(_home(), name)
         except SessionError as exc:

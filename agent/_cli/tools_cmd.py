@@ -1,7 +1,8 @@
 """``corral tools``: the dynamic tools the agent wrote, and the MCP servers declared here.
 
-``list`` / ``show`` / ``rm`` / ``clear`` with ``--dynamic`` work on the catalog
-(``$CORRAL_HOME/state/dynamic-tools.db``, or ``$CORRAL_DYNAMIC_CATALOG``), checking
+``list`` / ``show`` / ``rm`` / ``clear`` work on the catalog of dynamic tools
+(``$CORRAL_HOME/state/dynamic-tools.db``, or ``$CORRAL_DYNAMIC_CATALOG``: the only
+kind kept outside a session, so ``--dynamic`` is accepted, never needed), checking
 every entry's seal as a session would (a refused entry is listed as such, with
 why). ``tools mcp list|trust|untrust`` show the servers of ``$CORRAL_HOME/mcp.json``
 and ``./.corral/mcp.json`` and trust the project's. Everything shown that an agent,
@@ -24,7 +25,8 @@ import trio
 from supervisor import corral_home
 
 from .._audit import AuditLog, ToolAction, audit_path
-from .._options import AgentOptions
+from .._exceptions import AgentError
+from .._options import AgentOptions, mcp_allowances
 from .._tools.dynamic import (
     SOURCE,
     Catalog,
@@ -45,7 +47,9 @@ from .._tools.mcp.config import (
     user_config_path,
 )
 from .._tools.mcp.errors import McpConfigError
+from .._tools.mcp.policy import McpPolicy
 from .._tools.mcp.trust import McpTrust, code_paths, entry_digest
+from .confirm import confirm
 from .errors import CLIError
 from .helptext import COMMON_ENV, epilog
 from .render import HumanRenderer
@@ -56,6 +60,16 @@ __all__ = ["ask_mcp_trust", "describe_server", "tools_group"]
 _ENV = (
     *COMMON_ENV,
     ("CORRAL_DYNAMIC_CATALOG", "another catalog file (*.json: the JSON store)"),
+)
+
+
+#: ``--dynamic`` is accepted, never needed: dynamic tools are the only kind kept
+#: outside a session (extension tools: ``corral ext list``; MCP servers: ``tools mcp``).
+_DYNAMIC = click.option(
+    "--dynamic",
+    is_flag=True,
+    expose_value=False,
+    help="Dynamic tools: the only kind kept here, so the default.",
 )
 
 
@@ -87,14 +101,6 @@ def _entries() -> list[tuple[CatalogEntry | None, EntryRefused | None]]:
     return out
 
 
-def _need_dynamic(dynamic: bool) -> None:
-    if not dynamic:
-        raise CLIError(
-            "only dynamic tools are kept outside a session: add --dynamic (MCP servers: "
-            "`corral tools mcp list`; extension tools: `corral ext list`)"
-        )
-
-
 def _record(action: ToolAction, name: str) -> None:
     log = AuditLog(audit_path(_home()), session="", cwd=os.getcwd())
     trio.run(functools.partial(log.record_tool, action, name, SOURCE))
@@ -120,11 +126,10 @@ def tools_group() -> None:
         env=_ENV,
     ),
 )
-@click.option("--dynamic", is_flag=True, help="The dynamic tools (the only kind kept here).")
+@_DYNAMIC
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per tool.")
-def tools_list(dynamic: bool, as_json: bool) -> None:
+def tools_list(as_json: bool) -> None:
     """List the dynamic tools in the catalog."""
-    _need_dynamic(dynamic)
     entries = _entries()
     if as_json:
         for entry, refused in entries:
@@ -139,7 +144,10 @@ def tools_list(dynamic: bool, as_json: bool) -> None:
             click.echo(json.dumps(data, ensure_ascii=False))
         return
     if not entries:
-        click.echo(f"no dynamic tools (catalog: {_catalog().path})")
+        click.echo(
+            f"no dynamic tools (catalog: {_catalog().path}; MCP servers: `corral tools mcp "
+            "list`; extension tools: `corral ext list`)"
+        )
         return
     for entry, refused in entries:
         name = entry.name if entry else refused.name if refused else "?"
@@ -157,30 +165,33 @@ def tools_list(dynamic: bool, as_json: bool) -> None:
     ),
 )
 @click.argument("name")
-@click.option("--dynamic", is_flag=True, help="A dynamic tool (the only kind kept here).")
-def tools_show(name: str, dynamic: bool) -> None:
+@_DYNAMIC
+def tools_show(name: str) -> None:
     """Show a dynamic tool: description, parameters, code, and whether it loads."""
-    _need_dynamic(dynamic)
     for entry, refused in _entries():
         if (entry.name if entry else refused.name if refused else None) != name:
             continue
         if entry is None:
             assert refused is not None
             raise CLIError(str(refused))
-        lines = [
-            f"name         {entry.name}",
-            f"created      {entry.created}",
-            f"code         {code_digest(entry.code)}",
-            f"status       {'REFUSED: ' + refused.reason if refused else 'sealed, loads'}",
-            f"description  {entry.description}",
-            "parameters   "
-            + json.dumps(entry.parameters, indent=2).replace("\n", "\n             "),
-            "",
-            "def tool(args):",
-            *("    " + line for line in entry.code.splitlines()),
+        status = "REFUSED: " + refused.reason if refused else "sealed, loads"
+        fields = [
+            ("name", entry.name),
+            ("created", entry.created),
+            ("code", code_digest(entry.code)),
+            ("status", status),
+            ("description", entry.description),
+            ("parameters", json.dumps(entry.parameters, indent=2, ensure_ascii=False)),
         ]
-        for line in lines:
-            click.echo(visible(line))
+        for label, value in fields:  # made safe line by line: real lines, no literal \n
+            first, *rest = value.splitlines() or [""]
+            click.echo(visible(f"{label:<12} {first}"))
+            for line in rest:
+                click.echo(" " * 13 + visible(line))
+        click.echo("")
+        click.echo("def tool(args):")
+        for line in entry.code.splitlines():
+            click.echo("    " + visible(line))
         return
     raise CLIError(f"no dynamic tool named {name!r}; `corral tools list --dynamic` lists them")
 
@@ -194,10 +205,9 @@ def tools_show(name: str, dynamic: bool) -> None:
     ),
 )
 @click.argument("names", nargs=-1, required=True)
-@click.option("--dynamic", is_flag=True, help="Dynamic tools (the only kind kept here).")
-def tools_rm(names: tuple[str, ...], dynamic: bool) -> None:
+@_DYNAMIC
+def tools_rm(names: tuple[str, ...]) -> None:
     """Remove dynamic tools from the catalog (refused entries too)."""
-    _need_dynamic(dynamic)
     catalog = _catalog()
     missing = []
     for name in names:
@@ -221,18 +231,16 @@ def tools_rm(names: tuple[str, ...], dynamic: bool) -> None:
         env=_ENV,
     ),
 )
-@click.option("--dynamic", is_flag=True, help="Dynamic tools (the only kind kept here).")
-@click.option("--yes", is_flag=True, help="Do not ask.")
-def tools_clear(dynamic: bool, yes: bool) -> None:
+@_DYNAMIC
+@click.option("-y", "--yes", is_flag=True, help="Do not ask (needed without a terminal).")
+def tools_clear(yes: bool) -> None:
     """Remove every dynamic tool from the catalog."""
-    _need_dynamic(dynamic)
     entries = _entries()
     names = [e.name if e else r.name if r else "?" for e, r in entries]
     if not names:
         click.echo("no dynamic tools")
         return
-    if not yes and not click.confirm(f"remove {len(names)} dynamic tool(s)?", default=False):
-        raise CLIError("nothing removed")
+    confirm(f"remove {len(names)} dynamic tool(s)?", yes, declined="nothing removed")
     try:
         _catalog().clear()
     except CatalogError as exc:
@@ -295,28 +303,82 @@ def mcp_group() -> None:
     """MCP servers declared for this project and user: list, trust, untrust."""
 
 
+_MCP_ALLOW = click.option(
+    "--mcp-allow",
+    metavar="ADDR",
+    multiple=True,
+    help="An exception to the MCP network guard, as run's (also $CORRAL_MCP_ALLOW).",
+)
+
+
+def _policy(allow: tuple[str, ...]) -> McpPolicy:
+    try:
+        return McpPolicy.allowing(mcp_allowances(AgentOptions(mcp_allow=list(allow))))
+    except AgentError as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _states(decls: list[ServerDecl], policy: McpPolicy) -> list[tuple[str, str]]:
+    """What a session would do with each server: (state, why), as ``declared_servers``
+    and the policy decide it. Blocking (it runs the policy's checks)."""
+    trust = McpTrust(_home())
+
+    async def check() -> list[tuple[str, str]]:
+        states: list[tuple[str, str]] = []
+        users = {d.name: d for d in decls if d.origin is Origin.USER}
+        for decl in decls:
+            winner = users.get(decl.name)
+            if decl.origin is Origin.PROJECT and winner is not None:
+                states.append(("SHADOWED", f"the user's server of that name wins ({winner.path})"))
+                continue
+            refused = await policy.refusal(decl)  # trusting it would not change this
+            if refused is not None:
+                states.append(("REFUSED", refused))
+                continue
+            try:
+                why = trust.problem(decl)
+            except McpConfigError as exc:
+                why = str(exc)
+            states.append(("starts", "") if why is None else ("NOT TRUSTED", why))
+        return states
+
+    return trio.run(check)
+
+
 @mcp_group.command(
     "list",
     epilog=epilog(examples=[("corral tools mcp list", "")], env=COMMON_ENV),
 )
 @click.option("--cwd", default=".", type=click.Path(file_okay=False, exists=True))
-def mcp_list(cwd: str) -> None:
-    """List the declared MCP servers and whether they may start."""
+@_MCP_ALLOW
+def mcp_list(cwd: str, mcp_allow: tuple[str, ...]) -> None:
+    """List the declared MCP servers and what a session would do with each.
+
+    STATE is `starts` only when `corral run` would start the server: trusted (a
+    project's), not shadowed by a user server of the same name, and allowed by the
+    connection policy (an absolute executable command; a URL the network guard lets
+    through). Otherwise it says why not, on the next line: REFUSED (by the policy,
+    trusted or not), NOT TRUSTED, or SHADOWED.
+    """
     project = os.path.realpath(cwd)
-    trust = McpTrust(_home())
     decls = _declared(project)
     if not decls:
         click.echo(
             f"no MCP servers declared ({user_config_path(_home())}, {project_config_path(project)})"
         )
         return
-    for decl in decls:
-        try:
-            why = trust.problem(decl)
-        except McpConfigError as exc:
-            why = str(exc)
-        state = "starts" if why is None else "NOT TRUSTED"
-        click.echo(visible(f"{decl.name}  {decl.origin.value}  {state}  {decl.config.describe()}"))
+    states = _states(decls, _policy(mcp_allow))
+    rows = [
+        (visible(d.name), d.origin.value, state, visible(d.config.describe()))
+        for d, (state, _) in zip(decls, states, strict=True)
+    ]
+    heads = ("NAME", "ORIGIN", "STATE", "RUNS")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads[:-1])]
+    for row, (_, why) in zip([heads, *rows], [("", ""), *states], strict=True):
+        cells = [c.ljust(w) for c, w in zip(row, widths, strict=False)]
+        click.echo("  ".join([*cells, row[-1]]).rstrip())
+        if why:
+            click.echo(visible(f"    {why}"))
 
 
 def _project_decl(name: str, cwd: str) -> ServerDecl:
@@ -329,19 +391,35 @@ def _project_decl(name: str, cwd: str) -> ServerDecl:
 @mcp_group.command(
     "trust",
     epilog=epilog(
-        examples=[("corral tools mcp trust files", "after reviewing .corral/mcp.json")],
+        examples=[
+            ("corral tools mcp trust files", "review, then answer y"),
+            ("corral tools mcp trust -y files", "no question (needed without a terminal)"),
+        ],
         env=COMMON_ENV,
+        exit_codes=((0, "trusted"), (1, "not trusted: refused by policy, or not confirmed")),
     ),
 )
 @click.argument("names", nargs=-1, required=True)
 @click.option("--cwd", default=".", type=click.Path(file_okay=False, exists=True))
-def mcp_trust(names: tuple[str, ...], cwd: str) -> None:
-    """Trust project MCP servers as their entries are now."""
+@click.option("-y", "--yes", is_flag=True, help="Trust without asking, as shown.")
+@_MCP_ALLOW
+def mcp_trust(names: tuple[str, ...], cwd: str, yes: bool, mcp_allow: tuple[str, ...]) -> None:
+    """Trust project MCP servers as their entries are now.
+
+    Each is shown first; one the connection policy would refuse at start is not
+    pinned (a pin would only say `starts` where `run` refuses). Asks on a terminal;
+    without one, only -y trusts.
+    """
     trust = McpTrust(_home())
+    policy = _policy(mcp_allow)
     for name in names:
         decl = _project_decl(name, cwd)
         for line in describe_server(decl):
             click.echo(line)
+        refused = trio.run(policy.refusal, decl)
+        if refused is not None:
+            raise CLIError(f"not trusting {name}: a session would not start it: {refused}")
+        confirm(f"Trust {name}?", yes, declined=f"{name} not trusted", what="trust it as shown")
         try:
             trust.trust(decl)
         except McpConfigError as exc:
@@ -381,6 +459,11 @@ async def ask_mcp_trust(
     home, cwd = await trio.to_thread.run_sync(_where, options)
     trust = McpTrust(home)
     try:
+        policy = McpPolicy.allowing(mcp_allowances(options))
+    except AgentError as exc:
+        renderer.line(renderer.style(visible(f"! {exc}"), "red"))
+        return
+    try:
         decls, bad = await trio.to_thread.run_sync(
             load_config, project_config_path(cwd), Origin.PROJECT
         )
@@ -396,6 +479,10 @@ async def ask_mcp_trust(
         except McpConfigError as exc:
             renderer.line(renderer.style(visible(f"! {exc}"), "red"))
             return
+        refused = await policy.refusal(decl)
+        if refused is not None:  # trusting it would not start it: not asked
+            renderer.line(renderer.style(visible(f"! not starting {decl.name}: {refused}"), "red"))
+            continue
         renderer.line(renderer.style(f"MCP server {decl.name} needs your trust:", "bold"))
         for line in describe_server(decl):
             renderer.line(line)

@@ -56,7 +56,7 @@ def test_every_line_of_a_message_is_made_safe() -> None:
             1,
             "Error: no session named nothere (saved sessions: none)",
         ),
-        (("audit", "--since", "soon"), 1, "Error: --since 'soon': use an age like 30m"),
+        (("audit", "--since", "soon"), 2, "Invalid value for '--since': 'soon': use an age"),
         (("tools", "rm", "--dynamic", "ghost"), 1, "Error: no dynamic tool named ghost"),
         (("ext", "logs", "ghost"), 1, "Error: no extension named ghost here"),
         (("run", "--tools", "nonsense", "hi"), 1, "Error: unknown built-in tool(s) nonsense"),

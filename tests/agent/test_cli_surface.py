@@ -279,3 +279,31 @@ def test_a_rewrite_or_block_names_who_did_it_and_what_ran() -> None:
     assert 'the model asked for {"command": "ls -a"}' in shown
     assert '→ bash (blocked by [guard]) {"command": "rm"}' in shown
     assert "\x1b" not in shown
+
+
+def test_a_sandbox_note_is_said_once_not_on_every_started_line() -> None:
+    # As a non-root user without a delegated cgroup, every start carries the same
+    # note; the demo printed it ten times.
+    from agent._host import agent_event_for
+    from supervisor import ExtensionStarted
+
+    memory = "memory is limited per process (RLIMIT_DATA), not for the whole extension"
+    out = io.StringIO()
+    renderer = HumanRenderer(Terminal(make_console(out, ColorMode.NEVER)))
+    for name, pid, note in [("a", 1, memory), ("b", 2, memory), ("c", 3, f"{memory}; other")]:
+        started = ExtensionStarted(
+            extension=name,
+            pid=pid,
+            sandboxed=True,
+            backend="bwrap",
+            tools=[],
+            commands=[],
+            note=note,
+        )
+        event = agent_event_for(started)
+        assert event is not None
+        renderer.show(event)
+    lines = out.getvalue().splitlines()
+    assert sum("RLIMIT_DATA" in line for line in lines) == 1
+    assert "[b] started (pid 2): bwrap" in lines
+    assert "[c] started (pid 3): bwrap; other" in lines

@@ -430,3 +430,58 @@ def test_chat_closes_the_panel_of_an_extension_that_crashed(
     term.wait_for("[board] restarted")
     term.send("\x04")
     assert term.finish() == 0
+
+
+def test_one_ctrl_c_at_the_prompt_says_how_to_leave_and_a_second_leaves(
+    open_screen: Callable[..., Screen],
+) -> None:
+    term = open_screen("chat", "--no-extensions")
+    term.prompt_ready(1)
+    term.send("\x03")
+    term.wait_for("press Ctrl-C again to quit")
+    assert term.child.isalive()
+    term.prompt_ready(2)
+    term.send("hello\r")  # a line in between: the next Ctrl-C is a first one again
+    term.prompt_ready(3)
+    term.send("\x03")
+    term.wait("a second hint", lambda: term.text().count("press Ctrl-C again to quit") == 2)
+    assert term.child.isalive()
+    term.send("\x03")
+    assert term.finish() == 0
+    assert term.lines()[-1] == "bye" or "bye" in term.text().split("press Ctrl-C again")[-1]
+
+
+def test_exit_says_goodbye_as_ctrl_d_does(open_screen: Callable[..., Screen]) -> None:
+    for leave in ("/exit\r", "/quit\r", "\x04"):
+        term = open_screen("chat", "--no-extensions")
+        term.prompt_ready(1)
+        term.send(leave)
+        assert term.finish() == 0
+        assert "bye" in term.text().split("›")[-1], (leave, term.text())
+
+
+def test_a_resumed_chat_shows_the_last_exchange(
+    open_screen: Callable[..., Screen], tmp_path: Path
+) -> None:
+    path = script(tmp_path, {"text": "first answer"}, {"text": "the answer is 42\n\nsecond line"})
+    term = open_screen("chat", "--no-extensions", "--session", "s", "--script", path)
+    term.prompt_ready(1)
+    term.send("first question\r")
+    term.wait_for("first answer")
+    term.prompt_ready(2)
+    term.send("what is it?\r")
+    term.wait_for("second line")
+    term.prompt_ready(3)
+    term.send("\x04")
+    assert term.finish() == 0
+    again = open_screen("chat", "--no-extensions", "--session", "s", "--script", path)
+    again.prompt_ready(1)
+    shown = again.text()
+    assert "resumed session with 4 messages" in shown
+    after = shown.split("resumed session with 4 messages")[1]
+    assert "you › what is it?" in after
+    assert "the answer is 42" in after
+    assert "second line" in after
+    assert "first question" not in after
+    again.send("\x04")
+    assert again.finish() == 0

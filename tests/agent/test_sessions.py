@@ -297,7 +297,7 @@ def test_sessions_list_show_rm(home: Path, work: Path, tmp_path: Path) -> None:
     header, *messages = (json.loads(line) for line in out.splitlines())
     assert header["type"] == "session"
     assert [m["role"] for m in messages] == ["user", "assistant"]
-    assert cli("sessions", "rm", "alpha") == (0, "removed session alpha\n")
+    assert cli("sessions", "rm", "-y", "alpha") == (0, "removed session alpha\n")
     assert not list((home / "sessions").glob("alpha*"))
     code, out = cli("sessions", "show", "alpha")
     assert code == 1

@@ -94,14 +94,38 @@ def test_rm_and_clear_are_recorded(home: Path, catalog: Path) -> None:
     ]
 
 
-def test_without_dynamic_it_says_what_is_kept_where(home: Path) -> None:
-    out = tools("list")
-    assert out.exit_code == 1
-    assert "add --dynamic" in out.output
-    assert "Traceback" not in out.output
-    missing = tools("show", "nope", "--dynamic")
+def test_without_dynamic_it_lists_the_only_kind_kept(home: Path, catalog: Path) -> None:
+    plain, flagged = tools("list"), tools("list", "--dynamic")
+    assert plain.exit_code == 0, plain.output
+    assert plain.output == flagged.output
+    assert "shout  2026-01-01" in plain.output
+    assert "    return args['text'].upper()" in tools("show", "shout").output
+    missing = tools("show", "nope")
     assert missing.exit_code == 1
     assert "no dynamic tool named 'nope'" in missing.output
+
+
+def test_an_empty_catalog_says_where_the_other_kinds_are(home: Path) -> None:
+    out = tools("list")
+    assert out.exit_code == 0, out.output
+    assert "no dynamic tools" in out.output
+    assert "corral tools mcp list" in out.output
+    assert "corral ext list" in out.output
+
+
+def test_show_prints_the_schema_as_json_on_real_lines(home: Path, catalog: Path) -> None:
+    shown = tools("show", "shout", "--dynamic").output
+    assert "\\n" not in shown
+    start = shown.index("parameters   ") + len("parameters   ")
+    end = shown.index("\n\ndef tool(args):")
+    block = shown[start:end]
+    assert len(block.splitlines()) > 3
+    assert json.loads(block) == SCHEMA
+    data = json.loads(catalog.read_text())
+    data["tools"][0]["description"] = "two\nlines\x1b[2J"
+    catalog.write_text(json.dumps(data))
+    shown = tools("show", "shout").output  # refused now (edited), still shown whole
+    assert "description  two\n             lines\\x1b[2J" in shown
 
 
 @pytest.mark.slow

@@ -112,13 +112,41 @@ async def test_bash_cannot_plant_an_extension(box: Box, command: str) -> None:
     assert (good / "extension.json").read_text() == '{"name": "good"}'
 
 
-async def test_a_missing_dot_corral_is_created_empty_and_read_only(box: Box) -> None:
-    ok, out = await sh(box.bash(), "echo fine > made.txt && mkdir -p .corral/extensions/x")
+async def test_a_missing_dot_corral_is_read_only_and_not_left_behind(box: Box) -> None:
+    command = "echo fine > made.txt && test -d .corral && mkdir -p .corral/extensions/x"
+    ok, out = await sh(box.bash(), command)
     assert not ok
-    assert "Read-only file system" in out
+    assert "Read-only file system" in out  # it was there, empty and read-only
     assert (box.project / "made.txt").read_text() == "fine\n"
+    assert not (box.project / ".corral").exists()  # the mount point went with the command
+
+
+async def test_the_placeholder_stays_while_another_command_binds_it(box: Box) -> None:
+    tool = box.bash()
+    results: dict[str, tuple[bool, str]] = {}
+
+    async def slow() -> None:
+        results["slow"] = await sh(tool, "sleep 3; mkdir .corral/x")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow)
+        with trio.fail_after(30):
+            while not (box.project / ".corral").is_dir():
+                await trio.sleep(0.02)
+        results["quick"] = await sh(tool, "test -d .corral && ! mkdir .corral/y")
+        # Removing it now would detach the slow command's read-only bind.
+        assert (box.project / ".corral").is_dir()
+    assert results["quick"][0], results
+    assert not results["slow"][0]
+    assert "Read-only file system" in results["slow"][1]
+    assert not (box.project / ".corral").exists()  # the last one out removed it
+
+
+async def test_a_dot_corral_the_user_made_stays(box: Box) -> None:
+    (box.project / ".corral").mkdir()
+    ok, _ = await sh(box.bash(), "true")
+    assert ok
     assert (box.project / ".corral").is_dir()
-    assert list((box.project / ".corral").iterdir()) == []
 
 
 async def test_a_directory_the_user_cannot_write_still_runs_bash(box: Box) -> None:

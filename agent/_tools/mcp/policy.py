@@ -25,12 +25,19 @@ import stat
 import typing
 
 import httpx
+import trio
 
 from supervisor import NetGuard
 
-from ..web import BlockedTarget, FetchFailed
+from ..web import (
+    AddressPolicy,
+    BlockedTarget,
+    FetchFailed,
+    WebConfigError,
+    parse_allowance,
+)
 from ..web.guard import check_url
-from .config import ServerConfig
+from .config import ServerConfig, ServerDecl
 from .errors import PolicyRefused
 
 __all__ = ["McpPolicy", "credential_headers"]
@@ -57,6 +64,34 @@ class McpPolicy:
 
     def __repr__(self) -> str:
         return f"<McpPolicy {self.guard!r}>"
+
+    @classmethod
+    def allowing(cls, allowances: list[str]) -> McpPolicy:
+        """The policy with these exceptions to the guard (``--mcp-allow`` entries).
+
+        Raises:
+            WebConfigError: an entry is malformed (``--mcp-allow`` named).
+        """
+        try:
+            policy = AddressPolicy(parse_allowance(a) for a in allowances)
+        except ValueError as exc:
+            raise WebConfigError("CORRAL_MCP_ALLOW / --mcp-allow", str(exc)) from None
+        return cls(NetGuard(policy))
+
+    async def refusal(self, decl: ServerDecl) -> str | None:
+        """Why the policy would refuse ``decl`` at start, or None: what a session's
+        start checks, so a listing and a trust prompt say what will really happen.
+
+        Cancellation: the lookup of an HTTP server's host is abandoned.
+        """
+        try:
+            if decl.config.command is not None:
+                await trio.to_thread.run_sync(self.check_stdio, decl.name, decl.config)
+            else:
+                await self.check_http(decl.name, decl.config)
+        except PolicyRefused as exc:
+            return str(exc)
+        return None
 
     def check_stdio(self, name: str, config: ServerConfig) -> str:
         """Check a stdio server's command; returns it. Blocking (it looks at the file).

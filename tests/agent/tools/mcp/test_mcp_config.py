@@ -174,11 +174,16 @@ async def test_declared_servers_start_with_the_session(
             # The agent's own mcp_* tools stay off unless asked for.
             assert "mcp_connect" not in rt.tool_sources()
 
-    trusted = CliRunner().invoke(main, ["tools", "mcp", "trust", "repo", "--cwd", str(work)])
-    assert trusted.exit_code == 0, trusted.output
-    assert "trusted repo" in trusted.output
-    listed = CliRunner().invoke(main, ["tools", "mcp", "list", "--cwd", str(work)])
-    assert "repo  project  starts" in listed.output
+    def cli(*args: str) -> str:  # a command of its own: it runs trio itself
+        done = CliRunner().invoke(main, ["tools", "mcp", *args, "--cwd", str(work)])
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    assert "trusted repo" in await trio.to_thread.run_sync(cli, "trust", "-y", "repo")
+    listed = (await trio.to_thread.run_sync(cli, "list")).splitlines()
+    assert [r.split()[:3] for r in listed if r.startswith("repo ")] == [
+        ["repo", "project", "starts"]
+    ]
     with trio.fail_after(TIMEOUT):
         async with open_runtime(opts) as rt:
             assert rt.host.mcp is not None
