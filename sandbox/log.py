@@ -11,7 +11,11 @@ forwards everything to it. The log itself is structlog's, unchanged.
 The CLI's configuration follows the same rule: :func:`configure_when_loaded`
 runs it at once when structlog is already imported, else the moment
 :func:`load_structlog` first imports it (before the first entry is rendered), so
-what is written and where is the same as configuring up front.
+what is written and where is the same as configuring up front. Given the
+``level`` that configuration lets through, a call below it made while structlog
+is not loaded is dropped without loading it (the configured filter would drop it
+too): a host that starts extensions and logs only ``info`` about them, under a
+``warning`` threshold, never pays structlog's 6 MiB.
 
 This is corral's one public logging entry point (``sandbox.log``, a public
 module beside the facade, as ``supervisor.lowlevel`` is). It lives in ``sandbox``,
@@ -35,6 +39,10 @@ __all__ = ["LazyLogger", "configure_when_loaded", "get_logger", "lazy_structlog"
 _lock = threading.Lock()
 #: The configuration to run when structlog is first imported (None: none waiting).
 _pending: Callable[[ModuleType], None] | None = None
+#: The least level the waiting configuration lets through (None: not said).
+_gate: int | None = None
+#: The level of each logger method the gate may drop (``logging``'s numbers).
+_METHOD_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40}
 
 
 def load_structlog() -> ModuleType:
@@ -52,19 +60,30 @@ def load_structlog() -> ModuleType:
     return structlog
 
 
-def configure_when_loaded(setup: Callable[[ModuleType], None]) -> None:
+def configure_when_loaded(setup: Callable[[ModuleType], None], *, level: int | None = None) -> None:
     """Run ``setup(structlog)`` now if structlog is imported, else when it first is.
 
     A later call replaces a configuration still waiting (the last one wins, as
     with ``structlog.configure``).
+
+    Args:
+        setup: configures structlog.
+        level: the least level (``logging.WARNING``, ...) ``setup``'s configuration
+            lets through: until structlog is loaded, a call below it (``log.info``
+            under ``WARNING``) is dropped without loading structlog. None: every
+            call loads it.
     """
-    global _pending
+    global _pending, _gate
     with _lock:
         if "structlog" not in sys.modules:
-            _pending = setup
+            _pending, _gate = setup, level
             return
-        _pending = None
+        _pending, _gate = None, None
     setup(load_structlog())
+
+
+def _drop(*_args: _Any, **_kwargs: _Any) -> None:
+    """A log call below the waiting configuration's level."""
 
 
 @typing.final
@@ -95,6 +114,11 @@ class LazyLogger:
     def __getattr__(self, name: str) -> _Any:
         global _get_config
         if _get_config is None:
+            gate = _gate
+            if gate is not None and "structlog" not in sys.modules:
+                level = _METHOD_LEVELS.get(name)
+                if level is not None and level < gate:
+                    return _drop
             _get_config = load_structlog().get_config
         config = _get_config()
         made = self._from  # what the bound logger was assembled from, by identity
