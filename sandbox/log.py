@@ -25,16 +25,25 @@ importing another's private module.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 import threading
 import typing
 from typing import Any as _Any
 
 if typing.TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
     from types import ModuleType
 
-__all__ = ["LazyLogger", "configure_when_loaded", "get_logger", "lazy_structlog", "load_structlog"]
+__all__ = [
+    "LazyLogger",
+    "bound_contextvars",
+    "configure_when_loaded",
+    "get_logger",
+    "lazy_structlog",
+    "load_structlog",
+]
 
 _lock = threading.Lock()
 #: The configuration to run when structlog is first imported (None: none waiting).
@@ -100,16 +109,21 @@ class LazyLogger:
     assembles again when any of them was replaced.
     """
 
-    __slots__ = ("_args", "_bound", "_from", "_logger")
+    __slots__ = ("_args", "_bound", "_context", "_from", "_logger")
 
-    def __init__(self, *args: _Any) -> None:
+    def __init__(self, *args: _Any, _context: dict[str, _Any] | None = None) -> None:
         self._args = args
+        self._context = _context or {}
         self._logger: _Any = None
         self._bound: _Any = None
         self._from: tuple[_Any, ...] = ()
 
     def __repr__(self) -> str:
         return f"<LazyLogger {self._args!r} loaded={self._logger is not None}>"
+
+    def bind(self, **values: _Any) -> LazyLogger:
+        """A logger with ``values`` bound (structlog's ``bind``), still lazy."""
+        return LazyLogger(*self._args, _context={**self._context, **values})
 
     def __getattr__(self, name: str) -> _Any:
         global _get_config
@@ -120,6 +134,14 @@ class LazyLogger:
                 if level is not None and level < gate:
                     return _drop
             _get_config = load_structlog().get_config
+        early = _early.get()
+        if early:  # bound while structlog was not loaded: bound to this call's logger
+            return getattr(self._logger_now().bind(**early), name)
+        return getattr(self._logger_now(), name)
+
+    def _logger_now(self) -> _Any:
+        """The bound logger of the current configuration (assembled again if it changed)."""
+        assert _get_config is not None
         config = _get_config()
         made = self._from  # what the bound logger was assembled from, by identity
         if (
@@ -131,14 +153,14 @@ class LazyLogger:
         ):
             if self._logger is None:
                 self._logger = load_structlog().get_logger(*self._args)
-            self._bound = self._logger.bind()
+            self._bound = self._logger.bind(**self._context)
             self._from = (
                 config["processors"],
                 config["wrapper_class"],
                 config["logger_factory"],
                 config["context_class"],
             )
-        return getattr(self._bound, name)
+        return self._bound
 
 
 #: ``structlog.get_config``, once structlog is imported.
@@ -148,6 +170,32 @@ _get_config: Callable[[], dict[str, _Any]] | None = None
 def get_logger(*args: _Any) -> _Any:
     """The lazy equivalent of ``structlog.get_logger(*args)`` (typed ``_Any`` as structlog's)."""
     return LazyLogger(*args)
+
+
+#: What :func:`bound_contextvars` bound while structlog was not loaded.
+_early: contextvars.ContextVar[dict[str, _Any] | None] = contextvars.ContextVar(
+    "corral_log_early", default=None
+)
+
+
+@contextlib.contextmanager
+def bound_contextvars(**bindings: _Any) -> Iterator[None]:
+    """``structlog.contextvars.bound_contextvars``, without importing structlog.
+
+    Once structlog is loaded this is structlog's own. Before, the bindings are kept
+    in a context variable of this module, and every entry logged in that context
+    (after structlog is loaded by it, or by anything else) carries them, as the
+    bound logger's values.
+    """
+    if "structlog" in sys.modules:
+        with load_structlog().contextvars.bound_contextvars(**bindings):
+            yield
+        return
+    token = _early.set({**(_early.get() or {}), **bindings})
+    try:
+        yield
+    finally:
+        _early.reset(token)
 
 
 @typing.final
