@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -23,27 +22,26 @@ import msgspec
 import psutil
 import trio
 from _common import ROOT, stopwatch
+from _lean import LEAN, child_env, lean_dirs
 
 from supervisor import SupervisorClient, SupervisorConfig, open_supervisor
 from supervisor.lowlevel import SDK_DIR
 
+__all__ = [
+    "CHAOS",
+    "LEAN",
+    "StartStop",
+    "alive",
+    "chaos_dirs",
+    "child_env",
+    "config",
+    "direct_lean",
+    "lean_dirs",
+    "running",
+    "start_stop",
+]
+
 CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
-
-#: The lightest realistic extension: the stdlib-only SDK, one tool, a ``ready`` frame.
-LEAN = """\
-import os
-import corral_ext
-
-ext = corral_ext.Extension(os.environ["CORRAL_EXT_NAME"], "1.0.0")
-
-
-@ext.tool("lean_" + ext.name.replace("-", "_"), "echo", {"type": "object"})
-def echo(args):
-    return "ok"
-
-
-ext.run()
-"""
 
 
 def chaos_dirs(root: Path, names: list[str], *flags: str) -> list[str]:
@@ -59,19 +57,6 @@ def chaos_dirs(root: Path, names: list[str], *flags: str) -> list[str]:
             "args": ["--name", name, *flags],
             "language": "python",
         }
-        (d / "extension.json").write_bytes(msgspec.json.encode(manifest))
-        paths.append(str(d))
-    return paths
-
-
-def lean_dirs(root: Path, names: list[str]) -> list[str]:
-    """One extension directory per name, each running the lean SDK extension."""
-    paths = []
-    for name in names:
-        d = root / "lean" / name
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "lean.py").write_text(LEAN)
-        manifest = {"name": name, "version": "1.0.0", "exec": "./lean.py"}
         (d / "extension.json").write_bytes(msgspec.json.encode(manifest))
         paths.append(str(d))
     return paths
@@ -111,12 +96,6 @@ async def start_stop(paths: list[str], cfg: SupervisorConfig) -> StartStop:
             t2 = time.perf_counter()
         t3 = time.perf_counter()
     return StartStop(ready_s=t1 - t0, stop_s=t3 - t2, running=len(pids), left_alive=alive(pids))
-
-
-def child_env() -> dict[str, str]:
-    """A small environment like the one corral gives Python extensions."""
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    return env | {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def direct_lean(paths: list[str]) -> tuple[float, float]:
