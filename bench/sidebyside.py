@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, Row, format_table, median, write_rows
+from _common import ROOT, Row, compile_sdk, format_table, median, write_rows
 from _sidebyside import FIGURES
 
 HERE = Path(__file__).resolve().parent
@@ -153,6 +153,7 @@ def main() -> int:
             parser.error(f"--driver wants NAME=COMMAND, not {spec!r}")
         drivers[name] = shlex.split(command)
     reps = args.reps or (3 if args.quick else 5)
+    compile_sdk()  # the SDK's bytecode, as an installed corral has it
     before = _load()
     t0 = time.monotonic()
     rows = measure(drivers, args.only or list(FIGURES), reps)
