@@ -30,6 +30,7 @@ from supervisor.lowlevel import SDK_DIR
 __all__ = [
     "CHAOS",
     "LEAN",
+    "PLAIN_BWRAP",
     "StartStop",
     "alive",
     "chaos_dirs",
@@ -98,15 +99,24 @@ async def start_stop(paths: list[str], cfg: SupervisorConfig) -> StartStop:
     return StartStop(ready_s=t1 - t0, stop_s=t3 - t2, running=len(pids), left_alive=alive(pids))
 
 
-def direct_lean(paths: list[str]) -> tuple[float, float]:
+#: Plain bubblewrap, as someone without corral would confine an extension: every
+#: namespace, the root read-only, a fresh /dev, /proc and /tmp, dying with its parent.
+PLAIN_BWRAP = [
+    "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
+    "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--",
+]  # fmt: skip
+
+
+def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float, float]:
     """Without corral: seconds until the lean extensions in ``paths``, started at once
     (each in a session of its own, as corral starts them), all sent ``ready``, and
-    seconds from closing their stdin until all exited."""
+    seconds from closing their stdin until all exited. ``wrap``: a command to start
+    each under (:data:`PLAIN_BWRAP`)."""
     pipe = subprocess.PIPE
     with stopwatch() as ready:
         procs = [
             subprocess.Popen(
-                [sys.executable, str(Path(d) / "lean.py")],
+                [*(wrap or []), sys.executable, str(Path(d) / "lean.py")],
                 env=child_env() | {"PYTHONPATH": SDK_DIR, "CORRAL_EXT_NAME": Path(d).name},
                 cwd=d,
                 stdin=pipe,
