@@ -38,7 +38,10 @@ def quiet_logging() -> None:
             logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         )
 
-    configure_when_loaded(setup, level=logging.ERROR)
+    try:
+        configure_when_loaded(setup, level=logging.ERROR)
+    except TypeError:  # a corral before issue 29 (A/B runs against an older checkout)
+        configure_when_loaded(setup)
 
 
 async def start_stop(paths: list[str], cfg: SupervisorConfig) -> tuple[float, float]:
