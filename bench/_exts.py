@@ -107,6 +107,14 @@ PLAIN_BWRAP = [
 ]  # fmt: skip
 
 
+def _wrapped(wrap: list[str] | None, ext_dir: str) -> list[str]:
+    """``wrap`` (ending in ``--``) with the extension's directory bound (read-only) over
+    its fresh /tmp, where a bench's temporary directories are."""
+    if not wrap:
+        return []
+    return [*wrap[:-1], "--ro-bind", ext_dir, ext_dir, "--chdir", ext_dir, "--"]
+
+
 def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float, float]:
     """Without corral: seconds until the lean extensions in ``paths``, started at once
     (each in a session of its own, as corral starts them), all sent ``ready``, and
@@ -116,7 +124,7 @@ def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float,
     with stopwatch() as ready:
         procs = [
             subprocess.Popen(
-                [*(wrap or []), sys.executable, str(Path(d) / "lean.py")],
+                [*_wrapped(wrap, d), sys.executable, str(Path(d) / "lean.py")],
                 env=child_env() | {"PYTHONPATH": SDK_DIR, "CORRAL_EXT_NAME": Path(d).name},
                 cwd=d,
                 stdin=pipe,
@@ -130,6 +138,8 @@ def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float,
             for line in p.stdout:
                 if b'"ready"' in line:
                     break
+            else:
+                raise RuntimeError(f"{p.args} exited before it was ready")
     with stopwatch() as stop:
         for p in procs:
             assert p.stdin is not None
