@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import trio
@@ -126,16 +127,20 @@ class Rows:
 
 def quiet_logging() -> None:
     """structlog as the CLI configures it (loggers not cached), filtered to errors: a
-    host logging to a file at warning level would barely differ."""
+    host logging to a file at warning level would barely differ. As the CLI does, the
+    level is given to ``sandbox.log``, so calls below it never import structlog."""
     import logging
 
-    import structlog
+    from sandbox.log import configure_when_loaded
 
-    structlog.configure(
-        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    def setup(structlog: Any) -> None:
+        structlog.configure(
+            wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+            cache_logger_on_first_use=False,
+        )
+
+    configure_when_loaded(setup, level=logging.ERROR)
 
 
 def median(values: Sequence[float]) -> float:

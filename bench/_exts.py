@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -23,27 +22,27 @@ import msgspec
 import psutil
 import trio
 from _common import ROOT, stopwatch
+from _lean import LEAN, child_env, lean_dirs
 
 from supervisor import SupervisorClient, SupervisorConfig, open_supervisor
 from supervisor.lowlevel import SDK_DIR
 
+__all__ = [
+    "CHAOS",
+    "LEAN",
+    "PLAIN_BWRAP",
+    "StartStop",
+    "alive",
+    "chaos_dirs",
+    "child_env",
+    "config",
+    "direct_lean",
+    "lean_dirs",
+    "running",
+    "start_stop",
+]
+
 CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
-
-#: The lightest realistic extension: the stdlib-only SDK, one tool, a ``ready`` frame.
-LEAN = """\
-import os
-import corral_ext
-
-ext = corral_ext.Extension(os.environ["CORRAL_EXT_NAME"], "1.0.0")
-
-
-@ext.tool("lean_" + ext.name.replace("-", "_"), "echo", {"type": "object"})
-def echo(args):
-    return "ok"
-
-
-ext.run()
-"""
 
 
 def chaos_dirs(root: Path, names: list[str], *flags: str) -> list[str]:
@@ -59,19 +58,6 @@ def chaos_dirs(root: Path, names: list[str], *flags: str) -> list[str]:
             "args": ["--name", name, *flags],
             "language": "python",
         }
-        (d / "extension.json").write_bytes(msgspec.json.encode(manifest))
-        paths.append(str(d))
-    return paths
-
-
-def lean_dirs(root: Path, names: list[str]) -> list[str]:
-    """One extension directory per name, each running the lean SDK extension."""
-    paths = []
-    for name in names:
-        d = root / "lean" / name
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "lean.py").write_text(LEAN)
-        manifest = {"name": name, "version": "1.0.0", "exec": "./lean.py"}
         (d / "extension.json").write_bytes(msgspec.json.encode(manifest))
         paths.append(str(d))
     return paths
@@ -113,21 +99,32 @@ async def start_stop(paths: list[str], cfg: SupervisorConfig) -> StartStop:
     return StartStop(ready_s=t1 - t0, stop_s=t3 - t2, running=len(pids), left_alive=alive(pids))
 
 
-def child_env() -> dict[str, str]:
-    """A small environment like the one corral gives Python extensions."""
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
-    return env | {"PYTHONUNBUFFERED": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+#: Plain bubblewrap, as someone without corral would confine an extension: every
+#: namespace, the root read-only, a fresh /dev, /proc and /tmp, dying with its parent.
+PLAIN_BWRAP = [
+    "bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/",
+    "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--",
+]  # fmt: skip
 
 
-def direct_lean(paths: list[str]) -> tuple[float, float]:
+def _wrapped(wrap: list[str] | None, ext_dir: str) -> list[str]:
+    """``wrap`` (ending in ``--``) with the extension's directory bound (read-only) over
+    its fresh /tmp, where a bench's temporary directories are."""
+    if not wrap:
+        return []
+    return [*wrap[:-1], "--ro-bind", ext_dir, ext_dir, "--chdir", ext_dir, "--"]
+
+
+def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float, float]:
     """Without corral: seconds until the lean extensions in ``paths``, started at once
     (each in a session of its own, as corral starts them), all sent ``ready``, and
-    seconds from closing their stdin until all exited."""
+    seconds from closing their stdin until all exited. ``wrap``: a command to start
+    each under (:data:`PLAIN_BWRAP`)."""
     pipe = subprocess.PIPE
     with stopwatch() as ready:
         procs = [
             subprocess.Popen(
-                [sys.executable, str(Path(d) / "lean.py")],
+                [*_wrapped(wrap, d), sys.executable, str(Path(d) / "lean.py")],
                 env=child_env() | {"PYTHONPATH": SDK_DIR, "CORRAL_EXT_NAME": Path(d).name},
                 cwd=d,
                 stdin=pipe,
@@ -141,6 +138,8 @@ def direct_lean(paths: list[str]) -> tuple[float, float]:
             for line in p.stdout:
                 if b'"ready"' in line:
                     break
+            else:
+                raise RuntimeError(f"{p.args} exited before it was ready")
     with stopwatch() as stop:
         for p in procs:
             assert p.stdin is not None

@@ -13,18 +13,28 @@ Each repetition measures the three variants seconds apart, alternating; the
 added cost of a variant is the median of its per-repetition differences to the
 baseline (per spawn: divided by 10 for 10 at once). Target: ``auto`` adds at
 most 10 ms per spawn.
+
+``corral_share<N>``: what corral's bubblewrap costs beyond bubblewrap itself. In
+the same repetitions the lean extensions are also started without corral,
+directly and under plain bubblewrap (``_exts.PLAIN_BWRAP``: every namespace, a
+read-only root, dying with the parent); the share is the median of the
+per-repetition ``(bwrap - none) - (plain bwrap - direct)``, per spawn (issue 29's
+target: at most 1 ms). What corral does beyond it: the pinned, per-directory
+binds, its own /etc, the capped /tmp and /dev/shm, seccomp, rlimits, and the
+plan that opens and checks all of it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import trio
 from _common import Row, Rows, main, median
-from _exts import lean_dirs
+from _exts import PLAIN_BWRAP, direct_lean, lean_dirs
 
 from agent._cli.logs import configure_logging
 from sandbox import Sandbox, check_sandbox, select_sandbox
@@ -61,10 +71,15 @@ def measure(quick: bool) -> list[Row]:
             trio.run(_ready, paths[:1], root / "home", sb)
         for n in (1, 10):
             times: dict[str, list[float]] = {name: [] for name in variants}
+            direct: list[float] = []
+            plain: list[float] = []
             load = os.getloadavg()[0]
             for _ in range(reps):
                 for name, sb in variants.items():
                     times[name].append(trio.run(_ready, paths[:n], root / "home", sb))
+                if shutil.which("bwrap"):
+                    direct.append(direct_lean(paths[:n])[0])
+                    plain.append(direct_lean(paths[:n], PLAIN_BWRAP)[0])
             load_note = f"load {load:.2f} before, {os.getloadavg()[0]:.2f} after"
             what = f"{n} lean extension{'s' if n > 1 else ''} at once"
             base = median(times["none"]) * 1000
@@ -87,7 +102,38 @@ def measure(quick: bool) -> list[Row]:
                     ok=added <= 10 if targeted else None,
                     note=note,
                 )
+            if plain:
+                _share(rows, n, times, direct, plain, load_note)
     return rows.rows
+
+
+def _share(
+    rows: Rows,
+    n: int,
+    times: dict[str, list[float]],
+    direct: list[float],
+    plain: list[float],
+    load_note: str,
+) -> None:
+    """corral's bubblewrap over plain bubblewrap, per spawn (paired)."""
+    plain_added = [(p - d) * 1000 / n for p, d in zip(plain, direct, strict=True)]
+    ours = [(b - z) * 1000 / n for b, z in zip(times["bwrap"], times["none"], strict=True)]
+    rows.add(
+        f"added{n}.plain_bwrap",
+        median(plain_added),
+        "ms",
+        note=f"plain bwrap vs direct, per spawn, without corral; {load_note}",
+    )
+    share = median([a - b for a, b in zip(ours, plain_added, strict=True)])
+    targeted = n == 1
+    rows.add(
+        f"corral_share{n}",
+        share,
+        "ms",
+        target="≤ 1 ms" if targeted else None,
+        ok=share <= 1 if targeted else None,
+        note=f"(bwrap - none) - (plain bwrap - direct), per spawn, paired; {load_note}",
+    )
 
 
 if __name__ == "__main__":

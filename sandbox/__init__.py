@@ -5,7 +5,8 @@ The supervisor validates a manifest's ``permissions`` with
 picks a backend once with :func:`select_sandbox`, turns each
 :class:`LaunchRequest` into a :class:`LaunchPlan` with ``backend.plan(request)``
 (which binds exactly the pinned files or raises :class:`GrantChanged`), starts
-it with :func:`spawn` (through the guardian, :func:`start_guardian`, which also
+it with :func:`spawn` (or :func:`submit_spawn`, which does not wait for the fork,
+for an event loop; through the guardian, :func:`start_guardian`, which also
 makes sure nothing outlives the host), and calls ``backend.cleanup(plan)`` once the
 process has exited. :func:`check_sandbox` and :func:`format_report` are
 ``corral sandbox check``. :func:`plan_shell` plans the agent's own confined shell
@@ -72,7 +73,7 @@ from ._secrets import (
 )
 from ._select import check_sandbox, select_sandbox
 from ._shell import ShellRequest, plan_shell
-from ._spawn import Spawned, spawn
+from ._spawn import PendingSpawn, Spawned, spawn, submit_spawn
 from ._validate import Checked, check_permissions, validate_permissions
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "LaunchRequest",
     "Limits",
     "PathKind",
+    "PendingSpawn",
     "Permissions",
     "PermissionsError",
     "Pin",
@@ -132,6 +134,7 @@ __all__ = [
     "spawn",
     "start_guardian",
     "stores_around",
+    "submit_spawn",
     "sweep_orphans",
     "validate_permissions",
 ]

@@ -27,21 +27,32 @@ and, later, its wait status. The guardian never blocks on a child, so a request
 takes a fraction of a millisecond: callers make it synchronously, from any thread.
 A guardian that does not answer within ``ASK_TIMEOUT`` is wedged: the caller gets
 ``ETIMEDOUT`` instead of a host that hangs, and the next request starts another.
+
+Requests are pipelined: :meth:`Guardian.submit` sends one and returns a
+:class:`Ticket` at once, and the replies, which come in the order of the
+requests, are matched to their tickets by whoever collects next
+(:meth:`Guardian.collect`). A host starting 50 extensions at once thus sends 50
+orders without waiting for each fork (the guardian forks them back to back) and
+its event loop is never blocked on the guardian: it waits for the socket to
+become readable (:meth:`Guardian.fileno`) like for any other descriptor.
 """
 
 from __future__ import annotations
 
 import array
+import collections
 import contextlib
 import errno
 import marshal
 import os
 import resource
+import select
 import socket
 import struct
 import subprocess
 import sys
 import threading
+import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -49,6 +60,7 @@ from typing import Any
 __all__ = [
     "ChildStatus",
     "Guardian",
+    "Ticket",
     "guardian",
     "guardian_pids",
     "start_guardian",
@@ -145,6 +157,35 @@ class ChildStatus:
 
 
 @typing.final
+class Ticket:
+    """One request sent to the guardian (:meth:`Guardian.submit`), and its reply once
+    collected: ``reply`` with the descriptors it carried (``fds``, the taker's to
+    close), or ``error``. ``lost``: the guardian went away before answering (the
+    request may be sent again, to the next guardian)."""
+
+    __slots__ = ("deadline", "error", "fds", "lost", "reply")
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self.reply: dict[str, Any] | None = None
+        self.fds: list[int] = []
+        self.error: OSError | None = None
+        self.lost = False
+
+    def __repr__(self) -> str:
+        return f"<Ticket done={self.done} lost={self.lost}>"
+
+    @property
+    def done(self) -> bool:
+        """It has its reply, or an error."""
+        return self.reply is not None or self.error is not None
+
+    def _fail(self, error: OSError, *, lost: bool) -> None:
+        if not self.done:
+            self.error, self.lost = error, lost
+
+
+@typing.final
 class Guardian:
     """The connection to this process's guardian; thread-safe (see the module docstring)."""
 
@@ -155,6 +196,8 @@ class Guardian:
         self._sock: socket.socket | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner = 0
+        #: Tickets sent and not yet answered, in the order of their requests.
+        self._pending: collections.deque[Ticket] = collections.deque()
 
     def __repr__(self) -> str:
         pid = self._proc.pid if self._proc is not None else None
@@ -174,6 +217,7 @@ class Guardian:
         if self._sock is not None and self._owner == os.getpid():
             return self._sock
         # Never started, or this is a forked copy of the host: its own guardian.
+        self._pending = collections.deque()  # a forked copy's tickets are its parent's
         soft = _raise_nofile()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -201,7 +245,12 @@ class Guardian:
         with self._lock:
             self._discard()
 
-    def _discard(self) -> None:
+    def _discard(self, error: OSError | None = None, *, lost: bool = True) -> None:
+        """Close the connection (the guardian then ends its children and exits); every
+        request still unanswered fails with ``error``."""
+        error = error or OSError(errno.ECHILD, "the guardian process went away")
+        while self._pending:
+            self._pending.popleft()._fail(error, lost=lost)
         if self._sock is not None:
             self._sock.close()
         self._sock = None
@@ -221,13 +270,7 @@ class Guardian:
                 reported on the status pipe), or did not answer within the timeout
                 (``ETIMEDOUT``: that guardian is stopped, and its children with it).
         """
-        reply, got = self._ask(order, fds)
-        if "errno" in reply:
-            for fd in got:
-                os.close(fd)
-            err = reply["errno"]
-            raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
-        return reply["pid"], ChildStatus(got[0], argv0)
+        return spawned(*self._ask(order, fds), argv0)
 
     def park(self, cgroups: list[str]) -> None:
         """Have the guardian fork a spare child into ``cgroups`` now (it joins them while
@@ -270,38 +313,100 @@ class Guardian:
         reply, got = self._ask({"op": "sweep"}, [])
         return list(zip(reply.get("pids", []), got, strict=False))
 
-    def _ask(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
-        """One request and its reply (with the descriptors it carries)."""
+    def fileno(self) -> int:
+        """The connection's descriptor (-1 when not connected): it becomes readable
+        when a reply arrives, for :meth:`collect` without blocking."""
+        sock = self._sock
+        return sock.fileno() if sock is not None and self._owner == os.getpid() else -1
+
+    def submit(self, order: dict[str, Any], fds: list[int]) -> Ticket:
+        """Send one request; its reply comes to the ticket (see :meth:`collect`).
+
+        ``fds`` are sent, not consumed. Blocks only while the socket's buffer is full
+        (the guardian is behind by that many requests) or the guardian starts.
+        A request that could not be sent gives a ticket that failed (``lost`` when
+        the guardian is gone, to send again).
+        """
         data = marshal.dumps(order)
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        ticket = Ticket(time.monotonic() + self._timeout)
         with self._lock:
-            for attempt in (1, 2):
-                sock = self._ensure()
-                try:
-                    sock.sendmsg([data], rights)
-                    msg, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS * 4))
-                except TimeoutError:
-                    # Wedged (stopped, or starved for ten seconds): a late answer would be
-                    # taken for the next question's, so this guardian is done. Its children
-                    # die with it; the next request starts another.
-                    self._discard()
-                    raise OSError(
-                        errno.ETIMEDOUT,
-                        f"corral's guardian process did not answer in {self._timeout:g} s",
-                    ) from None
-                except OSError:
-                    msg, ancdata = b"", []
-                got = _fds(ancdata)
-                if msg:
+            sock = self._ensure()
+            try:
+                sock.sendmsg([data], rights)
+            except TimeoutError:
+                self._discard(self._wedged(), lost=False)
+                ticket._fail(self._wedged(), lost=False)
+            except OSError:
+                self._discard()  # gone (killed from outside): the next request starts another
+                ticket._fail(OSError(errno.ECHILD, "the guardian process went away"), lost=True)
+            else:
+                self._pending.append(ticket)
+        return ticket
+
+    def collect(self, ticket: Ticket, *, block: bool) -> bool:
+        """Take the replies that arrived, each to its ticket; True once ``ticket`` is done.
+
+        Without ``block`` this never waits for the guardian (wait for :meth:`fileno`
+        to become readable first); with it, it waits for ``ticket``'s reply. A
+        ticket past its deadline stops the wedged guardian (``ETIMEDOUT``).
+        """
+        with self._lock:
+            while not ticket.done:
+                sock = self._sock
+                if sock is None or self._owner != os.getpid() or not self._pending:
+                    ticket._fail(OSError(errno.ECHILD, "the guardian process went away"), lost=True)
                     break
-                # The guardian went away (killed from outside): start another, once.
-                for fd in got:
-                    os.close(fd)
-                self._discard()
-                if attempt == 2:
-                    raise OSError(errno.ECHILD, "the guardian process does not answer")
-        reply: dict[str, Any] = marshal.loads(msg)
-        return reply, got
+                if not block and not _readable(sock):
+                    if time.monotonic() > ticket.deadline:
+                        self._discard(self._wedged(), lost=False)
+                        continue
+                    return False
+                self._receive(sock)
+        return True
+
+    def _wedged(self) -> OSError:
+        return OSError(
+            errno.ETIMEDOUT, f"corral's guardian process did not answer in {self._timeout:g} s"
+        )
+
+    def _receive(self, sock: socket.socket) -> None:
+        """One reply, to the oldest pending ticket (blocking, with the socket's timeout)."""
+        try:
+            msg, ancdata, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(_MAX_FDS * 4))
+        except TimeoutError:
+            # Wedged (stopped, or starved for ten seconds): a late answer would be
+            # taken for the next question's, so this guardian is done. Its children
+            # die with it; the next request starts another.
+            self._discard(self._wedged(), lost=False)
+            return
+        except OSError:
+            msg, ancdata = b"", []
+        got = _fds(ancdata)
+        if not msg:
+            for fd in got:
+                os.close(fd)
+            self._discard()  # the guardian went away (killed from outside)
+            return
+        ticket = self._pending.popleft()
+        ticket.reply, ticket.fds = marshal.loads(msg), got
+
+    def _ask(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+        """One request and its reply (with the descriptors it carries), blocking.
+
+        A guardian that went away (killed from outside) is replaced, once.
+        """
+        for attempt in (1, 2):
+            ticket = self.submit(order, fds)
+            self.collect(ticket, block=True)
+            if ticket.reply is not None:
+                return ticket.reply, ticket.fds
+            assert ticket.error is not None
+            if not ticket.lost:
+                raise ticket.error
+            if attempt == 2:
+                raise OSError(errno.ECHILD, "the guardian process does not answer")
+        raise AssertionError("unreachable")
 
 
 _nofile_soft: int | None = None
@@ -326,6 +431,27 @@ def _raise_nofile() -> int:
             with contextlib.suppress(OSError, ValueError):
                 resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     return _nofile_soft
+
+
+def spawned(reply: dict[str, Any], got: list[int], argv0: str) -> tuple[int, ChildStatus]:
+    """The pid and status pipe a spawn's reply gives (its descriptors taken).
+
+    Raises:
+        OSError: the guardian could not fork.
+    """
+    if "errno" in reply:
+        for fd in got:
+            os.close(fd)
+        err = reply["errno"]
+        raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
+    return reply["pid"], ChildStatus(got[0], argv0)
+
+
+def _readable(sock: socket.socket) -> bool:
+    """A reply is waiting (or the guardian went away): a receive will not block."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:

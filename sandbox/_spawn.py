@@ -26,11 +26,11 @@ import time
 import typing
 from typing import IO, Any
 
-from ._guardian import ChildStatus, guardian
+from ._guardian import ChildStatus, Ticket, guardian, spawned
 from ._plan import LaunchPlan
 from ._preexec import child_order
 
-__all__ = ["Spawned", "spawn"]
+__all__ = ["PendingSpawn", "Spawned", "spawn", "submit_spawn"]
 
 _File = int | IO[Any] | None
 
@@ -278,6 +278,40 @@ def spawn(
         OSError: the program could not be started (with ``wait_started``), or the
             guardian could not fork.
     """
+    pending = submit_spawn(
+        plan, stdin=stdin, stdout=stdout, stderr=stderr, prepare=prepare, files=files
+    )
+    child = pending.finish()
+    if wait_started:
+        try:
+            child.wait_started()
+        except OSError:
+            child.close()
+            raise
+    return child
+
+
+def submit_spawn(
+    plan: LaunchPlan,
+    *,
+    stdin: _File = subprocess.PIPE,
+    stdout: _File = subprocess.PIPE,
+    stderr: _File = subprocess.PIPE,
+    prepare: bool = True,
+    files: bool = True,
+) -> PendingSpawn:
+    """Send ``plan``'s order to the guardian and return without waiting for its fork.
+
+    As :func:`spawn` (same arguments), in two halves: many orders go out back to
+    back, and each :meth:`PendingSpawn.finish` takes its child once the guardian
+    answered (:meth:`PendingSpawn.answered`, after :meth:`PendingSpawn.fileno`
+    became readable), so an event loop starting many children never blocks on
+    one fork. Call ``finish`` exactly once, whatever happens in between: it owns
+    the child's descriptors until then.
+
+    Raises:
+        OSError: a pipe could not be made.
+    """
     opened: list[int] = []
     egress: socket.socket | None = None
     try:
@@ -296,23 +330,78 @@ def spawn(
             fds.append(opened[-1])
             order["targets"].append(target)
             order["egress"] = [target, plan.egress_port]
-        pid, status = guardian().spawn(order, fds, plan.argv[0])
+        ticket = guardian().submit(order, fds)
     except BaseException:
         for fd in opened:
             os.close(fd)
         if egress is not None:
             egress.close()
         raise
-    # The child has its copies; ours must go so that EOF reaches the other side.
-    ours = {our_in, our_out, our_err}
-    for fd in opened:
-        if fd not in ours:
-            os.close(fd)
-    child = Spawned(pid, list(plan.argv), status, (our_in, our_out, our_err), files, egress)
-    if wait_started:
+    return PendingSpawn(plan, order, fds, ticket, opened, (our_in, our_out, our_err), files, egress)
+
+
+@typing.final
+class PendingSpawn:
+    """An order sent to the guardian whose reply may not have come (:func:`submit_spawn`)."""
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        order: dict[str, Any],
+        fds: list[int],
+        ticket: Ticket,
+        opened: list[int],
+        ours: tuple[int, int, int],
+        files: bool,
+        egress: socket.socket | None,
+    ) -> None:
+        self._plan = plan
+        self._order = order
+        self._fds = fds
+        self._ticket = ticket
+        self._opened = opened
+        self._ours = ours
+        self._files = files
+        self._egress = egress
+
+    def __repr__(self) -> str:
+        return f"<PendingSpawn {self._plan.argv[0]!r} answered={self._ticket.done}>"
+
+    def fileno(self) -> int:
+        """The guardian's connection (-1: gone): readable when a reply may have come."""
+        return guardian().fileno()
+
+    def answered(self) -> bool:
+        """Take the replies that came; True once this order's did (never blocks)."""
+        return guardian().collect(self._ticket, block=False)
+
+    def finish(self) -> Spawned:
+        """The child (waiting for the guardian's reply if it has not come).
+
+        A guardian that went away before answering is replaced and asked once more.
+
+        Raises:
+            OSError: the guardian could not fork, or did not answer in time.
+        """
+        argv0 = self._plan.argv[0]
         try:
-            child.wait_started()
-        except OSError:
-            child.close()
+            guardian().collect(self._ticket, block=True)
+            ticket = self._ticket
+            if ticket.reply is not None:
+                pid, status = spawned(ticket.reply, ticket.fds, argv0)
+            elif ticket.lost:
+                pid, status = guardian().spawn(self._order, self._fds, argv0)
+            else:
+                assert ticket.error is not None
+                raise ticket.error
+        except BaseException:
+            for fd in self._opened:
+                os.close(fd)
+            if self._egress is not None:
+                self._egress.close()
             raise
-    return child
+        # The child has its copies; ours must go so that EOF reaches the other side.
+        for fd in self._opened:
+            if fd not in self._ours:
+                os.close(fd)
+        return Spawned(pid, list(self._plan.argv), status, self._ours, self._files, self._egress)

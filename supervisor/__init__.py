@@ -4,12 +4,14 @@ Open one with :func:`open_supervisor`; talk to it through the
 :class:`SupervisorClient` it yields. This facade is what an embedder needs; the
 plumbing corral's agent builds on (lines, child processes, the egress proxy,
 digests, relays) is in :mod:`supervisor.lowlevel`, and the typed tool builder in
-:mod:`supervisor.toolkit`.
+:mod:`supervisor.toolkit`; both are imported on first use (an embedder that runs
+extensions needs neither).
 """
 
 from __future__ import annotations
 
-from . import lowlevel, toolkit
+import typing
+
 from ._api import (
     CommandInfo,
     CommandOutcome,
@@ -185,3 +187,16 @@ __all__ = [
     "toolkit",
     "trust_command",
 ]
+
+
+if typing.TYPE_CHECKING:
+    from . import lowlevel, toolkit
+
+
+def __getattr__(name: str) -> typing.Any:
+    """``supervisor.lowlevel`` and ``supervisor.toolkit``, imported on first use."""
+    if name in ("lowlevel", "toolkit"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,8 +33,7 @@ import msgspec
 import trio
 
 from sandbox import GrantChanged, LaunchPlan, Pin, Sandbox, SandboxError, carry_pins, changed_pins
-from sandbox.log import get_logger
-from sandbox.log import lazy_structlog as structlog  # structlog.contextvars, on first use
+from sandbox.log import bound_contextvars, get_logger
 
 from . import _frames as f
 from ._api import EgressRefused, Quarantined
@@ -228,7 +227,7 @@ class Extension(Door):
         self._stop_requested = False
         self._sweep_into = None
         self._problem = ""
-        with structlog.contextvars.bound_contextvars(extension=self.name):
+        with bound_contextvars(extension=self.name):
             try:
                 await self._run()
             finally:

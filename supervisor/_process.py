@@ -18,13 +18,14 @@ with an :class:`~supervisor._egress.Egress` for as long as it owns the child.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import typing
 
 import trio
 
-from sandbox import LaunchPlan, Spawned, spawn
+from sandbox import LaunchPlan, PendingSpawn, Spawned, submit_spawn
 
 __all__ = ["ChildProcess", "spawn_child"]
 
@@ -122,6 +123,35 @@ class ChildProcess:
         await trio.lowlevel.checkpoint()
 
 
+#: One task per event loop waits for the guardian's socket (trio allows one reader per
+#: descriptor); the others wait for it to pass the replies on.
+_GUARDIAN_READER: trio.lowlevel.RunVar[trio.Lock] = trio.lowlevel.RunVar("guardian_reader")
+
+
+async def _answered(pending: PendingSpawn) -> None:
+    """Until the guardian answered ``pending``, without blocking the event loop.
+
+    The replies come in the order of the requests to whichever task reads them;
+    a reader wakes when the socket is readable, or after 50 ms to look again (the
+    guardian may have been replaced meanwhile, by another thread).
+    """
+    try:
+        lock = _GUARDIAN_READER.get()
+    except LookupError:
+        lock = trio.Lock()
+        _GUARDIAN_READER.set(lock)
+    while not pending.answered():
+        async with lock:
+            if pending.answered():
+                return
+            fd = pending.fileno()
+            with trio.move_on_after(0.05):
+                if fd >= 0:
+                    await trio.lowlevel.wait_readable(fd)
+                else:
+                    await trio.sleep_forever()
+
+
 async def spawn_child(
     plan: LaunchPlan,
     *,
@@ -151,19 +181,25 @@ async def spawn_child(
         OSError: the executable could not be started (not found, not executable), or
             a child with a network list did not hand over its egress listener.
 
-    Cancellation: the spawn itself is not cancellable (a fraction of a
-    millisecond); cancelled while waiting for the program to start, the child is
-    killed and waited for before the cancellation propagates.
+    Cancellation: the spawn itself is not cancellable (the guardian's answer, a
+    fraction of a millisecond on a quiet machine; other tasks run meanwhile, and
+    many spawns at once are pipelined to the guardian); cancelled while waiting
+    for the program to start, the child is killed and waited for before the
+    cancellation propagates.
     """
-    child = spawn(
-        plan,
-        stdin=stdin,
-        stdout=stdout,
-        stderr=stderr,
-        prepare=prepare,
-        wait_started=False,
-        files=False,
+    pending = submit_spawn(
+        plan, stdin=stdin, stdout=stdout, stderr=stderr, prepare=prepare, files=False
     )
+    try:
+        with trio.CancelScope(shield=True):  # the guardian answers within ASK_TIMEOUT
+            await _answered(pending)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the child, if it came, must not stay
+            orphan = pending.finish()
+            orphan.kill()
+            orphan.close()
+        raise
+    child = pending.finish()  # answered: at once
     streams = [trio.lowlevel.FdStream(fd) if fd >= 0 else None for fd in child.fds]
     proc = ChildProcess(child, *streams)
     try:

@@ -181,7 +181,8 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
         )
 
     _configured = True
-    configure_when_loaded(setup)
+    # Entries below the level are dropped without loading structlog (sandbox.log).
+    configure_when_loaded(setup, level=logging.INFO if to_file else threshold)
 
 
 def logging_configured() -> bool:

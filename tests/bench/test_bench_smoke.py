@@ -58,6 +58,21 @@ def test_quick_spawn_bench_compares_each_figure_with_its_direct_twin(tmp_path: P
 
 
 @pytest.mark.slow
+def test_quick_sandbox_bench_sets_corral_beside_plain_bwrap(tmp_path: Path) -> None:
+    import shutil
+
+    import sandbox
+
+    if sandbox.select_sandbox("auto").backend != "bwrap" or not shutil.which("bwrap"):
+        pytest.skip("needs bwrap")
+    rows = {row["case"]: row for row in quick_rows("sandbox", tmp_path)}
+    for n in (1, 10):
+        assert {f"ready{n}.none", f"added{n}.bwrap", f"added{n}.plain_bwrap"} <= set(rows)
+        assert f"corral_share{n}" in rows
+    assert rows["corral_share1"]["target"] == "≤ 1 ms"
+
+
+@pytest.mark.slow
 def test_quick_curves_bench_reports_each_count_and_plots(tmp_path: Path) -> None:
     rows = {row["case"]: row for row in quick_rows("curves", tmp_path)}
     for n in (1, 5, 10):

@@ -73,3 +73,47 @@ def test_capture_logs_sees_a_logger_used_before_it() -> None:
         log.warning("captured", why="test")
     log.info("after")
     assert entries == [{"event": "captured", "why": "test", "log_level": "warning"}]
+
+
+GATED = """\
+import logging, sys
+from sandbox.log import bound_contextvars, configure_when_loaded, get_logger
+
+seen = []
+def setup(structlog):
+    seen.append("configured")
+    structlog.configure(
+        processors=[structlog.processors.KeyValueRenderer(key_order=["event"])],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+        logger_factory=structlog.PrintLoggerFactory(sys.stdout),
+    )
+
+configure_when_loaded(setup, level=logging.WARNING)
+log = get_logger("corral.test")
+with bound_contextvars(extension="ext-a"):
+    log.debug("dropped")
+    log.info("dropped too")
+    print("loaded after info:", "structlog" in sys.modules, seen)
+    log.warning("shown")
+    print("loaded after warning:", "structlog" in sys.modules, seen)
+    log.info("filtered by structlog now")
+log.warning("unbound")
+"""
+
+
+def test_calls_below_the_waiting_level_never_load_structlog() -> None:
+    # A host that logs only info under a warning threshold (corral rpc, an embedder
+    # that says its level) keeps structlog's 6 MiB out; the first warning loads it,
+    # configured, and is written with what was bound before it was loaded.
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", GATED], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines()
+    assert out == [
+        "loaded after info: False []",
+        "event='shown' extension='ext-a'",
+        "loaded after warning: True ['configured']",
+        "event='unbound'",
+    ]

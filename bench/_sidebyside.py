@@ -1,0 +1,57 @@
+"""The driver protocol of ``bench/sidebyside.py``: what every driver shares.
+
+A driver is any program that, run as ``DRIVER FIGURE``, measures that one figure
+once in a fresh process and prints, as the last line of its standard output, one
+JSON object: ``{"value": <number>, "unit": "<unit>"}``. The figures:
+
+* ``ready1``, ``ready10``, ``ready50``: milliseconds from starting N lean
+  extensions at once until every one sent ``ready`` (after a warm-up start of one,
+  so that a helper process such as corral's guardian is already up);
+* ``stop1``: milliseconds to stop one cooperative extension (it exits when its
+  stdin closes) and know it exited;
+* ``rss10``: the host's resident memory in MiB with 10 lean extensions ready;
+* ``seq``: calls per second, one at a time, ``N_CALLS`` echo calls;
+* ``concurrent8``, ``concurrent32``, ``concurrent64``: calls per second with that
+  many in flight.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+__all__ = ["FIGURES", "N_CALLS", "figure_main", "rss_mib"]
+
+#: Calls per throughput figure.
+N_CALLS = 6000
+#: Every figure, in table order, with its unit.
+FIGURES = {
+    "ready1": "ms",
+    "ready10": "ms",
+    "ready50": "ms",
+    "stop1": "ms",
+    "rss10": "MiB",
+    "seq": "calls/s",
+    "concurrent8": "calls/s",
+    "concurrent32": "calls/s",
+    "concurrent64": "calls/s",
+}
+
+
+def rss_mib() -> float:
+    """This process's resident memory (MiB), from ``/proc/self/status``."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def figure_main(measure: Callable[[str], tuple[float, str]]) -> None:
+    """A driver's command line: ``DRIVER FIGURE`` prints the JSON line."""
+    import sys
+
+    if len(sys.argv) != 2 or sys.argv[1] not in FIGURES:
+        raise SystemExit(f"usage: {sys.argv[0]} FIGURE (one of {', '.join(FIGURES)})")
+    value, unit = measure(sys.argv[1])
+    print(json.dumps({"value": value, "unit": unit}), flush=True)

@@ -1,0 +1,45 @@
+"""Smoke test of ``bench/sidebyside.py``: every driver answers every figure asked, a
+plugged-in driver gets its own column, and the table has the issue's shape.
+
+It asserts nothing about speed (that is what the full benchmark is for)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the guardian")
+def test_side_by_side_measures_each_driver_and_a_plugged_in_one(tmp_path: Path) -> None:
+    out = tmp_path / "sbs.json"
+    plugged = f"{sys.executable} {ROOT / 'bench' / 'drivers' / 'bare.py'}"
+    argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1"]
+    argv += ["--only", "ready1", "stop1", "rss10", "--json", str(out)]
+    argv += ["--driver", f"other={plugged}"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["case"]: row for row in json.loads(out.read_text())}
+    for figure in ("ready1", "stop1", "rss10"):
+        for name in ("bare", "corral", "other"):
+            assert rows[f"{figure}.{name}"]["value"] > 0
+    assert rows["ready1.corral_vs_bare"]["unit"] == "×"
+    assert "stop1.corral_vs_other" in rows
+    assert rows["rss10.corral_minus_bare"]["target"] == "≤ 4"
+    head = proc.stdout.splitlines()[0].split()
+    assert head == ["figure", "bare", "corral", "other", "corral", "vs", "bare"]
+
+
+def test_a_driver_that_breaks_the_protocol_is_named(tmp_path: Path) -> None:
+    argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1"]
+    argv += ["--only", "stop1", "--json", str(tmp_path / "x.json")]
+    argv += ["--driver", "broken=false"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert "false stop1: exit 1" in proc.stderr
