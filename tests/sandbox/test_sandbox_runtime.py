@@ -114,3 +114,21 @@ def test_runtime_paths_pass_the_rules_of_a_grant(tmp_path: Path) -> None:
     (inside / "node").write_bytes(b"\x7fELF")
     with pytest.raises(PlanError, match="must stay hidden"):
         find_runtime_paths("x", str(inside / "node"), home=str(home), private=(str(corral),))
+
+
+def test_a_venv_holding_the_extension_shows_its_bin_and_pyvenv_cfg(tmp_path: Path) -> None:
+    # pip installs corral's example extensions inside the venv's site-packages: the
+    # venv may not be bound whole, yet its python must still start in the sandbox.
+    base = tmp_path / "opt" / "python3.11"
+    (base / "bin").mkdir(parents=True)
+    real = base / "bin" / "python3.11"
+    real.write_bytes(b"\x7fELF")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to(real)
+    (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\n")
+    ext = venv / "lib" / "python3.11" / "site-packages" / "agent" / "_examples" / "hello-py"
+    ext.mkdir(parents=True)
+    needs = find_runtime_paths("x", str(venv / "bin" / "python3"), hidden=(str(ext),))
+    assert needs.paths == [str(venv / "bin"), str(venv / "pyvenv.cfg"), str(base)]
+    assert not any(str(ext).startswith(p + "/") for p in needs.paths)
