@@ -57,6 +57,7 @@ from supervisor import EmitEvent, SupervisorError
 from ._audit import AuditLog
 from ._compaction import summarize
 from ._events import (
+    AgentEvent,
     AssistantMessage,
     AssistantStart,
     CompactDone,
@@ -137,6 +138,22 @@ def _all_cancelled(exc: BaseException) -> bool:
 
 
 @typing.final
+class _EmitFailed(Exception):
+    """The caller's ``emit`` raised while the provider's stream was open: its error,
+    not the provider's (a closed stdout must not be logged as a provider crash)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+async def _relay(emit: Emit, event: AgentEvent) -> None:
+    try:
+        await emit(event)
+    except Exception as exc:
+        raise _EmitFailed(exc) from exc
+
+
 class AgentLoop:
     """One agent session's loop: a transcript, a model, tools, and the supervisor behind them."""
 
@@ -371,7 +388,7 @@ class AgentLoop:
                     if isinstance(event, ProviderTextDelta):
                         parts.append(event.text)
                         if not hold and event.text:
-                            await emit(TextDelta(delta=event.text))
+                            await _relay(emit, TextDelta(delta=event.text))
                     elif isinstance(event, ProviderToolCall):
                         calls.append(event)
                     elif isinstance(event, ProviderUsage):
@@ -379,7 +396,9 @@ class AgentLoop:
                     elif isinstance(event, ProviderStop):
                         stop = event.reason
                     elif isinstance(event, ProviderRetry):
-                        await emit(Retry(**msgspec.structs.asdict(event)))
+                        await _relay(emit, Retry(**msgspec.structs.asdict(event)))
+        except _EmitFailed as exc:
+            raise exc.error from None
         except ProviderError as exc:
             log.info("provider_failed", provider=self._provider.name, error=str(exc))
             await self._end(emit, "error", str(exc))

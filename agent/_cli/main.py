@@ -138,6 +138,24 @@ class _Main(click.Group):
             _prefetch_sandbox(args[0], args[1:])
         return super().resolve_command(ctx, args)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: typing.Any,
+    ) -> click.Context:
+        from .pipes import until_reader_gone
+
+        with until_reader_gone():  # `corral --help | head -1`
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> typing.Any:
+        from .pipes import until_reader_gone
+
+        with until_reader_gone():
+            return super().invoke(ctx)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         found = super().get_command(ctx, cmd_name)  # added with add_command
         if found is not None or cmd_name not in COMMANDS:

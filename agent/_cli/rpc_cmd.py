@@ -123,8 +123,8 @@ async def _cancel_on_signal(
         ],
         env=(*AGENT_ENV, ("CORRAL_RPC_TOKEN", "shared secret (alias ZOTCORE_RPC_TOKEN)")),
         exit_codes=(
-            (0, "stdin closed and the work done"),
-            (1, "unusable setup or stdout closed"),
+            (0, "stdin closed and the work done, or stdout closed by the client"),
+            (1, "unusable setup"),
             (130, "SIGINT"),
             (143, "SIGTERM"),
         ),
