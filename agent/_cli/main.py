@@ -198,6 +198,13 @@ class _Main(click.Group):
     help="Colour human output (auto: on a terminal, unless NO_COLOR is set).",
 )
 @click.option(
+    "--log-format",
+    type=click.Choice(["file", "console", "json"]),
+    default=None,
+    help="Where the structured log goes: the log file (default; stderr with -v), or "
+    "stderr rendered for the console or as JSON lines.",
+)
+@click.option(
     "-e",
     "--ext",
     metavar="PATH",
@@ -212,13 +219,14 @@ class _Main(click.Group):
 )
 @click.version_option(__version__, package_name="corral")
 @click.pass_context
-def main(ctx: click.Context, verbose: int, color: str) -> None:
+def main(ctx: click.Context, verbose: int, color: str, log_format: str | None) -> None:
     """corral: run untrusted agent extensions as supervised, sandboxed subprocesses.
 
-    Without a key or a network, `corral demo` shows what it does. On a terminal, logs
-    go to $CORRAL_HOME/logs/corral.log (-v shows them on stderr instead).
+    Without a key or a network, `corral demo` shows what it does. Stderr carries
+    messages for people; the structured log goes to $CORRAL_HOME/logs/corral.log
+    (-v or --log-format shows it on stderr instead).
     """
     from .logs import configure_logging  # structlog is not needed for --help
 
     set_color_mode(ctx, ColorMode(color))
-    configure_logging(verbose)
+    configure_logging(verbose, log_format=log_format)
