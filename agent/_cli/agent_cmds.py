@@ -108,7 +108,12 @@ def refuse_untrusted(options: AgentOptions, *, skip_broken: bool = False) -> Non
         raise CLIError(f"cannot check which extensions are trusted: {exc}") from None
     lines = [v.problem for v in untrusted]
     if not skip_broken:  # an invalid manifest never starts: say so before anything does
-        lines += [f"extension {p} {SKIP_HINT}" for p in found.problems]
+        asked = [Path(e) for e in options.ext_paths]  # required: -e says why itself
+        lines += [
+            f"extension {p} {SKIP_HINT}"
+            for p in found.problems
+            if not any(Path(p.path).is_relative_to(e) for e in asked)
+        ]
     if lines:
         raise CLIError("\n".join(lines))
 
