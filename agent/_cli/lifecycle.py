@@ -35,7 +35,9 @@ __all__ = ["SKIP_HINT", "SignalCancel", "broken", "check_started", "requested_ex
 #: Extension states that are fine for a required extension once start-up returned.
 _STARTED = frozenset({"running", "registering", "starting"})
 #: States of an extension that did not start (refused at hello, exited before ready).
-_BROKEN = frozenset({"backoff", "failed", "quarantined", "invalid"})
+#: Not ``quarantined``: corral did not try (a decision of an earlier session, shown
+#: as a warning, lifted by ``ext enable``, which an RPC client may send).
+_BROKEN = frozenset({"backoff", "failed", "invalid"})
 #: What ends each line about a broken extension.
 SKIP_HINT = "(--skip-broken-extensions goes on without it)"
 #: Bytes of an extension's log read for the reason it did not start.
