@@ -40,10 +40,8 @@ from __future__ import annotations
 import enum
 import typing
 from collections.abc import Awaitable, Callable
-from contextlib import aclosing
 from typing import Any
 
-import msgspec
 import trio
 
 from sandbox.log import get_logger
@@ -58,10 +56,8 @@ from ._events import (
     Emit,
     ErrorEvent,
     ExtDisplay,
-    Retry,
     StopReason,
     TextDelta,
-    ThinkingDelta,
     TurnEnd,
     TurnStart,
     Usage,
@@ -87,11 +83,6 @@ from ._providers.base import (
     ModelInfo,
     ModelRequest,
     Provider,
-    ProviderRetry,
-    ProviderStop,
-    ProviderTextDelta,
-    ProviderThinkingBlock,
-    ProviderThinkingDelta,
     ProviderToolCall,
     ProviderUsage,
     ReasoningLevel,
@@ -99,6 +90,7 @@ from ._providers.base import (
 )
 from ._providers.reasoning import check_reasoning
 from ._registry import ToolRegistry
+from ._reply import EmitFailed, read_reply
 from ._toolround import ToolRound, consult, tell
 from ._transcript import Transcript, summary_message
 
@@ -396,34 +388,11 @@ class AgentLoop:
             reasoning=self._prompt_reasoning,
         )
         hold = self._text_interceptors is not False
-        parts: list[str] = []
-        calls: list[ProviderToolCall] = []
-        thinking: list[ThinkingContent] = []
-        usage: ProviderUsage | None = None
-        stop: str | None = None
         await emit(AssistantStart())
         try:
-            async with aclosing(self._provider.stream(request)) as stream:  # type: ignore[type-var]
-                async for event in stream:
-                    if isinstance(event, ProviderTextDelta):
-                        parts.append(event.text)
-                        if not hold and event.text:
-                            await emit(TextDelta(delta=event.text))
-                    elif isinstance(event, ProviderThinkingDelta):
-                        # Live, also while text is held: interceptors of
-                        # assistant_message see (and rewrite) the answer only.
-                        if event.text:
-                            await emit(ThinkingDelta(delta=event.text))
-                    elif isinstance(event, ProviderThinkingBlock):
-                        thinking.append(event.block)
-                    elif isinstance(event, ProviderToolCall):
-                        calls.append(event)
-                    elif isinstance(event, ProviderUsage):
-                        usage = event
-                    elif isinstance(event, ProviderStop):
-                        stop = event.reason
-                    elif isinstance(event, ProviderRetry):
-                        await emit(Retry(**msgspec.structs.asdict(event)))
+            reply = await read_reply(self._provider, request, emit, hold=hold)
+        except EmitFailed as exc:
+            raise exc.error from None
         except ProviderError as exc:
             log.info("provider_failed", provider=self._provider.name, error=str(exc))
             await self._fail(emit, str(exc))
@@ -432,10 +401,10 @@ class AgentLoop:
             log.exception("provider_crashed", provider=self._provider.name)
             await self._fail(emit, f"{self._provider.name}: unexpected failure: {exc!r}")
             return False
-        if stop is None:
+        calls, thinking, usage, text = reply.calls, reply.thinking, reply.usage, reply.text
+        if reply.stop is None:
             await self._fail(emit, f"{self._provider.name}: the stream ended early")
             return False
-        text = "".join(parts)
         if not calls:
             message = Message(
                 role="assistant",
@@ -447,7 +416,7 @@ class AgentLoop:
             await self._show(text, [], hold, emit, message.time, self._annotate)
             if usage is not None:
                 await self._count(usage, emit)
-            await self._end(emit, "length" if stop == "length" else "end_turn")
+            await self._end(emit, "length" if reply.stop == "length" else "end_turn")
             return False
         await self._exchange(text, unique_ids(calls), usage, hold, emit, thinking)
         await self._end(emit, "tool_use")

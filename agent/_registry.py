@@ -270,6 +270,7 @@ class ToolRegistry:
         self._generations = [-1] * len(self._sets)
         self._specs = [t.spec for t in self._tools.values()]
         self.generation = 0
+        self._clashes: set[tuple[str, str]] = set()
 
     def __repr__(self) -> str:
         return f"<ToolRegistry tools={len(self._tools)} generation={self.generation}>"
@@ -292,12 +293,11 @@ class ToolRegistry:
         def add(tool: Tool) -> None:
             name = tool.spec.name
             if name in tools:
-                log.warning(
-                    "tool_name_clash",
-                    tool=name,
-                    source=source_of(tool.kind, tool.owner),
-                    kept=source_of(tools[name].kind, tools[name].owner),
-                )
+                clash = (name, source_of(tool.kind, tool.owner))
+                if clash not in self._clashes:  # once, not at every rebuild
+                    self._clashes.add(clash)
+                    kept = source_of(tools[name].kind, tools[name].owner)
+                    log.warning("tool_name_clash", tool=name, source=clash[1], kept=kept)
                 return
             tools[name] = tool
 

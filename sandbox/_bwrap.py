@@ -361,7 +361,10 @@ class BwrapSandbox:
         perms = request.permissions
         binds.want(request.ext_dir, os.path.realpath(request.ext_dir), False)
         for path in request.runtime_paths:
-            binds.want(os.path.realpath(path), os.path.realpath(path), False)
+            # At its real place and at the name the caller uses (PYTHONPATH names it).
+            real = os.path.realpath(path)
+            for dest in dict.fromkeys((real, os.path.abspath(path))):
+                binds.want(dest, real, False)
         # Validated grants are real paths already (and pinned); a caller that did
         # not validate (the agent's bash tool) gets its symlinks resolved here.
         for path in perms.read_only:
@@ -377,6 +380,7 @@ class BwrapSandbox:
             # Outermost first; grants (deeper, or later at equal depth) win.
             entries = dict(binds.entries)
             binds.entries = {p: (p, False) for p in runtime.paths}
+            binds.entries.update({path: (real, False) for path, real in runtime.aliases})
             binds.entries.update(entries)
         else:
             note = program_note(request.argv[0], [*LINUX_SYSTEM_DIRS, *granted])
@@ -429,17 +433,20 @@ class BwrapSandbox:
         with self._lock:
             cached = self._runtimes.get(inputs)
         if stamp is not None and cached is not None and cached[0] == stamp:
-            return RuntimeNeeds(paths=list(cached[1].paths), notes=list(cached[1].notes))
-        interpreter, system, home, hidden, private = inputs
-        runtime = find_runtime_paths(
-            request.name, interpreter, system=system, home=home, hidden=hidden, private=private
+            runtime = cached[1]
+        else:
+            interpreter, system, home, hidden, private = inputs
+            runtime = find_runtime_paths(
+                request.name, interpreter, system=system, home=home, hidden=hidden, private=private
+            )
+            if stamp is not None:
+                with self._lock:
+                    if len(self._runtimes) >= _RUNTIMES:
+                        self._runtimes.clear()
+                    self._runtimes[inputs] = (stamp, runtime)
+        return RuntimeNeeds(
+            paths=list(runtime.paths), notes=list(runtime.notes), aliases=list(runtime.aliases)
         )
-        if stamp is not None:
-            with self._lock:
-                if len(self._runtimes) >= _RUNTIMES:
-                    self._runtimes.clear()
-                self._runtimes[inputs] = (stamp, runtime)
-        return RuntimeNeeds(paths=list(runtime.paths), notes=list(runtime.notes))
 
     def _tmp_args(
         self, limits: Limits, run_dirs: list[str], notes: list[str]

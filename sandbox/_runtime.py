@@ -13,7 +13,9 @@ For a chosen interpreter, without running anything:
 * the system directories (``/usr`` and the ``/lib*``, ``/bin`` links) are always
   visible, so an interpreter living there needs nothing more;
 * a Python virtual environment needs its own directory (site-packages) *and* the
-  base interpreter's prefix named by its ``pyvenv.cfg``;
+  base interpreter's prefix named by its ``pyvenv.cfg``; when the directory may not
+  be bound whole (a pip-installed corral keeps its example extensions inside it),
+  its ``bin`` and ``pyvenv.cfg`` are enough to start the interpreter;
 * an interpreter elsewhere (pyenv, nvm, a tarball in /opt) needs its installation
   prefix: the parent of its ``bin`` directory, found through the real path, and,
   when it was named through a link in a ``bin`` directory (nvm's ``npx``), that
@@ -63,6 +65,10 @@ class RuntimeNeeds(msgspec.Struct, frozen=True, kw_only=True):
     paths: list[str]
     #: Things worth telling the user (an ``env`` shebang, a narrowed prefix).
     notes: list[str]
+    #: ``(path, real)``: a path the interpreter is named by, shown at that name
+    #: because it reaches its real place through a symbolic link (a venv under a
+    #: linked directory). Each ``real`` lies inside ``paths``: nothing more is seen.
+    aliases: list[tuple[str, str]] = []
 
 
 def _read_shebang(path: str) -> str | None:
@@ -86,21 +92,21 @@ def _read_shebang(path: str) -> str | None:
     return line or None
 
 
-def _venv_paths(interpreter: str) -> list[str]:
+def _venv_paths(interpreter: str) -> tuple[str, str] | None:
     """The venv directory and its base interpreter's prefix, if it is a venv's python."""
     venv = os.path.dirname(os.path.dirname(interpreter))
     try:
         with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as f:
             lines = f.read().splitlines()
     except OSError:
-        return []
-    out = [os.path.realpath(venv)]
+        return None
+    base = ""
     for line in lines:
         key, sep, value = line.partition("=")
         if sep and key.strip() == "home":
             home = os.path.realpath(value.strip())
-            out.append(os.path.dirname(home) if os.path.basename(home) == "bin" else home)
-    return out
+            base = os.path.dirname(home) if os.path.basename(home) == "bin" else home
+    return os.path.realpath(venv), base
 
 
 class _Finder:
@@ -179,6 +185,20 @@ class _Finder:
                 self.add(candidate)
                 return
 
+    def add_venv(self, venv: str, base: str) -> None:
+        """A virtual environment: its directory, else its ``bin`` and ``pyvenv.cfg``.
+
+        corral installed with pip ships its example extensions inside the venv's
+        site-packages, so the venv contains an extension's directory and may not be
+        bound whole. The interpreter only needs its own path (``bin``, whose links
+        lead to the base prefix) and ``pyvenv.cfg``; the extension's imports come
+        from the runtime paths its caller names (the SDK), never from the venv.
+        """
+        parts = [venv] if not self.problem(venv) else [f"{venv}/bin", f"{venv}/pyvenv.cfg"]
+        for path in (*parts, base):
+            if path and not self.problem(path):
+                self.add(path)
+
     def walk(self, interpreter: str, depth: int) -> None:
         if not os.path.isabs(interpreter):
             raise PlanError(self.name, f"the interpreter {interpreter!r} must be an absolute path")
@@ -192,9 +212,9 @@ class _Finder:
             )
         if not os.path.exists(real):
             raise PlanError(self.name, f"the interpreter {interpreter!r} does not exist")
-        for path in _venv_paths(interpreter):
-            if not self.problem(path):
-                self.add(path)
+        venv = _venv_paths(interpreter)
+        if venv is not None:
+            self.add_venv(*venv)
         if not self.visible(real):
             self.add_prefix(real)
         if depth == 0 and real != os.path.normpath(interpreter):
@@ -243,7 +263,24 @@ def find_runtime_paths(
     real = [tuple(os.path.realpath(p) for p in paths if p) for paths in (hidden, private)]
     finder = _Finder(name, system, os.path.realpath(home) if home else "", real[0], real[1])
     finder.walk(interpreter, 0)
-    return RuntimeNeeds(paths=finder.paths, notes=finder.notes)
+    return RuntimeNeeds(
+        paths=finder.paths, notes=finder.notes, aliases=_aliases(interpreter, finder)
+    )
+
+
+def _aliases(interpreter: str, finder: _Finder) -> list[tuple[str, str]]:
+    """The interpreter's directory and ``pyvenv.cfg`` at the names it is run by.
+
+    The sandbox shows runtime paths at their real place; an interpreter named
+    through a linked directory (``~/link/venv/bin/python``) would not be found.
+    """
+    spelled = os.path.dirname(os.path.abspath(interpreter))
+    out: list[tuple[str, str]] = []
+    for path in (spelled, os.path.join(os.path.dirname(spelled), "pyvenv.cfg")):
+        real = os.path.realpath(path)
+        if real != path and os.path.exists(real) and finder.visible(real):
+            out.append((path, real))
+    return out
 
 
 def program_note(program: str, visible: list[str]) -> str | None:

@@ -20,7 +20,7 @@ import trio
 
 from sandbox import SandboxMode
 from sandbox.log import get_logger
-from supervisor import SupervisorError
+from supervisor import ExtensionInfo, SupervisorError
 
 from .._events import Done
 from .._exceptions import AgentError
@@ -28,10 +28,10 @@ from .._host import AgentHost, open_agent
 from .._options import AgentOptions
 from .allocator import unpool_large_buffers
 from .errors import CLIError
-from .flags import agent_options
+from .flags import agent_options, skip_broken_option
 from .helptext import AGENT_ENV, COMMON_ENV, epilog
-from .lifecycle import SignalCancel, check_started, requested_extensions
-from .logs import configure_logging, human_stderr
+from .lifecycle import SKIP_HINT, SignalCancel, broken, check_started, requested_extensions
+from .logs import configure_logging
 from .render import HumanRenderer, JsonRenderer
 from .safe_text import visible
 from .screen import Terminal, make_console
@@ -59,7 +59,7 @@ RUN_LATE_AFTER = 2.0
 
 
 def _user_error(exc: BaseException) -> BaseException | None:
-    if isinstance(exc, AgentError | SupervisorError):
+    if isinstance(exc, AgentError | SupervisorError | CLIError):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -76,8 +76,9 @@ def run_trio(main: Callable[..., Awaitable[T]], *args: Any) -> T:
     system when freed (:func:`~agent._cli.allocator.unpool_large_buffers`).
 
     Raises:
-        CLIError: ``main`` failed with an :class:`AgentError` or a
-            :class:`SupervisorError` (possibly inside an exception group).
+        CLIError: ``main`` failed with an :class:`AgentError`, a
+            :class:`SupervisorError` or a :class:`CLIError` (possibly inside an
+            exception group).
     """
     unpool_large_buffers()
     try:
@@ -89,59 +90,89 @@ def run_trio(main: Callable[..., Awaitable[T]], *args: Any) -> T:
         raise CLIError(str(found)) from None
 
 
-def refuse_untrusted(options: AgentOptions) -> None:
+def refuse_untrusted(options: AgentOptions, *, skip_broken: bool = False) -> None:
     """Refuse to run while a project-local or installed extension is not trusted.
 
     A whole ``run`` or ``rpc`` fails rather than going on without the extension: the
     one left out may be the guard the user counts on.
 
+    Unless ``skip_broken``, an extension whose manifest is invalid stops it too.
+
     Raises:
         CLIError: one line per untrusted extension, each naming the command
-            that trusts it.
+            that trusts it, and per invalid manifest.
     """
     try:
-        _, untrusted = check_extensions(options)
+        found, untrusted = check_extensions(options)
     except SupervisorError as exc:
         raise CLIError(f"cannot check which extensions are trusted: {exc}") from None
-    if untrusted:
-        raise CLIError("\n".join(v.problem for v in untrusted))
+    lines = [v.problem for v in untrusted]
+    if not skip_broken:  # an invalid manifest never starts: say so before anything does
+        asked = [Path(e) for e in options.ext_paths]  # required: -e says why itself
+        lines += [
+            f"extension {p} {SKIP_HINT}"
+            for p in found.problems
+            if not any(Path(p.path).is_relative_to(e) for e in asked)
+        ]
+    if lines:
+        raise CLIError("\n".join(lines))
 
 
-async def report_extensions(host: AgentHost, renderer: HumanRenderer) -> None:
-    """Warn about extensions that failed or run without a sandbox (the reason said once).
+def _clashes(info: ExtensionInfo, infos: list[ExtensionInfo]) -> list[str]:
+    """One warning per name ``info`` registered that another holds (said once, here)."""
+    out = []
+    for kind, names in (("tool", info.shadowed_tools), ("command", info.shadowed_commands)):
+        for name in names:
+            holders = [i.name for i in infos if name in (i.tools if kind == "tool" else i.commands)]
+            winner = f"extension {holders[0]}" if holders else "a built-in"
+            out.append(
+                f"warning: extension {info.name}: its {kind} {name!r} is not used: "
+                f"{winner} has that name"
+            )
+    return out
+
+
+async def report_extensions(host: AgentHost, say: Callable[[str], None]) -> None:
+    """Warn about extensions that failed, are late, clash or run without a sandbox
+    (the reason said once), one line each through ``say``.
 
     Cancellation: the report is cut short.
     """
     from sandbox import select_sandbox
 
     bare: list[str] = []
-    for info in await host.extensions():
+    infos = await host.extensions()
+    for info in infos:
         if info.problem:
             where = f" ({info.path})" if info.state in ("invalid", "duplicate") else ""
-            if renderer.human:
-                renderer.line(visible(f"warning: extension {info.name}{where}: {info.problem}"))
-            else:
-                # Error: the extension does not run.
-                log.error(
-                    "extension_problem", extension=info.name, path=info.path, problem=info.problem
-                )
+            say(visible(f"warning: extension {info.name}{where}: {info.problem}"))
+        elif info.state == "starting":
+            say(visible(f"warning: extension {info.name} has not said hello yet; going on"))
         elif info.pid is not None and not info.sandboxed:
             bare.append(info.name)
+        for line in _clashes(info, infos):
+            say(visible(line))
     tool_problems = list(host.mcp_problems)
     if host.dynamic is not None:
         tool_problems += [str(r) for r in host.dynamic.refused]
         tool_problems += [host.dynamic.problem] if host.dynamic.problem else []
-    if renderer.human:  # else they are logged where they arose, once
-        for problem in tool_problems:
-            renderer.line(visible(f"warning: {problem}"))
-    if bare and renderer.human:  # else the supervisor logged extension_unsandboxed
+    for problem in tool_problems:
+        say(visible(f"warning: {problem}"))
+    if bare:
         try:
             why = getattr(select_sandbox(host.options.sandbox), "reason", "")
         except Exception:  # the supervisor chose already; the reason is a courtesy
             why = ""
         names = ", ".join(bare)
         text = f"warning: {names} run{'s' if len(bare) == 1 else ''} UNSANDBOXED"
-        renderer.line(visible(text + (f": {why}" if why else "")))
+        say(visible(text + (f": {why}" if why else "")))
+
+
+def _say_to(renderer: HumanRenderer | JsonRenderer) -> Callable[[str], None]:
+    """Where a warning line goes: the human renderer's notes, or stderr beside JSON."""
+    if isinstance(renderer, HumanRenderer):
+        return renderer.line
+    return lambda text: print(text, file=sys.stderr, flush=True)
 
 
 def run_renderer(as_json: bool, *, usage: bool = False) -> HumanRenderer | JsonRenderer:
@@ -154,11 +185,12 @@ def run_renderer(as_json: bool, *, usage: bool = False) -> HumanRenderer | JsonR
         terminal,
         markdown=is_terminal(sys.stdout),
         show_usage=usage,
-        human_notes=human_stderr(),
     )
 
 
-async def run_prompt(options: AgentOptions, text: str, as_json: bool, usage: bool = False) -> int:
+async def run_prompt(
+    options: AgentOptions, text: str, as_json: bool, usage: bool = False, skip_broken: bool = False
+) -> int:
     """``corral run``: one prompt, rendered for people or as JSON lines.
 
     Extensions named with ``-e`` are required (see :mod:`.lifecycle`); one that has
@@ -187,9 +219,11 @@ async def run_prompt(options: AgentOptions, text: str, as_json: bool, usage: boo
             with signals.scope:
                 async with open_agent(options) as host, trio.open_nursery() as nursery:
                     await check_started(host, required)
+                    if not skip_broken and (lines := await broken(host)):
+                        raise CLIError("\n".join(lines))
                     if isinstance(renderer, HumanRenderer):
                         renderer.set_source_of(host.engine.registry.sources().get)
-                        await report_extensions(host, renderer)
+                    await report_extensions(host, _say_to(renderer))
                     await nursery.start(host.run_forwarder, renderer.emit)
                     try:
                         await host.engine.prompt(text, [], renderer.emit)
@@ -250,10 +284,16 @@ _RUN_EXITS = (
 @agent_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line on stdout.")
 @click.option("--usage", is_flag=True, help="After the answer, print token and cost totals.")
+@skip_broken_option
 @click.argument("prompt", nargs=-1, required=True)
 @click.pass_context
 def run_cmd(
-    ctx: click.Context, options: AgentOptions, as_json: bool, usage: bool, prompt: tuple[str, ...]
+    ctx: click.Context,
+    options: AgentOptions,
+    as_json: bool,
+    usage: bool,
+    skip_broken: bool,
+    prompt: tuple[str, ...],
 ) -> None:
     """Run one prompt and print the answer.
 
@@ -261,9 +301,9 @@ def run_cmd(
     stderr. PROMPT "-" reads the prompt from stdin.
     """
     text = " ".join(prompt)
-    refuse_untrusted(options)
+    refuse_untrusted(options, skip_broken=skip_broken)
     status = run_trio(
-        run_prompt, options, sys.stdin.read() if text == "-" else text, as_json, usage
+        run_prompt, options, sys.stdin.read() if text == "-" else text, as_json, usage, skip_broken
     )
     ctx.exit(status)
 
@@ -332,8 +372,9 @@ def demo_cmd(ctx: click.Context, examples: Path | None, sandbox: str) -> None:
 
     # The demo narrates crashes and restarts itself; the supervisor's own warnings
     # would only repeat them (``-v`` or CORRAL_LOG still shows them).
-    if not ctx.find_root().params.get("verbose"):
-        configure_logging(level="error")
+    root = ctx.find_root().params
+    if not root.get("verbose"):
+        configure_logging(level="error", log_format=root.get("log_format") or "none")
     where = examples or default_examples_dir()
     if where is None:
         raise CLIError(

@@ -346,3 +346,13 @@ def agent_options(f: Callable[..., T]) -> Callable[..., T]:
     for option in reversed([*_OPTIONS, *_MORE_OPTIONS]):
         decorated = option(decorated)
     return decorated
+
+
+#: ``--skip-broken-extensions`` of ``run`` and ``rpc`` (see :func:`.lifecycle.broken`).
+skip_broken_option = click.option(
+    "--skip-broken-extensions",
+    "skip_broken",
+    is_flag=True,
+    help="Go on without an extension that cannot start (an invalid manifest, refused at "
+    "hello, exited before ready) instead of stopping with exit status 1.",
+)

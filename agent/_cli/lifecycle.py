@@ -10,6 +10,10 @@
   its log (the exec error, its last stderr lines), not only "exit status 1".
   One that is merely *late* (no ``hello`` yet) is not a failure: it joins or fails
   on its own.
+* :func:`broken`: every other extension ``run`` and ``rpc`` would use (installed,
+  project-local) that cannot start stops them too, with one line naming it and
+  the reason, unless ``--skip-broken-extensions`` says go on without it: the one
+  left out may be the guard the user counts on.
 """
 
 from __future__ import annotations
@@ -26,10 +30,16 @@ from .._exceptions import ExtensionFailed
 from .._host import AgentHost
 from .._options import AgentOptions
 
-__all__ = ["SignalCancel", "check_started", "requested_extensions"]
+__all__ = ["SKIP_HINT", "SignalCancel", "broken", "check_started", "requested_extensions"]
 
 #: Extension states that are fine for a required extension once start-up returned.
 _STARTED = frozenset({"running", "registering", "starting"})
+#: States of an extension that did not start (refused at hello, exited before ready).
+#: Not ``quarantined``: corral did not try (a decision of an earlier session, shown
+#: as a warning, lifted by ``ext enable``, which an RPC client may send).
+_BROKEN = frozenset({"backoff", "failed", "invalid"})
+#: What ends each line about a broken extension.
+SKIP_HINT = "(--skip-broken-extensions goes on without it)"
 #: Bytes of an extension's log read for the reason it did not start.
 _LOG_TAIL = 16 * 1024
 
@@ -123,3 +133,16 @@ async def check_started(host: AgentHost, specs: list[ExtensionSpec]) -> None:
         if tail:
             reason += "; its stderr: " + " | ".join(tail)
         raise ExtensionFailed(spec.dir, f"did not start: {reason}")
+
+
+async def broken(host: AgentHost) -> list[str]:
+    """One line per enabled extension that did not start, naming it and the reason.
+
+    Cancellation: the check is abandoned.
+    """
+    lines = []
+    for info in await host.extensions():
+        if info.enabled and info.state in _BROKEN:
+            reason = info.problem or info.state
+            lines.append(f"extension {info.name} ({info.path}) did not start: {reason} {SKIP_HINT}")
+    return lines

@@ -1,13 +1,11 @@
 """structlog configuration, done once by the CLI entry point (never by library code).
 
-One problem is shown once. When stderr is a terminal, the person reading it gets
-the CLI's human lines only, and the structured log goes to
+One problem is shown once, in words. Stderr carries the CLI's human lines,
+terminal or not (a CI log, a script's ``2>err``); the structured log goes to
 ``$CORRAL_HOME/logs/corral.log`` (JSON lines, opened on the first entry, rotated
-by size) unless ``-v`` (or ``CORRAL_LOG``) asks for it on stderr, where it is
-rendered for the console. When stderr is not a terminal, it carries structured
-(JSON) lines only, and the CLI sends its human notes there as structured events
-too (:func:`human_stderr` tells which). stdout stays free for output (and for
-the RPC protocol).
+by size) unless ``-v``, ``--log-format`` (or ``CORRAL_LOG``) asks for it on
+stderr: rendered for the console on a terminal, JSON lines otherwise or with
+``--log-format json``. stdout stays free for output (and for the RPC protocol).
 
 Log lines quote extensions (frame excerpts, names, stderr tails, refusal
 reasons), so on a terminal every value is made terminal-safe before the console
@@ -33,13 +31,16 @@ if typing.TYPE_CHECKING:
     from structlog.typing import EventDict, Processor, WrappedLogger
 
 __all__ = [
+    "LOG_FORMATS",
     "LOG_NAME",
     "configure_logging",
-    "human_stderr",
     "log_path",
     "logging_configured",
     "terminal_safe",
 ]
+
+#: The values of ``--log-format``: where and how the structured log is written.
+LOG_FORMATS = ("file", "console", "json")
 
 #: The structured log of the CLI, under ``$CORRAL_HOME/logs``.
 LOG_NAME = "corral.log"
@@ -86,8 +87,7 @@ def log_path() -> Path:
     return corral_home() / "logs" / LOG_NAME
 
 
-def human_stderr() -> bool:
-    """True when stderr is a terminal: the CLI's notes there are human lines."""
+def _stderr_is_terminal() -> bool:
     try:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):
@@ -128,29 +128,53 @@ class _LazyLogFile:
             with contextlib.suppress(OSError):
                 self._file.flush()
 
+    def close(self) -> None:
+        """Close the file (a later configuration writes elsewhere)."""
+        file, self._file = self._file, None
+        if file is not None:
+            with contextlib.suppress(OSError):
+                file.close()
 
-def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
+
+#: The log file of the current configuration, closed when another replaces it.
+_log_file: _LazyLogFile | None = None
+
+
+def configure_logging(
+    verbosity: int = 0, *, level: str | None = None, log_format: str | None = None
+) -> None:
     """Configure structlog for the process.
 
     Args:
-        verbosity: 0 shows warnings and errors, 1 adds info, 2 adds debug.
+        verbosity: 0 shows warnings and errors, 1 adds info, 2 adds debug; above 0
+            the log is written to stderr.
         level: a level name that replaces ``verbosity`` (``"error"``, ...).
+        log_format: ``"file"`` (the log file), ``"console"`` or ``"json"`` (stderr),
+            ``"none"`` (nowhere: the demo, which keeps off ``$CORRAL_HOME``);
+            None: the log file, or stderr with ``-v`` (console on a terminal, JSON
+            otherwise).
 
     The ``CORRAL_LOG`` environment variable (``debug``/``info``/``warning``/``error``)
-    overrides both. On a terminal without ``-v`` or ``CORRAL_LOG``, entries go to
-    the log file (info and above, whatever ``level`` says), not to stderr.
+    overrides the level and, like ``-v``, sends the log to stderr. In the log file
+    entries are kept from info up, whatever ``level`` says.
 
     The choice is made now; structlog is configured with it when it is first
     imported (see :mod:`sandbox.log`), so a command that logs nothing never loads it.
     """
-    global _configured
+    global _configured, _log_file
     threshold = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     if level is not None:
         threshold = _LEVELS[level]
     env_level = _LEVELS.get(os.environ.get("CORRAL_LOG", "").lower())
     threshold = env_level if env_level is not None else threshold
-    to_file = human_stderr() and verbosity == 0 and env_level is None
-    console = not to_file and human_stderr()
+    if log_format is None:
+        asked = verbosity > 0 or env_level is not None
+        log_format = ("console" if _stderr_is_terminal() else "json") if asked else "file"
+    to_file = log_format == "file"
+    console = log_format == "console"
+    if _log_file is not None:
+        _log_file.close()
+    _log_file = file = _LazyLogFile() if to_file else None
 
     def setup(structlog: ModuleType) -> None:
         rendering: list[Processor]
@@ -158,7 +182,7 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
         level = threshold
         if to_file:
             rendering = [structlog.processors.JSONRenderer()]
-            factory = structlog.WriteLoggerFactory(file=_LazyLogFile())
+            factory = structlog.WriteLoggerFactory(file=file)
             level = logging.INFO
         elif console:
             rendering = [terminal_safe, structlog.dev.ConsoleRenderer()]
@@ -166,6 +190,9 @@ def configure_logging(verbosity: int = 0, *, level: str | None = None) -> None:
         else:
             rendering = [structlog.processors.JSONRenderer()]
             factory = structlog.PrintLoggerFactory(sys.stderr)
+        if log_format == "none":
+            factory = structlog.ReturnLoggerFactory()  # rendered, then dropped
+            level = logging.CRITICAL
         structlog.configure(
             processors=[
                 structlog.contextvars.merge_contextvars,

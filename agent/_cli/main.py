@@ -194,6 +194,24 @@ class _Main(click.Group):
                 ctx.default_map = {args[0]: defaults}
         return super().resolve_command(ctx, args)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: typing.Any,
+    ) -> click.Context:
+        from .pipes import until_reader_gone
+
+        with until_reader_gone():  # `corral --help | head -1`
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> typing.Any:
+        from .pipes import until_reader_gone
+
+        with until_reader_gone():
+            return super().invoke(ctx)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         found = super().get_command(ctx, cmd_name)  # added with add_command
         if found is not None or cmd_name not in COMMANDS:
@@ -238,6 +256,13 @@ class _Main(click.Group):
     help="Colour human output (auto: on a terminal, unless NO_COLOR is set).",
 )
 @click.option(
+    "--log-format",
+    type=click.Choice(["file", "console", "json"]),
+    default=None,
+    help="Where the structured log goes: the log file (default; stderr with -v), or "
+    "stderr rendered for the console or as JSON lines.",
+)
+@click.option(
     "-e",
     "--ext",
     metavar="PATH",
@@ -260,15 +285,16 @@ class _Main(click.Group):
 )
 @click.version_option(__version__, package_name="corral")
 @click.pass_context
-def main(ctx: click.Context, verbose: int, color: str) -> None:
+def main(ctx: click.Context, verbose: int, color: str, log_format: str | None) -> None:
     """corral: run untrusted agent extensions as supervised, sandboxed subprocesses.
 
-    Without a key or a network, `corral demo` shows what it does. On a terminal, logs
-    go to $CORRAL_HOME/logs/corral.log (-v shows them on stderr instead). -v and
-    --color may follow the command too (`corral run hi -v`). Flag defaults can be
-    kept in ~/.config/corral/config.toml (`corral config` shows them).
+    Without a key or a network, `corral demo` shows what it does. Stderr carries
+    messages for people; the structured log goes to $CORRAL_HOME/logs/corral.log
+    (-v or --log-format shows it on stderr instead). -v and --color may follow the
+    command too (`corral run hi -v`). Flag defaults can be kept in
+    ~/.config/corral/config.toml (`corral config` shows them).
     """
     from .logs import configure_logging  # structlog is not needed for --help
 
     set_color_mode(ctx, ColorMode(color))
-    configure_logging(verbose)
+    configure_logging(verbose, log_format=log_format)

@@ -126,7 +126,9 @@ class HumanRenderer:
         show_user: echo the user's prompt.
         show_usage: after each prompt, print its token and cost totals.
         source_of: tool name to the extension that runs it (None: built-in).
-        human_notes: draw the notes; False logs the problems among them instead.
+
+    Notes are drawn whether or not stderr is a terminal (a CI log reads them too);
+    the structured log is :mod:`.logs`' business.
     """
 
     def __init__(
@@ -137,7 +139,6 @@ class HumanRenderer:
         show_user: bool = False,
         show_usage: bool = False,
         source_of: Callable[[str], str | None] | None = None,
-        human_notes: bool = True,
     ) -> None:
         self.terminal = terminal
         self.style = Style(terminal.notes.color_system is not None)
@@ -146,7 +147,6 @@ class HumanRenderer:
         self._show_user = show_user
         self._show_usage = show_usage
         self._source_of = source_of
-        self._human = human_notes
         self._text = StreamSanitizer()
         self._mid_line = False
         self._streamed = False
@@ -165,11 +165,6 @@ class HumanRenderer:
     def __repr__(self) -> str:
         return f"<HumanRenderer color={self.style.enabled} markdown={self._use_markdown}>"
 
-    @property
-    def human(self) -> bool:
-        """True when notes are drawn for a person (else the problems are logged)."""
-        return self._human
-
     def set_source_of(self, source_of: Callable[[str], str | None]) -> None:
         """Where to look up the extension behind a tool (known once the agent is open)."""
         self._source_of = source_of
@@ -184,10 +179,9 @@ class HumanRenderer:
     def line(self, text: str) -> None:
         """Print one note line; ``text`` must be safe already (it may carry our styles)."""
         self._end_answer_line()
-        if self._human:
-            from rich.text import Text  # a pipe without notes never needs rich
+        from rich.text import Text
 
-            self.terminal.print_note(Text.from_ansi(text) if "\x1b" in text else Text(text))
+        self.terminal.print_note(Text.from_ansi(text) if "\x1b" in text else Text(text))
 
     def note(self, extension: str, text: str, *styles: str) -> None:
         """An extension's note, ``[name] text``, with the prefix on every line of it.
@@ -207,7 +201,7 @@ class HumanRenderer:
     # --- the live region ------------------------------------------------------------
 
     def _wait(self, label: str) -> None:
-        if not (self._human and self.terminal.interactive):
+        if not self.terminal.interactive:
             return
         if self._activity is None or self._activity.label != label:
             self._activity = Activity(label)
@@ -247,14 +241,12 @@ class HumanRenderer:
             self._turn_end(event)
         elif isinstance(event, ErrorEvent) and event.message == self._turn_error:
             self._turn_error = None  # said once, with the turn's end
-        elif not self._human:
-            self._structured(event)
         else:
             self._note_event(event)
 
     def _show_thought(self) -> None:
         thought, self._thought = "".join(self._thought).strip(), []
-        if self._human and thought:
+        if self.terminal.interactive and thought:  # piped stderr: the words only
             for part in visible_lines(thought):
                 self.line(self.style(f"┊ {part}".rstrip(), "dim"))
 
@@ -367,7 +359,7 @@ class HumanRenderer:
     def _done(self) -> None:
         self._stop_waiting()
         usage, self._turn_usage = self._turn_usage, UsageTotals()
-        if self._show_usage and self._human:
+        if self._show_usage:
             text = format_usage(usage.input, usage.output, usage.cost_usd)
             total = format_usage(self.totals.input, self.totals.output, self.totals.cost_usd)
             self.line(self.style(f"  tokens {text} (session: {total})", "dim"))
@@ -379,10 +371,6 @@ class HumanRenderer:
         if event.stop != "tool_use":
             self._stop_waiting()
         error = visible(event.error) if event.error else None
-        if not self._human:
-            if event.stop in ("blocked", "error"):
-                log.error(f"turn_{event.stop}", error=event.error)
-            return
         if event.stop == "blocked":
             self.line(s(f"✖ turn blocked — {error or 'no reason given'}", "red", "bold"))
         elif event.stop == "error":
@@ -411,17 +399,6 @@ class HumanRenderer:
         elif event.detail:
             text += f": {visible(event.detail)}"
         self.note(event.extension, text, _STATUS_STYLE.get(event.status, "blue"))
-
-    def _structured(self, event: AgentEvent) -> None:
-        """Notes for a stream that is not a terminal: the problems, as log events."""
-        if isinstance(event, ErrorEvent):
-            log.warning("agent_error", message=event.message)
-        elif isinstance(event, ExtNotify) and event.level in ("warn", "error"):
-            method = log.error if event.level == "error" else log.warning
-            method("ext_notify", extension=event.extension, message=event.message)
-        elif isinstance(event, ToolResultEvent) and event.is_error:
-            body = " ".join(b.text for b in event.content if isinstance(b, TextContent))
-            log.info("tool_error", id=event.id, error=body[:500])
 
 
 def text_of_blocks(blocks: list[Any]) -> str:

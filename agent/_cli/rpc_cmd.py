@@ -25,8 +25,9 @@ from .._rpc.server import DEFAULT_LINE_LIMIT, SEED_TOKEN_ENV, TOKEN_ENV, serve_r
 from .._runtime import open_runtime
 from .agent_cmds import refuse_untrusted, run_trio
 from .errors import CLIError
-from .flags import agent_options
+from .flags import agent_options, skip_broken_option
 from .helptext import AGENT_ENV, epilog
+from .lifecycle import broken
 from .logs import configure_logging, logging_configured
 
 __all__ = ["rpc_cmd", "run_rpc"]
@@ -70,6 +71,7 @@ async def run_rpc(
     out_fd: int,
     token: str | None = None,
     line_limit: int = DEFAULT_LINE_LIMIT,
+    skip_broken: bool = False,
 ) -> int:
     """Open the session for ``options`` and serve it on the descriptors ``in_fd``/``out_fd``.
 
@@ -81,6 +83,7 @@ async def run_rpc(
 
     Raises:
         AgentError: the session could not be opened (bad options, provider, script).
+        CLIError: an extension did not start (unless ``skip_broken``).
 
     Cancellation: serving stops, the running job is aborted and every extension is
     stopped before this returns. SIGINT and SIGTERM do the same.
@@ -90,6 +93,8 @@ async def run_rpc(
     status = 1
     signals: list[int] = []
     async with stdin, stdout, open_runtime(options) as runtime, trio.open_nursery() as nursery:
+        if not skip_broken and (lines := await broken(runtime.host)):
+            raise CLIError("\n".join(lines))
         await nursery.start(_cancel_on_signal, nursery.cancel_scope, signals)
         status = await serve_rpc(runtime, stdin, stdout, token=token, line_limit=line_limit)
         nursery.cancel_scope.cancel()
@@ -108,7 +113,9 @@ async def _cancel_on_signal(
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for signum in signals:
-            log.warning("rpc_signal", signal=signal.Signals(signum).name)
+            name = signal.Signals(signum).name
+            log.warning("rpc_signal", signal=name)
+            print(f"corral rpc: {name}: stopping", file=sys.stderr, flush=True)
             seen.append(signum)
             scope.cancel()
             return
@@ -123,8 +130,8 @@ async def _cancel_on_signal(
         ],
         env=(*AGENT_ENV, ("CORRAL_RPC_TOKEN", "shared secret (alias ZOTCORE_RPC_TOKEN)")),
         exit_codes=(
-            (0, "stdin closed and the work done"),
-            (1, "unusable setup or stdout closed"),
+            (0, "stdin closed and the work done, or stdout closed by the client"),
+            (1, "unusable setup"),
             (130, "SIGINT"),
             (143, "SIGTERM"),
         ),
@@ -138,8 +145,9 @@ async def _cancel_on_signal(
     show_default=True,
     help="Longest accepted input line in bytes.",
 )
+@skip_broken_option
 @click.pass_context
-def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int) -> None:
+def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int, skip_broken: bool) -> None:
     """Serve one agent session as JSON lines.
 
     Commands on stdin, responses and events on stdout, logs on stderr; the protocol
@@ -148,8 +156,8 @@ def rpc_cmd(ctx: click.Context, options: AgentOptions, line_limit: int) -> None:
     if not logging_configured():
         configure_logging(0)  # run on its own (not under the corral group)
     token = _take_token()
-    refuse_untrusted(options)
+    refuse_untrusted(options, skip_broken=skip_broken)
     in_fd, out_fd = _claim_stdio()
-    status = run_trio(run_rpc, options, in_fd, out_fd, token, line_limit)
+    status = run_trio(run_rpc, options, in_fd, out_fd, token, line_limit, skip_broken)
     sys.stderr.flush()
     ctx.exit(status)

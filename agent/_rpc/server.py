@@ -183,7 +183,6 @@ class _Server:
         self._line_limit = line_limit
         self._authed = token is None
         self._ext_in, self._ext_out = trio.open_memory_channel[tuple[ExtOp, str]](_EXT_BACKLOG)
-        self._stdout_broken = False
         self._writer: LineWriter | None = None
         #: The event pump's progress: an ext op's answer waits for what came before.
         self._pumped = Drain()
@@ -223,8 +222,8 @@ class _Server:
     async def _write(self, writer: LineWriter, serving: trio.CancelScope) -> None:
         await writer.run()
         if writer.broken:
-            log.warning("rpc_stdout_closed")
-            self._stdout_broken = True
+            # The client's choice (as `| head` is): stop at once, exit 0, no words.
+            log.info("rpc_stdout_closed")
             serving.cancel()
 
     async def _pump(self, events: trio.MemoryReceiveChannel[AgentEvent]) -> None:
@@ -261,7 +260,7 @@ class _Server:
                         tasks.cancel_scope.cancel()
             finally:
                 writer.close()  # the writer drains what is queued, then ends
-        return 1 if self._stdout_broken else status
+        return status
 
     def _parse(self, item: bytes | Oversize) -> Command | _Bad | None:
         if isinstance(item, Oversize):
@@ -477,8 +476,9 @@ async def serve_rpc(
             with an error and skipped.
 
     Returns:
-        The exit status: 0 after the end of input (once every queued job finished),
-        1 when authentication failed or stdout was closed.
+        The exit status: 0 after the end of input (once every queued job finished)
+        or when the client closed stdout (serving stops at once), 1 when
+        authentication failed.
 
     Cancellation: stops reading and writing at once; jobs still queued are left to
     the runtime (which ends them when it closes).

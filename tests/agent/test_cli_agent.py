@@ -72,9 +72,9 @@ def test_run_with_an_extension_tool(home: Path, work: Path) -> None:
     result = corral("run", "-e", WEATHER, "--no-extensions", "weather in Berlin", cwd=work)
     assert result.exit_code == 0, result.output
     assert "Berlin: " in result.stdout
-    # stdout is the answer alone; stderr (not a terminal here) carries no human notes.
-    assert "→ weather" not in result.output
-    assert "[weather]" not in result.output
+    # stdout is the answer alone; stderr (a terminal or not) carries the notes.
+    assert "→ weather" not in result.stdout
+    assert "→ weather" in result.stderr
 
 
 def test_run_blocked_tool_call_shows_the_reason(home: Path, work: Path) -> None:
@@ -107,9 +107,8 @@ def test_run_scripted_provider_error_exit_status(home: Path, work: Path, tmp_pat
     result = corral("run", "--no-extensions", "--script", path, "go", cwd=work)
     assert result.exit_code == 1
     assert result.stdout == ""
-    # stderr is not a terminal: the problem is one structured line.
-    (logged,) = [json.loads(line) for line in result.stderr.splitlines()]
-    assert (logged["event"], logged["error"]) == ("turn_error", "scripted: boom")
+    # stderr is not a terminal: the problem is still one line in words.
+    assert result.stderr.splitlines() == ["✖ model error — scripted: boom"]
 
 
 def test_run_json_says_error_before_done(home: Path, work: Path, tmp_path: Path) -> None:
@@ -125,15 +124,14 @@ def test_a_real_process_logs_the_same_line(home: Path, work: Path, tmp_path: Pat
     # In a fresh interpreter structlog is imported (and configured) only by the first
     # log call: the line is the one the configuration says, with level and time stamp.
     path = script(tmp_path, {"error": "boom", "status": 500})
-    proc = spawn_corral(["run", "--no-extensions", "--script", path, "go"], home, work)
+    args = ["--log-format", "json", "-v", "run", "--no-extensions", "--script", path, "go"]
+    proc = spawn_corral(args, home, work)
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, out) == (1, "")
-    (logged,) = [json.loads(line) for line in err.splitlines()]
-    assert (logged["event"], logged["error"], logged["level"]) == (
-        "turn_error",
-        "scripted: boom",
-        "error",
-    )
+    lines = err.splitlines()
+    assert lines[-1] == "✖ model error — scripted: boom"
+    (logged,) = [e for e in map(json.loads, lines[:-1]) if e["event"] == "provider_failed"]
+    assert (logged["error"], logged["level"]) == ("scripted: boom", "info")
     assert logged["timestamp"].endswith("Z")
 
 
@@ -141,9 +139,7 @@ def test_run_turn_blocked_exit_status(home: Path, work: Path, ext_dir: Path) -> 
     ext = probe(ext_dir, "--block-turn")
     result = corral("run", "--no-extensions", "-e", ext, "hi", cwd=work)
     assert result.exit_code == 1
-    logged = [json.loads(line) for line in result.stderr.splitlines()]
-    blocked = [e for e in logged if e["event"] == "turn_blocked"]
-    assert blocked[0]["error"] == "blocked by extension probe: closed for lunch"
+    assert "✖ turn blocked — blocked by extension probe: closed for lunch" in result.stderr
 
 
 def test_run_malformed_script_is_a_clear_error(home: Path, work: Path, tmp_path: Path) -> None:

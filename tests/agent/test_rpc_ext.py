@@ -321,7 +321,7 @@ async def test_sigterm_aborts_stops_extensions_and_exits_143(tmp_path: Path) -> 
             await rpc.read_all()
             with trio.fail_after(10):  # stopping takes the extension's grace periods
                 assert await rpc.wait() == 143
-            assert "rpc_signal" in rpc.stderr
+            assert "corral rpc: SIGTERM: stopping" in rpc.stderr
 
 
 async def test_ext_list_agrees_with_get_tools_on_shadowed_names(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import typing
 
@@ -94,3 +95,20 @@ def open_fds() -> dict[str, str]:
         with contextlib.suppress(OSError):  # the directory's own descriptor, closed by now
             out[fd] = os.readlink(f"/proc/self/fd/{fd}")
     return out
+
+
+def sleep_marker() -> str:
+    """A ``sleep`` argument no other run on this machine uses (a number of seconds).
+
+    A leftover is found by its command line, machine-wide: a fixed marker would
+    find another worktree's run of the same test, still inside its own timeout.
+    """
+    return f"{os.getpid()}{next(_MARKERS):04d}"
+
+
+def with_marker(marker: str) -> list[psutil.Process]:
+    """Live processes whose command line holds ``marker`` (see :func:`sleep_marker`)."""
+    return [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
+
+
+_MARKERS = itertools.count(1)

@@ -20,11 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import trio
 from helpers.paths import REPO
-from helpers.procs import descendants, lasting
+from helpers.procs import descendants, lasting, sleep_marker, with_marker
 
 import sandbox
 from agent._messages import TextContent
@@ -139,7 +138,7 @@ async def test_no_host_paths(base: Path) -> None:
 
 @pytest.mark.slow
 async def test_a_tool_that_loops_forever_is_killed_with_its_process_group(base: Path) -> None:
-    marker = "987654"
+    marker = sleep_marker()
     code = (
         "import subprocess, time\n"
         f"subprocess.Popen(['sleep', '{marker}'])\n"
@@ -150,8 +149,7 @@ async def test_a_tool_that_loops_forever_is_killed_with_its_process_group(base: 
         ok, text = await _run(_tools(base, RunCaps(timeout=3.0)), code)
     assert not ok
     assert "timed out after 3 s; its process group was killed" in text
-    left = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
-    assert left == []
+    assert with_marker(marker) == []
 
 
 async def test_output_is_capped_at_one_mebibyte(base: Path) -> None:
@@ -192,3 +190,22 @@ async def test_the_environment_is_exactly_the_documented_one(base: Path, backend
     env, cwd = seen["env"], seen["cwd"]
     assert (env["PWD"], env["HOME"]) == (cwd, os.path.join(cwd, "scratch"))
     assert env["TMPDIR"] == ("/tmp" if backend == "bwrap" else env["HOME"])
+
+
+@pytest.mark.parametrize("ending", ["timeout", "return"])
+async def test_nothing_a_tool_started_is_alive_when_its_call_returns(
+    base: Path, ending: str
+) -> None:
+    # The moment the call returns, not later: a background child of a tool that
+    # timed out, or of one that returned, is gone (the pid namespace's end is
+    # waited for). The marker is this run's own: other runs of the suite on the
+    # machine have theirs.
+    marker = sleep_marker()
+    tail = "while True:\n    pass" if ending == "timeout" else "return 'left a child'"
+    code = f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\n{tail}"
+    tools = _tools(base, RunCaps(timeout=1.0))
+    for _ in range(5):
+        with trio.fail_after(60):
+            ok, text = await _run(tools, code)
+        assert ok is (ending == "return"), text
+        assert with_marker(marker) == []

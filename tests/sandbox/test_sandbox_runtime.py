@@ -17,7 +17,8 @@ def test_system_interpreter_needs_nothing() -> None:
     assert find_runtime_paths("x", python).paths == []
 
 
-def test_venv_needs_itself_and_its_base(tmp_path: Path) -> None:
+def _venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv in ``tmp_path/venv`` whose python links to a base in ``tmp_path/opt``."""
     base = tmp_path / "opt" / "python3.11"
     (base / "bin").mkdir(parents=True)
     real = base / "bin" / "python3.11"
@@ -26,6 +27,11 @@ def test_venv_needs_itself_and_its_base(tmp_path: Path) -> None:
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").symlink_to(real)
     (venv / "pyvenv.cfg").write_text(f"home = {base / 'bin'}\nversion = 3.11.7\n")
+    return venv, base
+
+
+def test_venv_needs_itself_and_its_base(tmp_path: Path) -> None:
+    venv, base = _venv(tmp_path)
     needs = find_runtime_paths("x", str(venv / "bin" / "python"))
     assert needs.paths == [str(venv), str(base)]
 
@@ -128,3 +134,14 @@ def test_runtime_paths_pass_the_rules_of_a_grant(tmp_path: Path) -> None:
     (inside / "node").write_bytes(b"\x7fELF")
     with pytest.raises(PlanError, match="must stay hidden"):
         find_runtime_paths("x", str(inside / "node"), home=str(home), private=(str(corral),))
+
+
+def test_a_venv_holding_the_extension_shows_its_bin_and_pyvenv_cfg(tmp_path: Path) -> None:
+    # pip installs corral's example extensions inside the venv's site-packages: the
+    # venv may not be bound whole, yet its python must still start in the sandbox.
+    venv, base = _venv(tmp_path)
+    ext = venv / "lib" / "python3.11" / "site-packages" / "agent" / "_examples" / "hello-py"
+    ext.mkdir(parents=True)
+    needs = find_runtime_paths("x", str(venv / "bin" / "python"), hidden=(str(ext),))
+    assert needs.paths == [str(venv / "bin"), str(venv / "pyvenv.cfg"), str(base)]
+    assert not any(str(ext).startswith(p + "/") for p in needs.paths)

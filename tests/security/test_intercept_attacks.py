@@ -142,7 +142,9 @@ class Host:
         script.chmod(0o644)
         ext = self.extension(grant, **cfg)
         where = cwd or self.project
-        args = ["run", "--json", "--cwd", str(where), "--script", str(script)]
+        # The structured log on stderr (it goes to the log file unless asked for).
+        args = ["--log-format", "json", "run", "--json", "--cwd", str(where)]
+        args += ["--script", str(script)]
         args += ["--session", "s", "--no-extensions", "-e", str(ext), "go"]
         done = self.corral(*args, cwd=where)
         assert done.returncode == returncode, done.stderr

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import psutil
 import pytest
 import trio
 from helpers.agentkit import options, results_by_id, script
+from helpers.procs import sleep_marker, with_marker
 
 import sandbox
 from agent import AgentOptions, open_runtime
@@ -163,7 +163,7 @@ async def test_the_caps_and_the_sandbox_hold_inside_the_loop(
     port = listener.getsockname()[1]
     secret = home.parent / "secret.txt"
     secret.write_text("TOP SECRET\n")
-    marker = "876543"
+    marker = sleep_marker()
     tools = {
         "spin": f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\nwhile 1:\n    pass",
         "flood": "return 'x' * (5 * 1024 * 1024)",
@@ -195,8 +195,7 @@ async def test_the_caps_and_the_sandbox_hold_inside_the_loop(
     assert results["c_peek"][0] is True
     assert "FileNotFoundError" in results["c_peek"][1]
     assert "TOP SECRET" not in json.dumps(results)
-    left = [p for p in psutil.process_iter(["cmdline"]) if marker in (p.info["cmdline"] or [])]
-    assert left == []
+    assert with_marker(marker) == []
 
 
 async def test_dynamic_tools_are_off_unless_asked_for(
