@@ -35,7 +35,8 @@ from .._events import (
 from .._host import AgentHost, open_agent
 from .._messages import TextContent, text_of
 from .._options import AgentOptions
-from .chat import ChatSession, format_extensions
+from .chat import ChatSession
+from .chatlines import format_extensions
 from .render import HumanRenderer, text_of_blocks
 from .screen import Terminal, make_console
 from .term import is_terminal
