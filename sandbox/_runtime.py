@@ -272,12 +272,17 @@ def _aliases(interpreter: str, finder: _Finder) -> list[tuple[str, str]]:
     """The interpreter's directory and ``pyvenv.cfg`` at the names it is run by.
 
     The sandbox shows runtime paths at their real place; an interpreter named
-    through a linked directory (``~/link/venv/bin/python``) would not be found.
+    through a linked directory (``~/link/venv/bin/python``) would not be found. A
+    name inside the system directories needs none (``/bin/sh`` on a merged-``/usr``
+    system): the sandbox shows those with their own links, and a bind over a link
+    is refused by bwrap.
     """
     spelled = os.path.dirname(os.path.abspath(interpreter))
     out: list[tuple[str, str]] = []
     for path in (spelled, os.path.join(os.path.dirname(spelled), "pyvenv.cfg")):
         real = os.path.realpath(path)
+        if any(inside(path, root) for root in finder.system):
+            continue
         if real != path and os.path.exists(real) and finder.visible(real):
             out.append((path, real))
     return out

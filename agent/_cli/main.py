@@ -164,6 +164,12 @@ def _prefetch_sandbox(command: str, args: list[str]) -> None:
             with contextlib.suppress(SandboxError, ValueError):  # the command says why
                 select_sandbox(mode)
 
+    # The packages the thread uses are imported here, first: two threads importing
+    # the modules of one package at once can each find a module the other is still
+    # initializing ("partially initialized module 'supervisor._relay'"), and this
+    # thread would die with it. The command imports them next anyway.
+    import supervisor  # noqa: F401
+
     # Not a daemon: a command that ends before the probe did (one refused at once)
     # waits for it at exit, so the probe's children and its temporary directory are
     # gone before the interpreter is.

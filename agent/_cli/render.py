@@ -246,7 +246,7 @@ class HumanRenderer:
 
     def _show_thought(self) -> None:
         thought, self._thought = "".join(self._thought).strip(), []
-        if self.terminal.interactive and thought:  # piped stderr: the words only
+        if thought:
             for part in visible_lines(thought):
                 self.line(self.style(f"┊ {part}".rstrip(), "dim"))
 

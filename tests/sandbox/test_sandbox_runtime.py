@@ -145,3 +145,20 @@ def test_a_venv_holding_the_extension_shows_its_bin_and_pyvenv_cfg(tmp_path: Pat
     needs = find_runtime_paths("x", str(venv / "bin" / "python"), hidden=(str(ext),))
     assert needs.paths == [str(venv / "bin"), str(venv / "pyvenv.cfg"), str(base)]
     assert not any(str(ext).startswith(p + "/") for p in needs.paths)
+
+
+def test_a_name_inside_the_system_directories_needs_no_alias(tmp_path: Path) -> None:
+    # /bin -> usr/bin (merged /usr): the sandbox shows the system directories with
+    # their own links, and bwrap refuses a bind over a link ("Race condition
+    # binding dirfd"), so /bin/sh must not bring an alias of /bin.
+    system = tmp_path / "usr"
+    (system / "bin").mkdir(parents=True)
+    (system / "bin" / "sh").write_bytes(b"\x7fELF")
+    (system / "bin" / "sh").chmod(0o755)
+    linked = tmp_path / "bin"
+    linked.symlink_to(system / "bin")
+    needs = find_runtime_paths("x", str(linked / "sh"), system=(str(system), str(linked)))
+    assert needs.aliases == []
+    # Outside the system directories the same link is an alias, as a linked venv is.
+    needs = find_runtime_paths("x", str(linked / "sh"), system=(str(system),))
+    assert needs.aliases == [(str(linked), str(system / "bin"))]
