@@ -166,6 +166,7 @@ def test_a_malformed_file_is_one_clear_error(
         assert "Traceback" not in failed.stderr
 
 
+@pytest.mark.slow  # seven real corral processes
 def test_print_resume_continue_and_global_options_after_the_command(
     home: Path, work: Path, user_file: Path
 ) -> None:

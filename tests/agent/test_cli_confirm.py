@@ -71,6 +71,7 @@ def _pins(home: Path) -> str:
     return "".join(p.read_text() for p in found if p.is_file())
 
 
+@pytest.mark.slow  # several real corral processes
 def test_mcp_trust_needs_yes_without_a_terminal(home: Path, work: Path) -> None:
     _mcp_project(work)
     refused = corral(home, work, "tools", "mcp", "trust", "ok")

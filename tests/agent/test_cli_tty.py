@@ -212,6 +212,7 @@ LATE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a real chat on a pty
 def test_a_warning_is_printed_above_the_prompt_never_over_it(
     open_screen: Callable[..., Screen], ext_dir: Path
 ) -> None:

@@ -142,6 +142,7 @@ async def test_suppressed_assistant_message(
     ("mode", "blocked"),
     [("block", True), ("allow", False), ("crash", False), ("badargs", False), ("garbage", False)],
 )
+@pytest.mark.slow  # each mode waits out the 5 s intercept deadline or a crash
 async def test_chaos_intercept_modes(
     tmp_path: Path, home: Path, work: Path, ext_dir: Path, mode: str, blocked: bool
 ) -> None:

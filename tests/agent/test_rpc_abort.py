@@ -89,6 +89,7 @@ async def _resumed_is_answered(tmp_path: Path, api: str, server: FakeServer) -> 
 
 
 @pytest.mark.parametrize("api", sorted(API))
+@pytest.mark.slow  # a real corral rpc against a strict HTTP model, per provider
 async def test_abort_after_a_streamed_tool_call_leaves_the_session_answerable(
     tmp_path: Path, ext_dir: Path, api: str
 ) -> None:

@@ -193,6 +193,7 @@ async def test_the_environment_is_exactly_the_documented_one(base: Path, backend
 
 
 @pytest.mark.parametrize("ending", ["timeout", "return"])
+@pytest.mark.slow  # ten sandboxed calls, five of them timing out
 async def test_nothing_a_tool_started_is_alive_when_its_call_returns(
     base: Path, ending: str
 ) -> None:

@@ -326,6 +326,7 @@ class Terminal:
         os.close(self.master)
 
 
+@pytest.mark.slow  # a real chat on a pty through every attack
 def test_chat_on_a_terminal_shows_every_attack_as_visible_text(setup: dict[str, Any]) -> None:
     # -v: the log on the terminal too (else it goes to the log file), so the console
     # renderer's escaping is exercised as well.

@@ -6,6 +6,7 @@ tools appear) or fails (``ExtensionCrashed``) after ``open_supervisor`` returned
 
 from __future__ import annotations
 
+import pytest
 import trio
 from helpers.supkit import CYCLE, Kit
 
@@ -21,6 +22,7 @@ async def _next(
     raise AssertionError(f"no {kind.__name__} for {name}")
 
 
+@pytest.mark.slow  # waits out a real late extension's handshake window
 async def test_a_late_extension_joins_after_start_up(kit: Kit) -> None:
     late = kit.chaos("late", "--hello-delay", "6")
     healthy = kit.chaos("healthy")

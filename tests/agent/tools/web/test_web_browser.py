@@ -154,6 +154,7 @@ async def test_render_always_renders_a_full_page_too(site: Site) -> None:
     assert "Added by script." in text(rendered)
 
 
+@pytest.mark.slow  # starts a real headless Chromium
 async def test_cancelling_a_render_kills_the_browser(site: Site) -> None:
     site.routes["/hang"] = Page(body="never mind", content_type="text/plain", delay=30)
     site.routes["/stuck"] = Page(
