@@ -109,10 +109,15 @@ PLAIN_BWRAP = [
 
 def _wrapped(wrap: list[str] | None, ext_dir: str) -> list[str]:
     """``wrap`` (ending in ``--``) with the extension's directory bound (read-only) over
-    its fresh /tmp, where a bench's temporary directories are."""
+    its fresh /tmp, where a bench's temporary directories are; so are the interpreter's
+    prefixes and the SDK when they live under /tmp too (a checkout cloned there)."""
     if not wrap:
         return []
-    return [*wrap[:-1], "--ro-bind", ext_dir, ext_dir, "--chdir", ext_dir, "--"]
+    binds: list[str] = []
+    for path in dict.fromkeys((sys.prefix, sys.base_prefix, str(SDK_DIR), ext_dir)):
+        if path == ext_dir or Path(path).resolve().is_relative_to("/tmp"):
+            binds += ["--ro-bind", path, path]
+    return [*wrap[:-1], *binds, "--chdir", ext_dir, "--"]
 
 
 def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float, float]:
