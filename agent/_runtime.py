@@ -184,6 +184,18 @@ class Runtime:
         """
         return bool(self._queue) and self._queue[0].abort()
 
+    def abort_all(self) -> int:
+        """Cancel the running job and every queued one (each still says its ``done``).
+
+        What :meth:`abort` says of the running job holds; a queued prompt ends with
+        ``turn_end(stop="aborted")`` and ``done`` as soon as its turn comes, without
+        running. Used when the whole session is asked to stop (SIGTERM on ``rpc``).
+
+        Returns:
+            How many jobs were cancelled.
+        """
+        return sum(job.abort() for job in list(self._queue))
+
     async def join(self) -> None:
         """Wait until every job accepted so far has finished.
 

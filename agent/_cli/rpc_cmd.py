@@ -65,6 +65,10 @@ def _take_token() -> str | None:
     return ours if ours is not None else seed
 
 
+#: Seconds the jobs have to tell the client how they ended after SIGINT or SIGTERM.
+STOP_GRACE = 2.0
+
+
 async def run_rpc(
     options: AgentOptions,
     in_fd: int,
@@ -86,30 +90,36 @@ async def run_rpc(
         CLIError: an extension did not start (unless ``skip_broken``).
 
     Cancellation: serving stops, the running job is aborted and every extension is
-    stopped before this returns. SIGINT and SIGTERM do the same.
+    stopped before this returns. SIGINT or SIGTERM stops reading commands and aborts
+    every job; the client still gets each job's ending and ``done`` (for at most
+    ``STOP_GRACE`` seconds, or until a second signal), then the same happens.
     """
     stdin = trio.lowlevel.FdStream(in_fd)
     stdout = trio.lowlevel.FdStream(out_fd)
     status = 1
     signals: list[int] = []
+    stop = trio.Event()
     async with stdin, stdout, open_runtime(options) as runtime, trio.open_nursery() as nursery:
         if not skip_broken and (lines := await broken(runtime.host)):
             raise CLIError("\n".join(lines))
-        await nursery.start(_cancel_on_signal, nursery.cancel_scope, signals)
-        status = await serve_rpc(runtime, stdin, stdout, token=token, line_limit=line_limit)
+        await nursery.start(_stop_on_signal, stop, nursery.cancel_scope, signals)
+        status = await serve_rpc(
+            runtime, stdin, stdout, token=token, line_limit=line_limit, stop=stop
+        )
         nursery.cancel_scope.cancel()
     return 128 + signals[0] if signals else status
 
 
-async def _cancel_on_signal(
+async def _stop_on_signal(
+    stop: trio.Event,
     scope: trio.CancelScope,
     seen: list[int],
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    # SIGINT or SIGTERM ends the session cleanly: the running job is aborted and the
-    # extensions are stopped. Once this receiver is closed, a second SIGINT raises
-    # KeyboardInterrupt as usual.
+    # SIGINT or SIGTERM ends the session cleanly: the jobs are aborted and say so to
+    # the client, then the extensions are stopped. A second signal, or STOP_GRACE
+    # seconds, and serving is cancelled at once.
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for signum in signals:
@@ -117,8 +127,14 @@ async def _cancel_on_signal(
             log.warning("rpc_signal", signal=name)
             print(f"corral rpc: {name}: stopping", file=sys.stderr, flush=True)
             seen.append(signum)
-            scope.cancel()
-            return
+            stop.set()
+            break
+        with trio.move_on_after(STOP_GRACE):
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                print(f"corral rpc: {name} again: stopping now", file=sys.stderr, flush=True)
+                break
+    scope.cancel()
 
 
 @click.command(

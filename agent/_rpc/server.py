@@ -15,7 +15,9 @@ The protocol is seeds/rpc.md plus corral's additions (``docs/rpc.md``); one
   written at once, the others are queued and written by its task, batched.
 
 Ids are kept as raw JSON and echoed byte for byte. End of input lets queued work
-finish, then :func:`serve_rpc` returns 0.
+finish, then :func:`serve_rpc` returns 0. A stop request (``corral rpc``'s SIGTERM)
+is read as the end of input with every job aborted: the client still gets each
+job's ending and ``done``.
 """
 
 from __future__ import annotations
@@ -188,6 +190,11 @@ class _Server:
         self._pumped = Drain()
         #: Tool call id to the extension running it, until its result is sent.
         self._sources: dict[str, str] = {}
+        #: Set by a stop request: read nothing more.
+        self._stopping = False
+        #: Cancelled by a stop request while the reader waits for a line (and only then:
+        #: a command being answered is answered whole).
+        self._waiting: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
         return f"<RpcServer authed={self._authed} runtime={self._rt!r}>"
@@ -239,7 +246,16 @@ class _Server:
         finally:
             pumped.stopped()
 
-    async def serve(self, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream) -> int:
+    async def _stop_on(self, stop: trio.Event) -> None:
+        await stop.wait()
+        log.info("rpc_stop_requested")
+        self._stopping = True
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def serve(
+        self, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream, stop: trio.Event | None
+    ) -> int:
         status = 0
         self._writer = writer = LineWriter(stdout, _OUT_BUFFER, batch=256)
         async with trio.open_nursery() as io:
@@ -247,6 +263,8 @@ class _Server:
             try:
                 with self._rt.events(buffer=_OUT_BUFFER) as ext_events:
                     async with trio.open_nursery() as tasks:
+                        if stop is not None:
+                            tasks.start_soon(self._stop_on, stop)
                         async with trio.open_nursery() as ops:
                             ops.start_soon(self._serve_ext_ops)
                             with self._ext_in:  # closed at the end: the ext task drains
@@ -255,6 +273,8 @@ class _Server:
                                 )
                             if status:
                                 ops.cancel_scope.cancel()
+                        if self._stopping:
+                            self._rt.abort_all()  # each job still says how it ended
                         if status == 0:
                             await self._rt.join()  # end of input: queued work finishes
                         tasks.cancel_scope.cancel()
@@ -290,7 +310,13 @@ class _Server:
     ) -> int:
         if self._authed:
             tasks.start_soon(self._pump, ext_events)
-        while (item := await reader.next()) is not None:
+        while not self._stopping:
+            with trio.CancelScope() as waiting:
+                self._waiting = waiting
+                item = await reader.next()
+            self._waiting = None
+            if waiting.cancelled_caught or item is None:
+                break
             parsed = self._parse(item)
             if parsed is None:
                 continue
@@ -463,8 +489,9 @@ async def serve_rpc(
     *,
     token: str | None = None,
     line_limit: int = DEFAULT_LINE_LIMIT,
+    stop: trio.Event | None = None,
 ) -> int:
-    """Serve ``runtime`` over NDJSON until the end of ``stdin``.
+    """Serve ``runtime`` over NDJSON until the end of ``stdin`` (or ``stop``).
 
     Args:
         runtime: the session to serve.
@@ -474,13 +501,16 @@ async def serve_rpc(
             (compared in constant time); otherwise it is refused and serving stops.
         line_limit: longest accepted input line in bytes; longer ones are answered
             with an error and skipped.
+        stop: when set, no further command is read (one being answered is answered
+            whole), the running and the queued jobs are aborted, and serving ends as
+            at the end of input once each job said its ending and ``done``.
 
     Returns:
-        The exit status: 0 after the end of input (once every queued job finished)
-        or when the client closed stdout (serving stops at once), 1 when
+        The exit status: 0 after the end of input or a stop (once every queued job
+        finished) or when the client closed stdout (serving stops at once), 1 when
         authentication failed.
 
     Cancellation: stops reading and writing at once; jobs still queued are left to
     the runtime (which ends them when it closes).
     """
-    return await _Server(runtime, token, line_limit).serve(stdin, stdout)
+    return await _Server(runtime, token, line_limit).serve(stdin, stdout, stop)

@@ -317,11 +317,22 @@ async def test_sigterm_aborts_stops_extensions_and_exits_143(tmp_path: Path) -> 
         async with open_rpc(tmp_path, script, exts=(ext,)) as rpc:
             await rpc.send({"id": 1, "type": "prompt", "message": "slow"})
             await rpc.until(lambda f: f["type"] == "tool_call")
+            queued = await rpc.call("prompt", message="queued behind it")
+            assert queued["data"] == {"started": True, "position": 1}
             rpc.proc.send_signal(signal.SIGTERM)
             await rpc.read_all()
             with trio.fail_after(10):  # stopping takes the extension's grace periods
                 assert await rpc.wait() == 143
             assert "corral rpc: SIGTERM: stopping" in rpc.stderr
+            # The client is told how both jobs ended: the running one's call is
+            # answered, each job ends aborted and says done.
+            kinds = [f["type"] for f in rpc.frames]
+            [result] = [f for f in rpc.frames if f["type"] == "tool_result"]
+            assert result["is_error"] is True
+            ends = [f.get("stop") for f in rpc.frames if f["type"] == "turn_end"]
+            assert ends == ["aborted", "aborted"]
+            assert kinds.count("done") == 2
+            assert kinds[-1] == "done"
 
 
 async def test_ext_list_agrees_with_get_tools_on_shadowed_names(tmp_path: Path) -> None:
