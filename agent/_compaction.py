@@ -26,8 +26,9 @@ async def summarize(
     max_tokens: int,
     messages: list[Message],
     count: Callable[[ProviderUsage], Awaitable[None]],
-) -> tuple[str, ProviderError | None]:
-    """The summary of ``messages``, and the model's failure when a local one was used.
+) -> tuple[str, str | None]:
+    """The summary of ``messages``, and why a local one was used instead (the model
+    failed, or its summary was empty), or None.
 
     ``count`` is given the usage the model reports.
 
@@ -42,7 +43,7 @@ async def summarize(
         max_tokens=max_tokens,
     )
     parts: list[str] = []
-    problem: ProviderError | None = None
+    problem: str | None = None
     try:
         async with aclosing(provider.stream(request)) as stream:  # type: ignore[type-var]
             async for event in stream:
@@ -51,5 +52,8 @@ async def summarize(
                 elif isinstance(event, ProviderUsage):
                     await count(event)
     except ProviderError as exc:
-        parts, problem = [], exc
-    return "".join(parts).strip() or local_summary(messages), problem
+        parts, problem = [], str(exc)
+    summary = "".join(parts).strip()
+    if summary:
+        return summary, None
+    return local_summary(messages), problem or "the model's summary was empty"

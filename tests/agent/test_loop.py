@@ -7,6 +7,7 @@ extension processes. ``test_hooks.py`` runs the same outcomes against real ones.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -33,9 +34,10 @@ from agent import (
     Usage,
     parse_script,
 )
+from agent._providers.base import ModelRequest, ProviderEvent
 from agent._registry import ToolRegistry
 from agent._tools.base import Progress, ToolKind, ToolRunResult, error_result, text_result
-from agent._transcript import SUMMARY_PREFIX
+from agent._transcript import SUMMARY_PREFIX, is_compaction
 from supervisor import EmitEvent, InterceptOutcome
 
 OBJ: dict[str, Any] = {"type": "object", "properties": {}}
@@ -420,3 +422,25 @@ def test_error_result_helpers() -> None:
     assert error_result("x").is_error
     assert not text_result("x").is_error
     assert isinstance(Message, type)
+
+
+class _EmptySummaries(ScriptedProvider):
+    """The scripted model, answering a compaction request with nothing at all."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ProviderEvent]:
+        if not is_compaction(request):
+            async for event in super().stream(request):
+                yield event
+
+
+async def test_an_empty_model_summary_is_replaced_by_a_local_one_and_said() -> None:
+    loop = make_loop('{"text": "answer"}', compact_threshold=None)
+    await prompt(loop, "build the parser")
+    loop._provider = _EmptySummaries(parse_script('{"text": "answer"}'))
+    events = Collector()
+    summary = await loop.compact(events)
+    assert "build the parser" in summary
+    [error] = events.of(ErrorEvent)
+    assert (
+        error.message == "compaction: the model's summary was empty; used a local summary instead"
+    )
