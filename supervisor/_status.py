@@ -40,15 +40,23 @@ class ProcessFigures:
 
         out: dict[int, dict[str, Any]] = {}
         seen: set[int] = set()
+        kids = _children_by_parent(psutil)  # one pass over /proc for every tree
         for pid in pids:
             try:
                 root = self._procs.get(pid)
                 if root is None:
                     root = self._procs[pid] = psutil.Process(pid)
-                tree = [root, *root.children(recursive=True)]
+                if not root.is_running():  # the pid was reused: not ours any more
+                    raise psutil.NoSuchProcess(pid)
             except psutil.Error:
                 self._procs.pop(pid, None)
                 continue
+            tree = [root]
+            for below in _below(pid, kids):
+                try:
+                    tree.append(self._procs.get(below) or psutil.Process(below))
+                except psutil.Error:
+                    continue  # it ended since the scan
             rss = fds = 0
             cpu = 0.0
             for found in tree:
@@ -65,6 +73,24 @@ class ProcessFigures:
         for gone in set(self._procs) - seen:
             del self._procs[gone]
         return out
+
+
+def _children_by_parent(psutil: Any) -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        kids.setdefault(proc.info["ppid"], []).append(proc.pid)
+    return kids
+
+
+def _below(pid: int, kids: Mapping[int, list[int]]) -> list[int]:
+    """Every descendant of ``pid`` in ``kids`` (a parent-to-children map)."""
+    out: list[int] = []
+    todo = list(kids.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo.extend(kids.get(child, ()))
+    return out
 
 
 def extension_infos(
