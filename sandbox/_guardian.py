@@ -99,6 +99,9 @@ class ChildStatus:
         self.closed = False
         #: The guardian died before the child's exit status: the child died with it.
         self.guardian_lost = False
+        #: It exited leaving no process behind (the guardian, a child subreaper, had
+        #: adopted no orphan when it reaped it): nothing of it to sweep. False: it may have.
+        self.left_nothing = False
 
     def __repr__(self) -> str:
         return f"<ChildStatus started={self.started} returncode={self.returncode}>"
@@ -136,6 +139,7 @@ class ChildStatus:
             if self.started is None:
                 self.started = True
             self.returncode = os.waitstatus_to_exitcode(value)
+            self.left_nothing = step == "c"
 
     def _end(self) -> None:
         self.close()

@@ -27,8 +27,9 @@ once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD`
 
 Records on a status pipe: ``(b"x", 0, "")`` the program is running; ``(b"e", errno,
 step)`` it could not be started (``step``: ``"exec"``, ``"chdir"``, ``"cgroup"``);
-``(b"s", wait_status, "")`` it exited. Each record is marshalled, after a 2-byte
-length.
+``(b"s", wait_status, clean)`` it exited, and ``clean`` is ``"c"`` when it left no
+process behind (the guardian had adopted no orphan when it reaped it), else ``""``.
+Each record is marshalled, after a 2-byte length.
 """
 
 from __future__ import annotations
@@ -279,12 +280,30 @@ class Guardian:
                     self.started(exec_r)  # its exec pipe is closed by now
             entry = self.children.pop(pid, None)
             if entry is not None:
-                self.tell(entry[0], record(b"s", status))
+                # "c": nothing of the child's lives on. Its orphans are ours from the
+                # moment it exited (the kernel reparents them before it can be reaped),
+                # so with no child of ours but those we forked, it left nothing behind
+                # and the host need not sweep. "": it may have (or /proc cannot tell).
+                clean = "c" if self.adopted() == 0 else ""
+                self.tell(entry[0], record(b"s", status, clean))
                 os.close(entry[0])
             for key, (spare, sock) in list(self.spares.items()):
                 if spare == pid:  # a spare that could not join its cgroups
                     sock.close()
                     del self.spares[key]
+
+    def adopted(self) -> int | None:
+        """How many of our children we did not fork (orphans we adopted); None where
+        ``/proc`` cannot tell. One small read: the guardian has one thread."""
+        kids = _children(self.pid)
+        if kids is None:
+            return None
+        ours = self.ours()
+        return sum(1 for p in kids if p not in ours)
+
+    def ours(self) -> set[int]:
+        """The processes we forked that live: children and parked spares."""
+        return {*self.children, *(pid for pid, _ in self.spares.values())}
 
     def sweep(self) -> tuple[dict[str, Any], list[int]]:
         """SIGKILL every orphan we adopted (and its descendants); pidfds to wait on.
@@ -293,8 +312,7 @@ class Guardian:
         behind (its group, a daemon in a session of its own, with a clean
         environment or not). Nobody supervises it any more, so it is a leftover.
         """
-        ours = {*self.children, *(pid for pid, _ in self.spares.values())}
-        doomed = self.orphans(ours)
+        doomed = self.orphans(self.ours())
         pids: list[int] = []
         fds: list[int] = []
         for pid in doomed:

@@ -66,6 +66,12 @@ class ChildProcess:
         return self._status.returncode
 
     @property
+    def left_nothing(self) -> bool:
+        """It exited and left no process behind (the guardian adopted none of its
+        orphans): there is nothing of it to sweep. False while it runs, or when it may have."""
+        return self._status.left_nothing
+
+    @property
     def guardian_lost(self) -> bool:
         """It died because the guardian that started it died (``returncode`` is -9)."""
         return self._status.guardian_lost

@@ -241,7 +241,9 @@ async def reap_group(
     with trio.move_on_at(deadline):
         # First the exit: what escaped the group is an orphan only once it is gone.
         await proc.wait()
-    doomed = await leftovers(list(tokens), [proc.pid]) if sweep else []
+    # A child that left nothing behind (the guardian says so with its exit) needs no
+    # sweep: no round trip to the guardian, no pass over /proc.
+    doomed = await leftovers(list(tokens), [proc.pid]) if sweep and not proc.left_nothing else []
     if doomed or proc.returncode is None:
         with trio.move_on_at(deadline) as waited:
             await kill_and_wait(doomed)

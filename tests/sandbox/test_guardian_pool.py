@@ -1,0 +1,107 @@
+"""The guardian's word on what a child left behind, and its pool of parked spares."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import psutil
+import pytest
+
+from sandbox import (
+    LaunchPlan,
+    LaunchRequest,
+    guardian_pids,
+    select_sandbox,
+    spawn,
+    start_guardian,
+    sweep_orphans,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+
+
+def _plan(tmp_path: Path, code: str) -> LaunchPlan:
+    ext = tmp_path / "ext"
+    ext.mkdir(exist_ok=True)
+    request = LaunchRequest(
+        name="pool",
+        argv=[sys.executable, "-c", code],
+        env={"PATH": "/usr/bin:/bin"},
+        ext_dir=str(ext),
+        data_dir=None,
+        interpreter=sys.executable,
+    )
+    return select_sandbox("off").plan(request)
+
+
+def _no_orphans() -> None:
+    """Kill and wait for whatever earlier tests left to the guardian (none, normally)."""
+    for _, fd in sweep_orphans():
+        select.select([fd], [], [], 10)
+        os.close(fd)
+
+
+def test_a_child_that_leaves_nothing_is_reported_clean(tmp_path: Path) -> None:
+    _no_orphans()
+    child = spawn(_plan(tmp_path, "pass"), stdin=subprocess.DEVNULL)
+    child.communicate(timeout=60)
+    assert child.returncode == 0
+    assert child.status.left_nothing
+
+
+def test_a_child_that_leaves_a_process_is_not(tmp_path: Path) -> None:
+    # It exits with a child of its own still running (in a session of its own): the
+    # guardian adopted that orphan, so the exit says the host must sweep.
+    code = (
+        "import subprocess, sys; "
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=True, "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"
+    )
+    _no_orphans()
+    child = spawn(_plan(tmp_path, code), stdin=subprocess.DEVNULL)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    left = int(out)
+    try:
+        assert not child.status.left_nothing
+        swept = sweep_orphans()
+        for _, fd in swept:
+            select.select([fd], [], [], 10)
+            os.close(fd)
+        assert left in {pid for pid, _ in swept}
+        assert not psutil.pid_exists(left) or psutil.Process(left).status() == "zombie"
+    finally:
+        if psutil.pid_exists(left):
+            os.kill(left, 9)
+
+
+def _spares(exclude: set[int]) -> set[int]:
+    return guardian_pids() - {start_guardian()} - exclude
+
+
+def _wait_for_spares(count: int, exclude: set[int]) -> set[int]:
+    """The guardian's spares (parked in no cgroup), once there are ``count``; bounded."""
+    deadline = time.monotonic() + 30
+    while len(spares := _spares(exclude)) != count:
+        assert time.monotonic() < deadline, f"{len(spares)} spares parked, not {count}"
+        time.sleep(0.01)
+    return spares
+
+
+def _burst(tmp_path: Path, n: int) -> list[int]:
+    """``n`` prepared spawns at once (none waits for another), each waited for."""
+    plan = _plan(tmp_path, "pass")
+    children = [
+        spawn(msgspec.structs.replace(plan), stdin=subprocess.DEVNULL, wait_started=False)
+        for _ in range(n)
+    ]
+    for child in children:
+        child.communicate(timeout=60)
+        assert child.returncode == 0
+    return [c.pid for c in children]
