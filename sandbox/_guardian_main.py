@@ -40,6 +40,7 @@ from __future__ import annotations
 import _signal as signal  # type: ignore[import-not-found]
 import _socket as socket
 import errno
+import fcntl
 import marshal
 import os
 import resource
@@ -499,8 +500,11 @@ def main() -> None:
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         with child.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
-    sock = socket.socket(fileno=fd)
-    os.set_inheritable(fd, False)
+    # Below the soft limit, with every other descriptor of ours (a child closes all
+    # of them in one close_range: see _guardian_child._place_fds).
+    low = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    sock = socket.socket(fileno=low)
     if child.prctl is not None:
         child.prctl(child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     guardian = Guardian(sock)
