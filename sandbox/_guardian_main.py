@@ -27,9 +27,9 @@ once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD`
 
 Records on a status pipe: ``(b"x", 0, "")`` the program is running; ``(b"e", errno,
 step)`` it could not be started (``step``: ``"exec"``, ``"chdir"``, ``"cgroup"``);
-``(b"s", wait_status, clean)`` it exited, and ``clean`` is ``"c"`` when it left no
-process behind (the guardian had adopted no orphan when it reaped it), else ``""``.
-Each record is marshalled, after a 2-byte length.
+``(b"s", wait_status, "")`` it exited; ``(b"c", 0, "")`` right after: it left no
+process behind (the guardian had adopted no orphan when it reaped it; no such
+record: it may have). Each record is marshalled, after a 2-byte length.
 """
 
 from __future__ import annotations
@@ -328,12 +328,13 @@ class Guardian:
             self.released.discard(pid)
             entry = self.children.pop(pid, None)
             if entry is not None:
-                # "c": nothing of the child's lives on. Its orphans are ours from the
-                # moment it exited (the kernel reparents them before it can be reaped),
-                # so with no child of ours but those we forked, it left nothing behind
-                # and the host need not sweep. "": it may have (or /proc cannot tell).
-                clean = "c" if self.adopted() == 0 else ""
-                self.tell(entry[0], record(b"s", status, clean))
+                self.tell(entry[0], record(b"s", status))
+                # Then whether it left anything behind (off the exit's way to the host).
+                # Its orphans are ours from the moment it exited (the kernel reparents
+                # them before it can be reaped): with no child of ours but those we
+                # forked, nothing of it lives on and the host need not sweep.
+                if self.adopted() == 0:
+                    self.tell(entry[0], record(b"c", 0))
                 os.close(entry[0])
             for key, pool in list(self.spares.items()):
                 for spare, sock in pool:
@@ -346,12 +347,20 @@ class Guardian:
 
     def adopted(self) -> int | None:
         """How many of our children we did not fork (orphans we adopted); None where
-        ``/proc`` cannot tell. One small read: the guardian has one thread."""
-        kids = _children(self.pid)
-        if kids is None:
+        ``/proc`` cannot tell. One small read, on every exit's way to the host: the
+        guardian has one thread, whose ``children`` list is all of them."""
+        data = b""
+        try:
+            fd = os.open(f"/proc/{self.pid}/task/{self.pid}/children", os.O_RDONLY)
+            try:
+                while chunk := os.read(fd, 65536):
+                    data += chunk
+            finally:
+                os.close(fd)
+        except OSError:
             return None
         ours = self.ours()
-        return sum(1 for p in kids if p not in ours)
+        return sum(1 for p in data.split() if int(p) not in ours)
 
     def ours(self) -> set[int]:
         """The processes we forked that live: children and parked spares."""

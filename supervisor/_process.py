@@ -68,7 +68,9 @@ class ChildProcess:
     @property
     def left_nothing(self) -> bool:
         """It exited and left no process behind (the guardian adopted none of its
-        orphans): there is nothing of it to sweep. False while it runs, or when it may have."""
+        orphans): there is nothing of it to sweep. False while it runs, or when it may
+        have (or the guardian has not said so yet: reads what it wrote, never blocks)."""
+        self._status.read()
         return self._status.left_nothing
 
     @property
@@ -97,6 +99,14 @@ class ChildProcess:
             raise self._status.error
         if self.egress_listener is None:
             self.egress_listener = self._child.take_listener()
+
+    async def ended(self) -> None:
+        """Wait until the guardian closed the status pipe: after the exit status, and
+        whether the child left anything behind (:attr:`left_nothing`).
+
+        Cancellation: stops waiting.
+        """
+        await self._until(lambda: self._status.closed)
 
     async def wait(self) -> int:
         """Wait for the child to exit.

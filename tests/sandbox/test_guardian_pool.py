@@ -16,6 +16,7 @@ import pytest
 from sandbox import (
     LaunchPlan,
     LaunchRequest,
+    Spawned,
     guardian_pids,
     select_sandbox,
     spawn,
@@ -47,11 +48,20 @@ def _no_orphans() -> None:
         os.close(fd)
 
 
+def _ended(child: Spawned) -> None:
+    """Read the status pipe to its end: the exit status, then the word on leftovers."""
+    status = child.status
+    while not status.closed:
+        select.select([status.fileno()], [], [], 10)
+        status.read()
+
+
 def test_a_child_that_leaves_nothing_is_reported_clean(tmp_path: Path) -> None:
     _no_orphans()
     child = spawn(_plan(tmp_path, "pass"), stdin=subprocess.DEVNULL)
     child.communicate(timeout=60)
     assert child.returncode == 0
+    _ended(child)
     assert child.status.left_nothing
 
 
@@ -69,6 +79,7 @@ def test_a_child_that_leaves_a_process_is_not(tmp_path: Path) -> None:
     assert child.returncode == 0, err
     left = int(out)
     try:
+        _ended(child)
         assert not child.status.left_nothing
         swept = sweep_orphans()
         for _, fd in swept:
