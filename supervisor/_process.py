@@ -100,6 +100,12 @@ class ChildProcess:
         if self.egress_listener is None:
             self.egress_listener = self._child.take_listener()
 
+    def ended_now(self) -> bool:
+        """The guardian has said all about the child (its exit status, whether it left
+        anything): what :meth:`ended` waits for, read now, never blocking."""
+        self._status.read()
+        return self._status.closed
+
     async def ended(self) -> None:
         """Wait until the guardian closed the status pipe: after the exit status, and
         whether the child left anything behind (:attr:`left_nothing`).
