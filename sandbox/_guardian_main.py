@@ -112,6 +112,9 @@ class Guardian:
         signal.signal(signal.SIGTERM, lambda *_: None)
         self.poller.register(sock.fileno(), select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
+        #: Whether a request waits (see :meth:`tend_pool`).
+        self.waiting = select.poll()
+        self.waiting.register(sock.fileno(), select.POLLIN)
 
     def serve(self) -> None:
         while True:
@@ -146,6 +149,8 @@ class Guardian:
         if len(pool) < self.pool or self.burst:
             if quiet < SPARE_AFTER_IDLE / 1000:
                 return int((SPARE_AFTER_IDLE / 1000 - quiet) * 1000) + 1
+            if self.waiting.poll(0):
+                return 0  # a request came (a starved guardian is not a quiet host)
             if self.burst:
                 self.pool = max(self.pool, min(self.burst, POOL_MAX))
                 self.burst = 0

@@ -21,6 +21,7 @@ from sandbox import (
     select_sandbox,
     spawn,
     start_guardian,
+    submit_spawn,
     sweep_orphans,
 )
 
@@ -117,12 +118,13 @@ def _wait_for_spares(count: int, exclude: set[int]) -> set[int]:
 
 
 def _burst(tmp_path: Path, n: int) -> list[int]:
-    """``n`` prepared spawns at once (none waits for another), each waited for."""
+    """``n`` prepared spawns at once (every order sent before the first reply is
+    read, as a host starting many does), each waited for."""
     plan = _plan(tmp_path, "pass")
-    children = [
-        spawn(msgspec.structs.replace(plan), stdin=subprocess.DEVNULL, wait_started=False)
-        for _ in range(n)
+    orders = [
+        submit_spawn(msgspec.structs.replace(plan), stdin=subprocess.DEVNULL) for _ in range(n)
     ]
+    children = [order.finish() for order in orders]
     for child in children:
         child.communicate(timeout=60)
         assert child.returncode == 0
