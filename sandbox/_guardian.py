@@ -99,6 +99,10 @@ class ChildStatus:
         self.closed = False
         #: The guardian died before the child's exit status: the child died with it.
         self.guardian_lost = False
+        #: It exited leaving no process behind (the guardian, a child subreaper, had
+        #: adopted no orphan when it reaped it; it says so right after the exit status):
+        #: nothing of it to sweep. False: it may have, or that record is not read yet.
+        self.left_nothing = False
 
     def __repr__(self) -> str:
         return f"<ChildStatus started={self.started} returncode={self.returncode}>"
@@ -136,6 +140,8 @@ class ChildStatus:
             if self.started is None:
                 self.started = True
             self.returncode = os.waitstatus_to_exitcode(value)
+        elif tag == b"c":
+            self.left_nothing = True
 
     def _end(self) -> None:
         self.close()

@@ -27,8 +27,9 @@ once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD`
 
 Records on a status pipe: ``(b"x", 0, "")`` the program is running; ``(b"e", errno,
 step)`` it could not be started (``step``: ``"exec"``, ``"chdir"``, ``"cgroup"``);
-``(b"s", wait_status, "")`` it exited. Each record is marshalled, after a 2-byte
-length.
+``(b"s", wait_status, "")`` it exited; ``(b"c", 0, "")`` right after: it left no
+process behind (the guardian had adopted no orphan when it reaped it; no such
+record: it may have). Each record is marshalled, after a 2-byte length.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from __future__ import annotations
 import _signal as signal  # type: ignore[import-not-found]
 import _socket as socket
 import errno
+import fcntl
 import marshal
 import os
 import resource
@@ -61,9 +63,14 @@ else:
 
 #: How long the last clean-up may take before the guardian gives up and exits.
 CLEANUP_LIMIT = 10.0
-#: Milliseconds without a spawn order after which a spare is parked for the next prepared
-#: spawn into no cgroup (a burst of spawns forks each child instead of waiting for it).
+#: Milliseconds without a spawn order after which spares are parked for the next prepared
+#: spawns into no cgroup (a burst of spawns forks each child instead of waiting for one).
 SPARE_AFTER_IDLE = 20
+#: At most this many spares in no cgroup: as many as the last burst of such spawns took
+#: (a host that started ten at once may well do it again: a reload, restarts), at least one.
+POOL_MAX = 8
+#: Seconds without a spawn order after which the pool goes back to one spare.
+POOL_SHRINK_AFTER = 2.0
 
 
 def record(tag: bytes, value: int, step: str = "") -> bytes:
@@ -84,10 +91,15 @@ class Guardian:
         self.children: dict[int, tuple[int, list[str]]] = {}
         #: exec pipe read end -> pid, until the program started or failed to
         self.starting: dict[int, int] = {}
-        #: Spare children by the cgroups they joined: pid and the socket of their order.
-        self.spares: dict[tuple[str, ...], tuple[int, socket.socket]] = {}
-        #: Park a spare in no cgroup once the host has ordered no spawn for SPARE_AFTER_IDLE.
-        self.want_spare = True
+        #: Spare children by the cgroups they joined: pid and the socket of their order,
+        #: oldest first (one per cgroup set the host parks in; a pool for no cgroup).
+        self.spares: dict[tuple[str, ...], list[tuple[int, socket.socket]]] = {}
+        #: How many spares in no cgroup to keep parked (see :meth:`tend_pool`).
+        self.pool = 1
+        #: Prepared spawns into no cgroup since the pool was last sized.
+        self.burst = 0
+        #: Spares let go (they exit), until reaped: ours still, not orphans.
+        self.released: set[int] = set()
         #: When the last request came (monotonic seconds).
         self.asked = time.monotonic()
         self.poller = select.poll()
@@ -100,18 +112,13 @@ class Guardian:
         signal.signal(signal.SIGTERM, lambda *_: None)
         self.poller.register(sock.fileno(), select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
+        #: Whether a request waits (see :meth:`tend_pool`).
+        self.waiting = select.poll()
+        self.waiting.register(sock.fileno(), select.POLLIN)
 
     def serve(self) -> None:
         while True:
-            timeout = -1
-            if self.want_spare and () not in self.spares:
-                left = self.asked + SPARE_AFTER_IDLE / 1000 - time.monotonic()
-                if left <= 0:  # the host is quiet: a spare now costs no spawn anything
-                    self.want_spare = False
-                    with child.suppress(OSError):  # then the next spawn forks
-                        self.park([])
-                    continue
-                timeout = int(left * 1000) + 1
+            timeout = self.tend_pool()
             try:
                 events = self.poller.poll(timeout)
             except InterruptedError:
@@ -126,6 +133,42 @@ class Guardian:
                 elif fd in self.starting:
                     self.started(fd)
             self.reap()
+
+    def tend_pool(self) -> int:
+        """Park or release one spare in no cgroup, as the demand says, while the host is
+        quiet; returns the poll's timeout (ms) until the next step (-1: none due).
+
+        Spares are forked only once no spawn was ordered for ``SPARE_AFTER_IDLE``: a
+        burst of spawns forks its children back to back and never waits for a spare.
+        The pool is sized by the last burst (at least one, at most ``POOL_MAX``), one
+        fork per step (a request that comes meanwhile is served first), and goes back
+        to one after ``POOL_SHRINK_AFTER`` without a spawn.
+        """
+        pool = self.spares.get((), [])
+        quiet = time.monotonic() - self.asked
+        if len(pool) < self.pool or self.burst:
+            if quiet < SPARE_AFTER_IDLE / 1000:
+                return int((SPARE_AFTER_IDLE / 1000 - quiet) * 1000) + 1
+            if self.waiting.poll(0):
+                return 0  # a request came (a starved guardian is not a quiet host)
+            if self.burst:
+                self.pool = max(self.pool, min(self.burst, POOL_MAX))
+                self.burst = 0
+            if len(pool) < self.pool:
+                try:
+                    self.fork_spare(())
+                except OSError:  # no room for more now: the next spawns fork
+                    self.pool = len(pool)
+                return 0
+        if len(pool) > 1 or self.pool > 1:
+            if quiet < POOL_SHRINK_AFTER:
+                return int((POOL_SHRINK_AFTER - quiet) * 1000) + 1
+            self.pool = 1
+            while len(pool) > 1:
+                pid, sock = pool.pop()
+                sock.close()  # it exits, and is reaped like any child
+                self.released.add(pid)
+        return -1
 
     def woken(self) -> bool:
         """Drain the signal wake-up pipe; True on SIGTERM (end everything, like EOF)."""
@@ -151,7 +194,7 @@ class Guardian:
             if order.get("op") == "sweep":
                 reply, give = self.sweep()
             elif order.get("op") == "spares":
-                reply = {"pids": [pid for pid, _ in self.spares.values()]}
+                reply = {"pids": self.spare_pids()}
             else:  # a spawn (or a park) is what keeps the host busy: a query is not
                 self.asked = time.monotonic()
                 if order.get("op") == "park":
@@ -176,10 +219,17 @@ class Guardian:
         return True
 
     def park(self, cgroups: list[str]) -> dict[str, Any]:
-        """Fork a spare child into ``cgroups`` now, for a later spawn into them."""
+        """Fork a spare child into ``cgroups`` now, for a later spawn into them (one)."""
         key = tuple(cgroups)
-        if key in self.spares:
-            return {"pid": self.spares[key][0]}
+        if self.spares.get(key):
+            return {"pid": self.spares[key][0][0]}
+        return {"pid": self.fork_spare(key)}
+
+    def spare_pids(self) -> list[int]:
+        return [pid for pool in self.spares.values() for pid, _ in pool]
+
+    def fork_spare(self, key: tuple[str, ...]) -> int:
+        """Fork one more spare into the cgroups of ``key``; its pid."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
@@ -190,21 +240,24 @@ class Guardian:
         if pid == 0:
             ours.close()
             try:
-                child.spare(theirs, cgroups, self.pid)
+                child.spare(theirs, list(key), self.pid)
             finally:
                 os._exit(127)
         theirs.close()
-        self.spares[key] = (pid, ours)
-        return {"pid": pid}
+        self.spares.setdefault(key, []).append((pid, ours))
+        return pid
 
     def _use_spare(self, order: dict[str, Any], fds: list[int], exec_w: int) -> int | None:
         """Hand a prepared order to the spare parked in its cgroups, if one is alive; its pid."""
         if not order.get("prepare"):
             return None  # a spare dies with the guardian: only prepared children may
-        spare = self.spares.pop(tuple(order.get("cgroups", ())), None)
-        if spare is None:
+        key = tuple(order.get("cgroups", ()))
+        pool = self.spares.get(key)
+        if not pool:
             return None
-        pid, sock = spare
+        pid, sock = pool.pop(0)
+        if not pool:
+            del self.spares[key]
         sent = struct.pack(f"{len(fds) + 1}i", *fds, exec_w)
         try:
             sock.sendmsg([marshal.dumps(order)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
@@ -237,7 +290,7 @@ class Guardian:
         self.starting[exec_r] = pid
         self.poller.register(exec_r, select.POLLIN)
         if order.get("prepare") and not order.get("cgroups"):
-            self.want_spare = True  # for the next such spawn, once no spawn is ordered
+            self.burst += 1  # the pool is sized by it once no spawn is ordered
         return {"pid": pid}, [status_r]
 
     def started(self, exec_r: int) -> None:
@@ -277,14 +330,46 @@ class Guardian:
             for exec_r, owner in list(self.starting.items()):
                 if owner == pid:
                     self.started(exec_r)  # its exec pipe is closed by now
+            self.released.discard(pid)
             entry = self.children.pop(pid, None)
             if entry is not None:
                 self.tell(entry[0], record(b"s", status))
+                # Then whether it left anything behind (off the exit's way to the host).
+                # Its orphans are ours from the moment it exited (the kernel reparents
+                # them before it can be reaped): with no child of ours but those we
+                # forked, nothing of it lives on and the host need not sweep.
+                if self.adopted() == 0:
+                    self.tell(entry[0], record(b"c", 0))
                 os.close(entry[0])
-            for key, (spare, sock) in list(self.spares.items()):
-                if spare == pid:  # a spare that could not join its cgroups
-                    sock.close()
-                    del self.spares[key]
+            for key, pool in list(self.spares.items()):
+                for spare, sock in pool:
+                    if spare == pid:  # a spare that could not join its cgroups, or released
+                        sock.close()
+                        pool.remove((spare, sock))
+                        if not pool:
+                            del self.spares[key]
+                        break
+
+    def adopted(self) -> int | None:
+        """How many of our children we did not fork (orphans we adopted); None where
+        ``/proc`` cannot tell. One small read, on every exit's way to the host: the
+        guardian has one thread, whose ``children`` list is all of them."""
+        data = b""
+        try:
+            fd = os.open(f"/proc/{self.pid}/task/{self.pid}/children", os.O_RDONLY)
+            try:
+                while chunk := os.read(fd, 65536):
+                    data += chunk
+            finally:
+                os.close(fd)
+        except OSError:
+            return None
+        ours = self.ours()
+        return sum(1 for p in data.split() if int(p) not in ours)
+
+    def ours(self) -> set[int]:
+        """The processes we forked that live: children and parked spares."""
+        return {*self.children, *self.spare_pids(), *self.released}
 
     def sweep(self) -> tuple[dict[str, Any], list[int]]:
         """SIGKILL every orphan we adopted (and its descendants); pidfds to wait on.
@@ -293,8 +378,7 @@ class Guardian:
         behind (its group, a daemon in a session of its own, with a clean
         environment or not). Nobody supervises it any more, so it is a leftover.
         """
-        ours = {*self.children, *(pid for pid, _ in self.spares.values())}
-        doomed = self.orphans(ours)
+        doomed = self.orphans(self.ours())
         pids: list[int] = []
         fds: list[int] = []
         for pid in doomed:
@@ -430,8 +514,11 @@ def main() -> None:
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         with child.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
-    sock = socket.socket(fileno=fd)
-    os.set_inheritable(fd, False)
+    # Below the soft limit, with every other descriptor of ours (a child closes all
+    # of them in one close_range: see _guardian_child._place_fds).
+    low = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    sock = socket.socket(fileno=low)
     if child.prctl is not None:
         child.prctl(child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     guardian = Guardian(sock)

@@ -247,14 +247,14 @@ class Incarnation:
         # The extension is gone; its group (ordinary children) has no reason to live,
         # nor has what escaped the group (the guardian adopted it: see _reap), unless
         # the caller sweeps many at once.
-        if self._sweep_into is not None:
-            self._sweep_into.append(self._token)
         await reap_group(
             proc,
             grace=self._config.term_grace,
             tokens=[self._token],
             sweep=self._sweep_into is None,
         )
+        if self._sweep_into is not None and not proc.left_nothing:
+            self._sweep_into.append(self._token)  # the caller sweeps it with the others
         self._writer.close()
         log.debug("incarnation_reaped", pid=proc.pid, returncode=proc.returncode)
         self._reaped = True  # from here on the pipes may be closed

@@ -66,6 +66,14 @@ class ChildProcess:
         return self._status.returncode
 
     @property
+    def left_nothing(self) -> bool:
+        """It exited and left no process behind (the guardian adopted none of its
+        orphans): there is nothing of it to sweep. False while it runs, or when it may
+        have (or the guardian has not said so yet: reads what it wrote, never blocks)."""
+        self._status.read()
+        return self._status.left_nothing
+
+    @property
     def guardian_lost(self) -> bool:
         """It died because the guardian that started it died (``returncode`` is -9)."""
         return self._status.guardian_lost
@@ -91,6 +99,20 @@ class ChildProcess:
             raise self._status.error
         if self.egress_listener is None:
             self.egress_listener = self._child.take_listener()
+
+    def ended_now(self) -> bool:
+        """The guardian has said all about the child (its exit status, whether it left
+        anything): what :meth:`ended` waits for, read now, never blocking."""
+        self._status.read()
+        return self._status.closed
+
+    async def ended(self) -> None:
+        """Wait until the guardian closed the status pipe: after the exit status, and
+        whether the child left anything behind (:attr:`left_nothing`).
+
+        Cancellation: stops waiting.
+        """
+        await self._until(lambda: self._status.closed)
 
     async def wait(self) -> int:
         """Wait for the child to exit.

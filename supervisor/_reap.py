@@ -238,10 +238,16 @@ async def reap_group(
     """
     signal_group(proc.pid, signal.SIGKILL)
     deadline = trio.current_time() + grace
-    with trio.move_on_at(deadline):
-        # First the exit: what escaped the group is an orphan only once it is gone.
-        await proc.wait()
-    doomed = await leftovers(list(tokens), [proc.pid]) if sweep else []
+    if not proc.ended_now():  # no scheduler pass for a child that already said all
+        with trio.move_on_at(deadline):
+            # First the exit: what escaped the group is an orphan only once it is gone.
+            await proc.wait()
+            # Then the guardian's word on whether it left anything (written right after
+            # the exit status: there by the time the host gets here, nearly always).
+            await proc.ended()
+    # A child that left nothing behind (the guardian says so with its exit) needs no
+    # sweep: no round trip to the guardian, no pass over /proc.
+    doomed = await leftovers(list(tokens), [proc.pid]) if sweep and not proc.left_nothing else []
     if doomed or proc.returncode is None:
         with trio.move_on_at(deadline) as waited:
             await kill_and_wait(doomed)

@@ -107,3 +107,64 @@ async def test_a_stubborn_extension_gets_the_ladder_without_delaying_the_others(
     assert reaped[stubborn] == -9
     assert [p for p in [*pids.values(), stubborn] if alive(p)] == []
     assert lasting() == []
+
+
+@pytest.fixture
+def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the host's sweeps of the guardian's orphans (each one goes through)."""
+    import supervisor._reap as reap
+
+    found: list[int] = []
+    real = reap.sweep_orphans
+
+    def counted() -> list[tuple[int, int]]:
+        got = real()
+        found.append(len(got))
+        return got
+
+    monkeypatch.setattr(reap, "sweep_orphans", counted)
+    return found
+
+
+async def test_a_stop_that_leaves_nothing_asks_the_guardian_for_no_sweep(
+    kit: Kit, sweeps: list[int]
+) -> None:
+    # The guardian says, with each exit, whether the child left a process behind:
+    # three that leave nothing cost no round trip to it and no pass over /proc.
+    paths = [kit.inline(f"coop{i}", COOPERATIVE) for i in range(3)]
+    with trio.fail_after(CYCLE):
+        async with kit.open(*paths) as client:
+            pids = [i.pid for i in await client.list_extensions() if i.pid is not None]
+    assert len(pids) == 3
+    assert [p for p in pids if alive(p)] == []
+    assert sweeps == []
+    assert lasting() == []
+
+
+#: Leaves a double-forked daemon in a session of its own when it goes.
+LEAVER = """\
+import subprocess, sys
+emit({"type": "hello", "name": NAME})
+emit({"type": "ready"})
+for msg in frames():
+    if msg["type"] == "shutdown":
+        p = subprocess.Popen(["/bin/sleep", "1000"], start_new_session=True, env={},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sys.stderr.write(f"chaos: spawned pid {p.pid}\\n")
+        sys.stderr.flush()
+        sys.exit(0)
+"""
+
+
+async def test_a_stop_that_leaves_a_process_sweeps_it(kit: Kit, sweeps: list[int]) -> None:
+    paths = [kit.inline("coop", COOPERATIVE), kit.inline("leaver", LEAVER)]
+    with trio.fail_after(CYCLE):
+        async with kit.open(*paths):
+            pass
+    (left,) = kit.spawned_pids("leaver")
+    survivor = alive(left)
+    if survivor:
+        os.kill(left, 9)
+    assert not survivor
+    assert sweeps == [1]  # one sweep for both, which found the leftover
+    assert lasting() == []

@@ -1,0 +1,157 @@
+"""The guardian's word on what a child left behind, and its pool of parked spares."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import psutil
+import pytest
+
+from sandbox import (
+    LaunchPlan,
+    LaunchRequest,
+    Spawned,
+    guardian_pids,
+    select_sandbox,
+    spawn,
+    start_guardian,
+    submit_spawn,
+    sweep_orphans,
+)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
+
+
+def _plan(tmp_path: Path, code: str) -> LaunchPlan:
+    ext = tmp_path / "ext"
+    ext.mkdir(exist_ok=True)
+    request = LaunchRequest(
+        name="pool",
+        argv=[sys.executable, "-c", code],
+        env={"PATH": "/usr/bin:/bin"},
+        ext_dir=str(ext),
+        data_dir=None,
+        interpreter=sys.executable,
+    )
+    return select_sandbox("off").plan(request)
+
+
+def _no_orphans() -> None:
+    """Kill and wait for whatever earlier tests left to the guardian (none, normally)."""
+    for _, fd in sweep_orphans():
+        select.select([fd], [], [], 10)
+        os.close(fd)
+
+
+def _ended(child: Spawned) -> None:
+    """Read the status pipe to its end: the exit status, then the word on leftovers."""
+    status = child.status
+    while not status.closed:
+        select.select([status.fileno()], [], [], 10)
+        status.read()
+
+
+def test_a_child_that_leaves_nothing_is_reported_clean(tmp_path: Path) -> None:
+    _no_orphans()
+    child = spawn(_plan(tmp_path, "pass"), stdin=subprocess.DEVNULL)
+    child.communicate(timeout=60)
+    assert child.returncode == 0
+    _ended(child)
+    assert child.status.left_nothing
+
+
+def test_a_child_that_leaves_a_process_is_not(tmp_path: Path) -> None:
+    # It exits with a child of its own still running (in a session of its own): the
+    # guardian adopted that orphan, so the exit says the host must sweep.
+    code = (
+        "import subprocess, sys; "
+        "p = subprocess.Popen(['sleep', '60'], start_new_session=True, "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"
+    )
+    _no_orphans()
+    child = spawn(_plan(tmp_path, code), stdin=subprocess.DEVNULL)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    left = int(out)
+    try:
+        _ended(child)
+        assert not child.status.left_nothing
+        swept = sweep_orphans()
+        for _, fd in swept:
+            select.select([fd], [], [], 10)
+            os.close(fd)
+        assert left in {pid for pid, _ in swept}  # killed, and its pidfd said it exited
+    finally:
+        if psutil.pid_exists(left):
+            os.kill(left, 9)
+
+
+def _cgroup(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return "gone"
+
+
+def _spares(exclude: set[int]) -> set[int]:
+    """The guardian's spares in no cgroup of their own (those the pool keeps): a spare
+    parked in cgroups (an earlier test's) is in other cgroups than the guardian."""
+    guardian = start_guardian()
+    assert guardian is not None
+    own = _cgroup(guardian)
+    return {p for p in guardian_pids() - {guardian} - exclude if _cgroup(p) == own}
+
+
+def _wait_for_spares(count: int, exclude: set[int]) -> set[int]:
+    """The guardian's spares (parked in no cgroup), once there are ``count``; bounded."""
+    deadline = time.monotonic() + 30
+    while len(spares := _spares(exclude)) != count:
+        assert time.monotonic() < deadline, f"{len(spares)} spares parked, not {count}"
+        time.sleep(0.01)
+    return spares
+
+
+def _burst(tmp_path: Path, n: int) -> list[int]:
+    """``n`` prepared spawns at once (every order sent before the first reply is
+    read, as a host starting many does), each waited for."""
+    plan = _plan(tmp_path, "pass")
+    orders = [
+        submit_spawn(msgspec.structs.replace(plan), stdin=subprocess.DEVNULL) for _ in range(n)
+    ]
+    children = [order.finish() for order in orders]
+    for child in children:
+        child.communicate(timeout=60)
+        assert child.returncode == 0
+    return [c.pid for c in children]
+
+
+def test_a_burst_of_spawns_leaves_as_many_spares_then_idle_leaves_one(tmp_path: Path) -> None:
+    # Four prepared spawns at once: once the host is quiet the guardian parks four
+    # spares (the next burst takes them instead of forking), and after a while
+    # without spawns it lets all but one go.
+    _wait_for_spares(1, set())  # the guardian parks one as soon as it is quiet
+    before = _spares(set())
+    _burst(tmp_path, 4)
+    parked = _wait_for_spares(4, set())
+    assert not parked & before or len(parked - before) >= 3  # new ones, not only the old
+    again = _burst(tmp_path, 4)
+    assert set(again) == parked  # each spawn of the burst took a spare: no fork
+    _wait_for_spares(4, set())
+    kept = _wait_for_spares(1, set())  # idle: back to one (the others exited)
+    assert len(kept) == 1
+
+
+def test_the_pool_is_bounded(tmp_path: Path) -> None:
+    from sandbox import _guardian_main
+
+    _wait_for_spares(1, set())
+    _burst(tmp_path, _guardian_main.POOL_MAX + 4)
+    time.sleep(0.5)  # quiet: the pool is parked (more than this would be a bug)
+    assert len(_wait_for_spares(_guardian_main.POOL_MAX, set())) == _guardian_main.POOL_MAX
+    _wait_for_spares(1, set())  # and back to one, as the next test expects
