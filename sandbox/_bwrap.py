@@ -34,9 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import stat
-import tempfile
 import threading
 from collections.abc import Iterable
 from typing import final
@@ -47,6 +45,7 @@ from ._cgroup import CgroupManager
 from ._environ import sandbox_env
 from ._etc import EtcCopies, stat_identity
 from ._exceptions import GrantChanged, PlanError
+from ._mountpoints import MountPoints
 from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._pin import Pin, walk
@@ -144,11 +143,6 @@ def _runtime_stamp(interpreter: str) -> tuple[object, ...] | None:
     return (os.path.realpath(interpreter), stat_identity(link), stat_identity(real), venv)
 
 
-def _remove_dirs(paths: list[str]) -> None:
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 @functools.cache
 def _system_args() -> tuple[str, ...]:
     """Binds for the system directories, mirroring the host's merged-/usr layout."""
@@ -240,6 +234,7 @@ class BwrapSandbox:
         self._lock = threading.Lock()
         self._owned_fds: set[int] = set()
         self._etc = EtcCopies()
+        self._mount_points = MountPoints()
         #: find_runtime_paths' answers by its inputs, with their :func:`_runtime_stamp`.
         self._runtimes: dict[tuple[object, ...], tuple[tuple[object, ...], RuntimeNeeds]] = {}
 
@@ -255,9 +250,10 @@ class BwrapSandbox:
         """Turn a request into a bwrap command line, limits and environment.
 
         Creates the data directory if missing, the extension's cgroups when
-        available, the mount points of its private tmpfs, an anonymous file
-        holding the seccomp filter and a descriptor per bind (in ``pass_fds``);
-        :meth:`cleanup` releases them.
+        available, an anonymous file holding the seccomp filter and a descriptor
+        per bind (in ``pass_fds``); :meth:`cleanup` releases them. The private
+        tmpfs' mount points are this backend's, shared by every plan
+        (:mod:`sandbox._mountpoints`).
 
         Raises:
             GrantChanged: a path to bind is not the file its pin recorded.
@@ -273,13 +269,12 @@ class BwrapSandbox:
             raise PlanError(request.name, NO_CHILD_NAMESPACE)
         notes: list[str] = []
         binds = _Binds(request.name, request.pins)
-        run_dirs: list[str] = []
         cgroups: list[str] = []
         fds: list[int] = []  # the /etc copies' and the seccomp filter's
         held: list[tuple[int, int, str, bool]] = []  # protected directories, locked
         try:
             self._want_binds(request, binds, notes)
-            shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
+            shm, tmp, tmpfs = self._tmp_args(perms.limits, notes)
             args = [
                 self.config.bwrap,
                 *self.namespace_args(
@@ -331,7 +326,6 @@ class BwrapSandbox:
                 os.close(fd)
             if self.cgroups is not None:
                 self.cgroups.destroy(cgroups)
-            _remove_dirs(run_dirs)
             raise
         pass_fds = [*binds.fds, *fds]
         self.own(pass_fds)
@@ -348,7 +342,6 @@ class BwrapSandbox:
             extra_cgroups=cgroups[1:],
             notes=notes,
             pass_fds=pass_fds,
-            run_dirs=run_dirs,
             placeholders=held,
             pins=binds.bound,
             tmpfs=tmpfs,
@@ -449,7 +442,7 @@ class BwrapSandbox:
         )
 
     def _tmp_args(
-        self, limits: Limits, run_dirs: list[str], notes: list[str]
+        self, limits: Limits, notes: list[str]
     ) -> tuple[list[str], list[str], list[tuple[str, int, int]]]:
         """``/dev/shm`` and ``/tmp``: capped tmpfs the child mounts, or bwrap's own."""
         size = limits.tmp_mb * _MIB
@@ -457,11 +450,7 @@ class BwrapSandbox:
             notes.append("the private /tmp has no inode cap (the cgroup's memory limit, if any)")
             plain = ["--size", str(size), "--tmpfs"]
             return [*plain, "/dev/shm"], [*plain, "/tmp"], []
-        base = tempfile.mkdtemp(prefix="corral-tmpfs-")
-        run_dirs.append(base)
-        shm, tmp = os.path.join(base, "shm"), os.path.join(base, "tmp")
-        os.mkdir(shm, 0o700)
-        os.mkdir(tmp, 0o700)
+        shm, tmp = self._mount_points.get()
         inodes = limits.tmp_mb * _INODES_PER_MIB
         return (
             ["--bind", shm, "/dev/shm"],
@@ -548,4 +537,3 @@ class BwrapSandbox:
                 os.close(fd)
         if self.cgroups is not None:
             self.cgroups.destroy([d for d in [plan.cgroup, *plan.extra_cgroups] if d])
-        _remove_dirs(plan.run_dirs)
