@@ -48,7 +48,7 @@ from ._exceptions import GrantChanged, PlanError
 from ._mountpoints import MountPoints
 from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
-from ._pin import Pin, walk
+from ._pin import Pin, real_path, walk
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
 from ._protected import ProtectedPaths, protect_args, release_placeholders
@@ -109,7 +109,7 @@ class BwrapConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def _data_dir(path: str) -> str:
     """Create the data directory if missing; its real path (it may not be a symlink)."""
-    parent = os.path.realpath(os.path.dirname(path))
+    parent = real_path(os.path.dirname(path))
     os.makedirs(parent, exist_ok=True)
     real = os.path.join(parent, os.path.basename(path))
     with contextlib.suppress(FileExistsError):
@@ -140,7 +140,7 @@ def _runtime_stamp(interpreter: str) -> tuple[object, ...] | None:
             venv = None
     except OSError:
         return None
-    return (os.path.realpath(interpreter), stat_identity(link), stat_identity(real), venv)
+    return (real_path(interpreter), stat_identity(link), stat_identity(real), venv)
 
 
 @functools.cache
@@ -198,7 +198,7 @@ class _Binds:
             pin = self.pins.get(dest)
             source = pin.real if pin is not None else real
             try:
-                walked = walk(source)
+                walked = walk(source, ancestors=False)
             except OSError as exc:
                 found = f"{exc.strerror}: {exc.filename}"
                 if pin is not None:
@@ -352,18 +352,18 @@ class BwrapSandbox:
     def _want_binds(self, request: LaunchRequest, binds: _Binds, notes: list[str]) -> None:
         """Every path the extension sees beyond the system: its real source and mode."""
         perms = request.permissions
-        binds.want(request.ext_dir, os.path.realpath(request.ext_dir), False)
+        binds.want(request.ext_dir, real_path(request.ext_dir), False)
         for path in request.runtime_paths:
             # At its real place and at the name the caller uses (PYTHONPATH names it).
-            real = os.path.realpath(path)
+            real = real_path(path)
             for dest in dict.fromkeys((real, os.path.abspath(path))):
                 binds.want(dest, real, False)
         # Validated grants are real paths already (and pinned); a caller that did
         # not validate (the agent's bash tool) gets its symlinks resolved here.
         for path in perms.read_only:
-            binds.want(path, os.path.realpath(path), False)
+            binds.want(path, real_path(path), False)
         for path in perms.read_write:
-            binds.want(path, os.path.realpath(path), True)
+            binds.want(path, real_path(path), True)
         if request.data_dir:
             binds.want(request.data_dir, _data_dir(request.data_dir), True)
         granted = tuple(binds.entries)
