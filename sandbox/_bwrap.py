@@ -45,7 +45,7 @@ from ._cgroup import CgroupManager
 from ._environ import sandbox_env
 from ._etc import EtcCopies, stat_identity
 from ._exceptions import GrantChanged, PlanError
-from ._mountpoints import MountPoints
+from ._mountpoints import MOUNT_POINTS
 from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._pin import Pin, real_path, walk
@@ -234,7 +234,6 @@ class BwrapSandbox:
         self._lock = threading.Lock()
         self._owned_fds: set[int] = set()
         self._etc = EtcCopies()
-        self._mount_points = MountPoints()
         #: find_runtime_paths' answers by its inputs, with their :func:`_runtime_stamp`.
         self._runtimes: dict[tuple[object, ...], tuple[tuple[object, ...], RuntimeNeeds]] = {}
 
@@ -252,7 +251,7 @@ class BwrapSandbox:
         Creates the data directory if missing, the extension's cgroups when
         available, an anonymous file holding the seccomp filter and a descriptor
         per bind (in ``pass_fds``); :meth:`cleanup` releases them. The private
-        tmpfs' mount points are this backend's, shared by every plan
+        tmpfs' mount points are the process's, shared by every plan
         (:mod:`sandbox._mountpoints`).
 
         Raises:
@@ -450,7 +449,7 @@ class BwrapSandbox:
             notes.append("the private /tmp has no inode cap (the cgroup's memory limit, if any)")
             plain = ["--size", str(size), "--tmpfs"]
             return [*plain, "/dev/shm"], [*plain, "/tmp"], []
-        shm, tmp = self._mount_points.get()
+        shm, tmp = MOUNT_POINTS.get()
         inodes = limits.tmp_mb * _INODES_PER_MIB
         return (
             ["--bind", shm, "/dev/shm"],

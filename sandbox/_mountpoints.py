@@ -1,5 +1,5 @@
 """Where the child mounts a sandbox's capped ``/tmp`` and ``/dev/shm``: one pair of
-empty directories per backend, not per spawn.
+empty directories per host process, not per spawn.
 
 The child mounts each tmpfs in a mount namespace of its own (see
 :mod:`sandbox._preexec`), so the host's directories stay empty and any number of
@@ -11,7 +11,8 @@ The pair lives in a directory made by :func:`tempfile.mkdtemp` (mode 0700, owned
 by the host's user). Before each use it is checked again without following
 symlinks: a directory removed (a ``/tmp`` cleaner) or no longer the one made
 (another owner, mode or inode, a symlink) is never used: a new pair is made. The
-directories are removed when the backend is collected or the host exits.
+pair is removed when the host exits (not when a backend is collected: a plan
+may still name it).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import final
 
 from ._etc import stat_identity
 
-__all__ = ["MountPoints"]
+__all__ = ["MOUNT_POINTS", "MountPoints"]
 
 
 def _identity(path: str) -> tuple[int, ...] | None:
@@ -83,3 +84,7 @@ class MountPoints:
                 self._made = [(p, _identity(p)) for p in paths]
                 self._remover = weakref.finalize(self, _remove, paths, os.getpid())
             return self._made[1][0], self._made[2][0]
+
+
+#: This process's pair, shared by every bwrap backend.
+MOUNT_POINTS = MountPoints()

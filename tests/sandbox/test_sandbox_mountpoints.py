@@ -105,3 +105,19 @@ def test_a_tampered_pair_is_never_used(bwrap: BwrapSandbox, tmp_path: Path) -> N
     _remove(os.path.dirname(third[0]))
     fourth = _mount_points(bwrap, tmp_path)
     assert all(os.path.isdir(p) and not os.listdir(p) for p in fourth)
+
+
+def test_the_pair_goes_with_the_host(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from sandbox import LaunchRequest, select_sandbox\n"
+        "backend = select_sandbox('required')\n"
+        "plan = backend.plan(LaunchRequest(name='demo', argv=[sys.executable], env={},\n"
+        f"    ext_dir={str(tmp_path)!r}, data_dir=None, interpreter=sys.executable))\n"
+        "backend.cleanup(plan)\n"
+        "print(*(target for target, _, _ in plan.tmpfs))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    made = done.stdout.decode().split()
+    assert len(made) == 2, done
+    assert not any(os.path.lexists(p) for p in [*made, os.path.dirname(made[0])])
