@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -31,6 +32,7 @@ __all__ = [
     "CHAOS",
     "LEAN",
     "PLAIN_BWRAP",
+    "VIEW_BWRAP",
     "StartStop",
     "alive",
     "chaos_dirs",
@@ -106,17 +108,49 @@ PLAIN_BWRAP = [
     "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--",
 ]  # fmt: skip
 
+#: The /etc entries corral shows every extension (``docs/sandbox.md``), bound here.
+_ETC_VIEW = (
+    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
+    "hosts", "alternatives", "os-release", "locale.alias", "default/locale", "mime.types",
+)  # fmt: skip
+
+
+def _view_bwrap() -> list[str]:
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    for path in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for name in _ETC_VIEW:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return [*args, "--"]
+
+
+#: Plain bubblewrap showing what corral shows a lean extension instead of the whole
+#: root, each part bound by path: ``/usr`` and its links, the same /etc entries, the
+#: interpreter's prefixes, the SDK and the extension's directory, a fresh /dev,
+#: /proc, /tmp and /dev/shm, the root read-only. Not what corral adds beyond it:
+#: the data directory (none here), the descriptors and checks of each bind, the
+#: /etc copies, the capped tmpfs, seccomp, rlimits and the plan.
+VIEW_BWRAP = _view_bwrap()
+
 
 def _wrapped(wrap: list[str] | None, ext_dir: str) -> list[str]:
     """``wrap`` (ending in ``--``) with the extension's directory bound (read-only) over
     its fresh /tmp, where a bench's temporary directories are; so are the interpreter's
-    prefixes and the SDK when they live under /tmp too (a checkout cloned there)."""
+    prefixes and the SDK when they live under /tmp too (a checkout cloned there), or
+    always for :data:`VIEW_BWRAP`, whose root shows nothing else (then read-only)."""
     if not wrap:
         return []
+    view = wrap is VIEW_BWRAP
     binds: list[str] = []
     for path in dict.fromkeys((sys.prefix, sys.base_prefix, str(SDK_DIR), ext_dir)):
-        if path == ext_dir or Path(path).resolve().is_relative_to("/tmp"):
+        if view or path == ext_dir or Path(path).resolve().is_relative_to("/tmp"):
             binds += ["--ro-bind", path, path]
+    if view:
+        binds += ["--remount-ro", "/"]
     return [*wrap[:-1], *binds, "--chdir", ext_dir, "--"]
 
 

@@ -34,9 +34,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import shutil
 import stat
-import tempfile
 import threading
 from collections.abc import Iterable
 from typing import final
@@ -47,9 +45,10 @@ from ._cgroup import CgroupManager
 from ._environ import sandbox_env
 from ._etc import EtcCopies, stat_identity
 from ._exceptions import GrantChanged, PlanError
+from ._mountpoints import MOUNT_POINTS
 from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
-from ._pin import Pin, walk
+from ._pin import Pin, real_path, walk
 from ._plan import LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
 from ._protected import ProtectedPaths, protect_args, release_placeholders
@@ -110,7 +109,7 @@ class BwrapConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 def _data_dir(path: str) -> str:
     """Create the data directory if missing; its real path (it may not be a symlink)."""
-    parent = os.path.realpath(os.path.dirname(path))
+    parent = real_path(os.path.dirname(path))
     os.makedirs(parent, exist_ok=True)
     real = os.path.join(parent, os.path.basename(path))
     with contextlib.suppress(FileExistsError):
@@ -141,12 +140,7 @@ def _runtime_stamp(interpreter: str) -> tuple[object, ...] | None:
             venv = None
     except OSError:
         return None
-    return (os.path.realpath(interpreter), stat_identity(link), stat_identity(real), venv)
-
-
-def _remove_dirs(paths: list[str]) -> None:
-    for path in paths:
-        shutil.rmtree(path, ignore_errors=True)
+    return (real_path(interpreter), stat_identity(link), stat_identity(real), venv)
 
 
 @functools.cache
@@ -204,7 +198,7 @@ class _Binds:
             pin = self.pins.get(dest)
             source = pin.real if pin is not None else real
             try:
-                walked = walk(source)
+                walked = walk(source, ancestors=False)
             except OSError as exc:
                 found = f"{exc.strerror}: {exc.filename}"
                 if pin is not None:
@@ -255,9 +249,10 @@ class BwrapSandbox:
         """Turn a request into a bwrap command line, limits and environment.
 
         Creates the data directory if missing, the extension's cgroups when
-        available, the mount points of its private tmpfs, an anonymous file
-        holding the seccomp filter and a descriptor per bind (in ``pass_fds``);
-        :meth:`cleanup` releases them.
+        available, an anonymous file holding the seccomp filter and a descriptor
+        per bind (in ``pass_fds``); :meth:`cleanup` releases them. The private
+        tmpfs' mount points are the process's, shared by every plan
+        (:mod:`sandbox._mountpoints`).
 
         Raises:
             GrantChanged: a path to bind is not the file its pin recorded.
@@ -273,13 +268,12 @@ class BwrapSandbox:
             raise PlanError(request.name, NO_CHILD_NAMESPACE)
         notes: list[str] = []
         binds = _Binds(request.name, request.pins)
-        run_dirs: list[str] = []
         cgroups: list[str] = []
         fds: list[int] = []  # the /etc copies' and the seccomp filter's
         held: list[tuple[int, int, str, bool]] = []  # protected directories, locked
         try:
             self._want_binds(request, binds, notes)
-            shm, tmp, tmpfs = self._tmp_args(perms.limits, run_dirs, notes)
+            shm, tmp, tmpfs = self._tmp_args(perms.limits, notes)
             args = [
                 self.config.bwrap,
                 *self.namespace_args(
@@ -331,7 +325,6 @@ class BwrapSandbox:
                 os.close(fd)
             if self.cgroups is not None:
                 self.cgroups.destroy(cgroups)
-            _remove_dirs(run_dirs)
             raise
         pass_fds = [*binds.fds, *fds]
         self.own(pass_fds)
@@ -348,7 +341,6 @@ class BwrapSandbox:
             extra_cgroups=cgroups[1:],
             notes=notes,
             pass_fds=pass_fds,
-            run_dirs=run_dirs,
             placeholders=held,
             pins=binds.bound,
             tmpfs=tmpfs,
@@ -359,18 +351,18 @@ class BwrapSandbox:
     def _want_binds(self, request: LaunchRequest, binds: _Binds, notes: list[str]) -> None:
         """Every path the extension sees beyond the system: its real source and mode."""
         perms = request.permissions
-        binds.want(request.ext_dir, os.path.realpath(request.ext_dir), False)
+        binds.want(request.ext_dir, real_path(request.ext_dir), False)
         for path in request.runtime_paths:
             # At its real place and at the name the caller uses (PYTHONPATH names it).
-            real = os.path.realpath(path)
+            real = real_path(path)
             for dest in dict.fromkeys((real, os.path.abspath(path))):
                 binds.want(dest, real, False)
         # Validated grants are real paths already (and pinned); a caller that did
         # not validate (the agent's bash tool) gets its symlinks resolved here.
         for path in perms.read_only:
-            binds.want(path, os.path.realpath(path), False)
+            binds.want(path, real_path(path), False)
         for path in perms.read_write:
-            binds.want(path, os.path.realpath(path), True)
+            binds.want(path, real_path(path), True)
         if request.data_dir:
             binds.want(request.data_dir, _data_dir(request.data_dir), True)
         granted = tuple(binds.entries)
@@ -449,7 +441,7 @@ class BwrapSandbox:
         )
 
     def _tmp_args(
-        self, limits: Limits, run_dirs: list[str], notes: list[str]
+        self, limits: Limits, notes: list[str]
     ) -> tuple[list[str], list[str], list[tuple[str, int, int]]]:
         """``/dev/shm`` and ``/tmp``: capped tmpfs the child mounts, or bwrap's own."""
         size = limits.tmp_mb * _MIB
@@ -457,11 +449,7 @@ class BwrapSandbox:
             notes.append("the private /tmp has no inode cap (the cgroup's memory limit, if any)")
             plain = ["--size", str(size), "--tmpfs"]
             return [*plain, "/dev/shm"], [*plain, "/tmp"], []
-        base = tempfile.mkdtemp(prefix="corral-tmpfs-")
-        run_dirs.append(base)
-        shm, tmp = os.path.join(base, "shm"), os.path.join(base, "tmp")
-        os.mkdir(shm, 0o700)
-        os.mkdir(tmp, 0o700)
+        shm, tmp = MOUNT_POINTS.get()
         inodes = limits.tmp_mb * _INODES_PER_MIB
         return (
             ["--bind", shm, "/dev/shm"],
@@ -548,4 +536,3 @@ class BwrapSandbox:
                 os.close(fd)
         if self.cgroups is not None:
             self.cgroups.destroy([d for d in [plan.cgroup, *plan.extra_cgroups] if d])
-        _remove_dirs(plan.run_dirs)

@@ -11,11 +11,13 @@ running extension at its next start. Directories (``ld.so.conf.d``,
 ``alternatives``, ``ssl/certs``), large or unusual files stay read-only binds; a
 link into the system directories stays a link.
 
-Each copy is an anonymous memory file the plan passes (and holds until its
-cleanup), so directories are not copied file by file. The copies are cached by
-the file's identity (device, inode, mode, size, and the modification and change
-times, the latter set only by the kernel): a file rewritten or replaced after a
-spawn is read again at the next one.
+Each copy is a descriptor of an anonymous memory file the plan passes (and holds
+until its cleanup), so directories are not copied file by file. The copies are
+cached by the file's identity (device, inode, mode, size, and the modification
+and change times, the latter set only by the kernel): a file rewritten or
+replaced after a spawn is read again at the next one. The content is written
+once into a sealed memory file (:func:`sandbox._seccomp.filter_fd`) that each
+spawn opens anew, rather than copied into a new one at every spawn.
 """
 
 from __future__ import annotations

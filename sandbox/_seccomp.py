@@ -38,10 +38,12 @@ x32) is refused outright, since its system call numbers differ.
 from __future__ import annotations
 
 import errno
+import fcntl
 import functools
 import os
 import platform
 import struct
+import threading
 
 __all__ = ["build_filter", "filter_fd", "native_arch"]
 
@@ -267,18 +269,67 @@ def build_filter(*, network: bool, arch: str | None = None) -> bytes:
     return a.assemble()
 
 
+#: Sealed memory files by content: ``(descriptor, device, inode)``, kept open.
+_sealed: dict[bytes, tuple[int, int, int]] = {}
+_sealed_lock = threading.Lock()
+#: Contents kept sealed at most (a few: the filters and the /etc copies).
+_SEALED_MAX = 64
+_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+
+
+def _memory_file(program: bytes, *, seal: bool) -> int:
+    """``program`` in a new anonymous memory file, rewound (sealed: unchangeable)."""
+    fd = os.memfd_create("corral-seccomp", os.MFD_CLOEXEC | (os.MFD_ALLOW_SEALING if seal else 0))
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+        if seal:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _reopen(program: bytes) -> int | None:
+    """A new read-only descriptor (own offset) of the sealed file holding ``program``."""
+    with _sealed_lock:
+        held = _sealed.get(program)
+        if held is None:
+            if len(_sealed) >= _SEALED_MAX:
+                for fd, _, _ in _sealed.values():
+                    os.close(fd)
+                _sealed.clear()
+            fd = _memory_file(program, seal=True)
+            st = os.fstat(fd)
+            held = _sealed[program] = (fd, st.st_dev, st.st_ino)
+        fd, dev, ino = held
+        try:
+            new = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            new = -1
+        if new >= 0:
+            st = os.fstat(new)
+            if (st.st_dev, st.st_ino) == (dev, ino):
+                return new
+            os.close(new)
+        # Not ours any more (/proc missing, or the number closed and reused by someone
+        # else): forget it, never close what is no longer ours.
+        del _sealed[program]
+        return None
+
+
 def filter_fd(program: bytes) -> int:
     """Put ``program`` in an anonymous memory file, rewound, for ``--seccomp FD``.
 
     The descriptor is close-on-exec in this process; ``Popen(pass_fds=...)`` makes
     it inheritable in the child only. bwrap reads it from the current offset, so one
-    descriptor serves exactly one spawn.
+    descriptor serves exactly one spawn; the caller closes it.
+
+    The content is written once per process into a sealed memory file (nobody can
+    change it, whoever gets a descriptor), and each call opens that file anew (its
+    own offset) instead of copying the content again (the /etc copies are about
+    110 KiB a spawn).
     """
-    fd = os.memfd_create("corral-seccomp", os.MFD_CLOEXEC)
-    try:
-        os.write(fd, program)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    fd = _reopen(program)
+    return fd if fd is not None else _memory_file(program, seal=False)

@@ -68,8 +68,9 @@ def test_quick_sandbox_bench_sets_corral_beside_plain_bwrap(tmp_path: Path) -> N
     rows = {row["case"]: row for row in quick_rows("sandbox", tmp_path)}
     for n in (1, 10):
         assert {f"ready{n}.none", f"added{n}.bwrap", f"added{n}.plain_bwrap"} <= set(rows)
-        assert f"corral_share{n}" in rows
+        assert {f"corral_share{n}", f"added{n}.view_bwrap", f"corral_share{n}.view"} <= set(rows)
     assert rows["corral_share1"]["target"] == "≤ 1 ms"
+    assert rows["corral_share1.view"]["target"] is None
 
 
 @pytest.mark.slow

@@ -8,11 +8,12 @@ both architectures, including the ones this machine cannot exercise (aarch64,
 from __future__ import annotations
 
 import errno
+import os
 import struct
 
 import pytest
 
-from sandbox._seccomp import _ARCHES, _DENIED, build_filter
+from sandbox._seccomp import _ARCHES, _DENIED, build_filter, filter_fd
 
 ALLOW = 0x7FFF0000
 KILL = 0x80000000
@@ -112,3 +113,33 @@ def test_x32_calls_are_killed() -> None:
 def test_unknown_architecture_is_an_error() -> None:
     with pytest.raises(ValueError, match="no seccomp syscall table"):
         build_filter(network=False, arch="riscv64")
+
+
+def test_each_descriptor_reads_the_whole_unchangeable_content() -> None:
+    program = build_filter(network=False)
+    first, second = filter_fd(program), filter_fd(program)
+    try:
+        assert os.read(first, len(program) + 1) == program
+        # Its own offset: a spawn reading the first leaves the second whole.
+        assert os.read(second, 10) == program[:10]
+        os.lseek(second, 0, os.SEEK_SET)
+        # Whoever holds a descriptor cannot change what the next spawn reads.
+        for fd in (first, second):
+            with pytest.raises(OSError, match="Bad file descriptor"):
+                os.write(fd, b"\x06\x00\x00\x00\x00\x00\xff\x7f")
+            writable = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY)
+            try:
+                with pytest.raises(PermissionError):
+                    os.write(writable, b"\x06\x00\x00\x00\x00\x00\xff\x7f")
+                with pytest.raises(PermissionError):
+                    os.ftruncate(writable, 0)
+            finally:
+                os.close(writable)
+        third = filter_fd(program)
+        try:
+            assert os.read(third, len(program) + 1) == program
+        finally:
+            os.close(third)
+    finally:
+        os.close(first)
+        os.close(second)

@@ -1,0 +1,90 @@
+"""Where the child mounts a sandbox's capped ``/tmp`` and ``/dev/shm``: one pair of
+empty directories per host process, not per spawn.
+
+The child mounts each tmpfs in a mount namespace of its own (see
+:mod:`sandbox._preexec`), so the host's directories stay empty and any number of
+sandboxes can mount over the same two at once, each seeing only its own. Making
+and removing a fresh pair at every spawn cost three ``mkdir`` and an ``rmtree``
+on the host's event loop (about 0.5 ms a spawn here, issue 29).
+
+The pair lives in a directory made by :func:`tempfile.mkdtemp` (mode 0700, owned
+by the host's user). Before each use it is checked again without following
+symlinks: a directory removed (a ``/tmp`` cleaner) or no longer the one made
+(another owner, mode or inode, a symlink) is never used: a new pair is made. The
+pair is removed when the host exits (not when a backend is collected: a plan
+may still name it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+import threading
+import weakref
+from typing import final
+
+from ._etc import stat_identity
+
+__all__ = ["MOUNT_POINTS", "MountPoints"]
+
+
+def _identity(path: str) -> tuple[int, ...] | None:
+    """``path``'s identity if it is a directory of ours that no one else may enter."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        return None
+    if st.st_mode & 0o077:
+        return None
+    return stat_identity(st)[:3]  # device, inode, mode: its times change with its entries
+
+
+def _remove(paths: list[str], owner: int) -> None:
+    """Remove the (empty) directories ``paths``, deepest first, if made by ``owner``."""
+    if os.getpid() != owner:
+        return  # a forked child of the host: the pair is its parent's
+    for path in reversed(paths):
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+
+
+@final
+class MountPoints:
+    """The two empty directories the child mounts the private tmpfs over. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: The base, shm and tmp directories with their identities when made.
+        self._made: list[tuple[str, tuple[int, ...] | None]] = []
+        self._remover: weakref.finalize[[list[str], int], MountPoints] | None = None
+
+    def _intact(self) -> bool:
+        return bool(self._made) and all(
+            ident is not None and _identity(p) == ident for p, ident in self._made
+        )
+
+    def get(self) -> tuple[str, str]:
+        """The ``/dev/shm`` and ``/tmp`` mount points, made (again) when needed.
+
+        Raises:
+            OSError: they cannot be made.
+        """
+        with self._lock:
+            if not self._intact():
+                base = tempfile.mkdtemp(prefix="corral-tmpfs-")
+                paths = [base, os.path.join(base, "shm"), os.path.join(base, "tmp")]
+                for path in paths[1:]:
+                    os.mkdir(path, 0o700)
+                if self._remover is not None:
+                    self._remover.detach()  # what is there now may not be ours
+                self._made = [(p, _identity(p)) for p in paths]
+                self._remover = weakref.finalize(self, _remove, paths, os.getpid())
+            return self._made[1][0], self._made[2][0]
+
+
+#: This process's pair, shared by every bwrap backend.
+MOUNT_POINTS = MountPoints()

@@ -1,0 +1,123 @@
+"""The private /tmp and /dev/shm: mounted over one pair of host directories per
+backend, each sandbox seeing only its own tmpfs, a tampered pair never used."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.sandbox_harness import run_planned
+
+from sandbox import LaunchRequest, select_sandbox, spawn
+from sandbox._bwrap import BwrapSandbox
+
+
+@pytest.fixture
+def bwrap() -> BwrapSandbox:
+    backend = select_sandbox("required")
+    assert isinstance(backend, BwrapSandbox)
+    if not backend.config.private_tmpfs:
+        pytest.skip("the child cannot mount a capped tmpfs here")
+    return backend
+
+
+def _request(tmp_path: Path, code: str) -> LaunchRequest:
+    ext = tmp_path / "ext"
+    ext.mkdir(exist_ok=True)
+    return LaunchRequest(
+        name="demo",
+        argv=[sys.executable, "-c", code],
+        env={"PATH": "/usr/bin:/bin"},
+        ext_dir=str(ext),
+        data_dir=None,
+        interpreter=sys.executable,
+    )
+
+
+def _mount_points(bwrap: BwrapSandbox, tmp_path: Path) -> list[str]:
+    plan = bwrap.plan(_request(tmp_path, "pass"))
+    bwrap.cleanup(plan)
+    return [target for target, _, _ in plan.tmpfs]
+
+
+def _writes(mark: str, then: str = "") -> str:
+    """Code writing ``mark`` to /tmp/mine and /dev/shm/mine, then running ``then``."""
+    return (
+        f"import os\nfor d in ('/tmp', '/dev/shm'): open(d + '/mine', 'w').write({mark!r})\n" + then
+    )
+
+
+def _remove(base: str) -> None:
+    for name in os.listdir(base):
+        path = os.path.join(base, name)
+        os.unlink(path) if os.path.islink(path) else os.rmdir(path)
+    os.rmdir(base)
+
+
+def test_every_plan_mounts_over_the_same_pair_which_stays_empty(
+    bwrap: BwrapSandbox, tmp_path: Path
+) -> None:
+    first = _mount_points(bwrap, tmp_path)
+    assert len(first) == 2
+    # Two sandboxes at once, each writing its own /tmp and /dev/shm: the first
+    # still sees only what it wrote once the second wrote the same names.
+    show = "print(*(open(d + '/mine').read() for d in ('/tmp', '/dev/shm')))"
+    waiting = bwrap.plan(_request(tmp_path, _writes("one", "input()\n" + show)))
+    try:
+        proc = spawn(waiting, stdin=subprocess.PIPE)
+        code, _, err = run_planned(bwrap, _request(tmp_path, _writes("two")))
+        assert code == 0, err
+        out, err = proc.communicate(b"\n", timeout=30)
+    finally:
+        bwrap.cleanup(waiting)
+    assert (proc.returncode, out) == (0, b"one one\n"), err
+    assert [target for target, _, _ in waiting.tmpfs] == first
+    # The host's directories stay empty, and the next plan uses them again.
+    for path in first:
+        assert os.listdir(path) == []
+    assert _mount_points(bwrap, tmp_path) == first
+
+
+def test_a_tampered_pair_is_never_used(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    shm, _ = _mount_points(bwrap, tmp_path)
+    base = os.path.dirname(shm)
+    os.chmod(base, 0o755)  # others may enter it now
+    again = _mount_points(bwrap, tmp_path)
+    assert os.path.dirname(again[0]) != base
+    _remove(base)
+    # A mount point swapped for a symlink (to a directory the extension must not
+    # get as its /tmp) is not used either.
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "private").write_text("not for the sandbox")
+    os.rmdir(again[1])
+    os.symlink(tmp_path / "elsewhere", again[1])
+    third = _mount_points(bwrap, tmp_path)
+    assert os.path.dirname(third[1]) != os.path.dirname(again[1])
+    _remove(os.path.dirname(again[1]))
+    code, out, err = run_planned(
+        bwrap, _request(tmp_path, "import os; print(os.listdir('/dev/shm'))")
+    )
+    assert (code, out) == (0, b"[]\n"), err
+    # A pair removed (a /tmp cleaner) is made again.
+    _remove(os.path.dirname(third[0]))
+    fourth = _mount_points(bwrap, tmp_path)
+    assert all(os.path.isdir(p) and not os.listdir(p) for p in fourth)
+
+
+def test_the_pair_goes_with_the_host(bwrap: BwrapSandbox, tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from sandbox import LaunchRequest, select_sandbox\n"
+        "backend = select_sandbox('required')\n"
+        "plan = backend.plan(LaunchRequest(name='demo', argv=[sys.executable], env={},\n"
+        f"    ext_dir={str(tmp_path)!r}, data_dir=None, interpreter=sys.executable))\n"
+        "backend.cleanup(plan)\n"
+        "print(*(target for target, _, _ in plan.tmpfs))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+    made = done.stdout.decode().split()
+    assert len(made) == 2, done
+    assert not any(os.path.lexists(p) for p in [*made, os.path.dirname(made[0])])
