@@ -13,6 +13,14 @@ symlinks: a directory removed (a ``/tmp`` cleaner) or no longer the one made
 (another owner, mode or inode, a symlink) is never used: a new pair is made. The
 pair is removed when the host exits (not when a backend is collected: a plan
 may still name it).
+
+Between that check and bwrap's bind of the path, the pair must not be swappable:
+a sandbox that may write the temporary directory itself (the agent's ``bash`` run
+in ``/tmp``, an extension granted ``/tmp``) could otherwise rename the pair away
+and leave a symlink to a directory of its choice, which the next sandbox would get
+as its ``/tmp``. So :class:`~sandbox.ProtectedPaths` lists the pair's directory
+whenever the workspace holds the temporary directory, and such a sandbox sees it
+read-only and cannot rename it (see :func:`protected_base`).
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import final
 
 from ._etc import stat_identity
 
-__all__ = ["MOUNT_POINTS", "MountPoints"]
+__all__ = ["MOUNT_POINTS", "MountPoints", "protected_base"]
 
 
 def _identity(path: str) -> tuple[int, ...] | None:
@@ -67,6 +75,14 @@ class MountPoints:
             ident is not None and _identity(p) == ident for p, ident in self._made
         )
 
+    def base(self) -> str:
+        """The directory holding the pair, made (again) when needed.
+
+        Raises:
+            OSError: it cannot be made.
+        """
+        return os.path.dirname(self.get()[0])
+
     def get(self) -> tuple[str, str]:
         """The ``/dev/shm`` and ``/tmp`` mount points, made (again) when needed.
 
@@ -88,3 +104,16 @@ class MountPoints:
 
 #: This process's pair, shared by every bwrap backend.
 MOUNT_POINTS = MountPoints()
+
+
+def protected_base(workspace: str) -> str | None:
+    """The pair's directory when the writable ``workspace`` holds the temporary
+    directory it is made in (made now, so that it is protected from the first
+    command on), else None."""
+    temp = os.path.realpath(tempfile.gettempdir())
+    if os.path.commonpath([temp, workspace]) != workspace:
+        return None
+    try:
+        return MOUNT_POINTS.base()
+    except OSError:
+        return None  # none can be made: no sandbox will mount over one either

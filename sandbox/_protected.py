@@ -21,6 +21,8 @@ tools (refused) use it:
 * **git** (:mod:`sandbox._gitdirs`): each repository's ``hooks`` and ``config``
   (submodules and worktrees too) and the files that say where a repository is;
   the rest of ``.git`` stays writable, so ``git commit`` works;
+* **the mount points of the sandboxes' private ``/tmp``** when the workspace holds
+  the temporary directory (:mod:`sandbox._mountpoints`);
 * **what the user adds** (``extra``: e.g. ``.envrc``, ``.vscode/``).
 
 A path is protected *before it exists* (a missing ``.git/hooks`` is created empty
@@ -256,6 +258,10 @@ class ProtectedPaths:
         corral = os.path.join(self.workspace, ".corral")
         out.append(Protected(corral, self._corral_kind, "corral's project-local extensions"))
         out += [Protected(g.path, g.kind, g.why) for g in git_paths(self.workspace)]
+        from ._mountpoints import protected_base  # it imports _etc, which imports us
+
+        if (mounts := protected_base(self.workspace)) is not None:
+            out.append(Protected(mounts, ProtectKind.DIR, "the mount points of corral's /tmp"))
         out += self.extra
         return list({p.path: p for p in reversed(out)}.values())[::-1]
 

@@ -1,0 +1,49 @@
+"""The mount points of the sandboxes' private ``/tmp`` cannot be swapped by a sandbox
+that may write the temporary directory holding them (the agent's ``bash`` run in
+``/tmp``): renamed away with a symlink left in their place, the next sandbox would
+get a host directory of the attacker's choice as its ``/tmp``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import sandbox
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
+
+DRIVER = Path(__file__).with_name("mountpoint_driver.py")
+
+#: Each line tries one way to move the pair or plant a link in its place.
+ATTACKS = (
+    "cd {base} && mv tmp moved && echo MOVED-TMP",
+    "cd {base} && rm -rf tmp && ln -s / tmp && echo LINKED-TMP",
+    "mv {base} {base}.x && echo MOVED-BASE",
+    "rm -rf {base} && echo REMOVED-BASE",
+    "ln -s / {base}/shm/x && echo PLANTED",
+)
+
+
+def test_bash_in_the_temp_dir_cannot_swap_the_private_tmp_mount_points(tmp_path: Path) -> None:
+    if sandbox.select_sandbox("auto").backend != "bwrap":
+        pytest.skip("no bwrap backend here")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "CORRAL_HOME": str(tmp_path / "home")}
+    command = "; ".join(f"({line})" for line in ATTACKS) + "; echo DONE"
+    out = subprocess.run(
+        [sys.executable, str(DRIVER), command], env=env, capture_output=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    answer = json.loads(out.stdout.splitlines()[-1])  # after the log lines
+    assert "DONE" in answer["text"], answer
+    for word in ("MOVED-TMP", "LINKED-TMP", "MOVED-BASE", "REMOVED-BASE", "PLANTED"):
+        assert word not in answer["text"], answer
+    assert answer["intact"] is True
+    # Nothing was moved aside, and the host removed the pair when it exited.
+    assert sorted(temp.iterdir()) == []
