@@ -4,7 +4,10 @@ The protected-path tests start this with the Python of a virtual environment
 *inside the project* (corral installed there, the normal layout), so that what
 corral protects is computed from that interpreter, exactly as the real CLI would.
 The request is JSON in ``argv[1]``; the answer is JSON on stdout:
-``{"ok": bool, "text": str, "writable": bool, "description": str}``.
+``{"ok": bool, "text": str, "writable": bool, "description": str}``. With
+``"mount_points": true`` the private /tmp mount points are made first, as the first
+sandboxed extension does, and ``"mount_points_intact"`` says whether they are still
+the ones made afterwards.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from agent import TextContent
 from agent._tools.bash import BashTool
 from agent._tools.confine import Workspace
 from agent._tools.files import EditTool, ReadTool, WriteTool
+from sandbox._mountpoints import MOUNT_POINTS
 
 
 async def main(request: dict[str, Any]) -> dict[str, Any]:
+    made = MOUNT_POINTS.get() if request.get("mount_points") else None
     more = {"protect": request["protect"]} if "protect" in request else {}
     ws = Workspace(
         str(request["workspace"]),
@@ -44,7 +49,8 @@ async def main(request: dict[str, Any]) -> dict[str, Any]:
         result = await tool.run("c1", dict(request["args"]), progress)
     text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
     spec = tool.spec
-    return {
+    more = {} if made is None else {"mount_points_intact": MOUNT_POINTS.get() == made}
+    return more | {
         "ok": not result.is_error,
         "text": text,
         "writable": getattr(ws, "writable", True),

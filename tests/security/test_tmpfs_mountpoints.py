@@ -17,15 +17,16 @@ import sandbox
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
 
-DRIVER = Path(__file__).with_name("mountpoint_driver.py")
+DRIVER = Path(__file__).with_name("protect_driver.py")
 
-#: Each line tries one way to move the pair or plant a link in its place.
+#: Each line tries one way to move the pair or plant a link in its place ($b: the
+#: pair's directory, in the working directory, which is the temporary directory).
 ATTACKS = (
-    "cd {base} && mv tmp moved && echo MOVED-TMP",
-    "cd {base} && rm -rf tmp && ln -s / tmp && echo LINKED-TMP",
-    "mv {base} {base}.x && echo MOVED-BASE",
-    "rm -rf {base} && echo REMOVED-BASE",
-    "ln -s / {base}/shm/x && echo PLANTED",
+    "cd $b && mv tmp moved && echo MOVED-TMP",
+    "cd $b && rm -rf tmp && ln -s / tmp && echo LINKED-TMP",
+    "mv $b $b.x && echo MOVED-BASE",
+    "rm -rf $b && echo REMOVED-BASE",
+    "ln -s / $b/shm/x && echo PLANTED",
 )
 
 
@@ -34,16 +35,26 @@ def test_bash_in_the_temp_dir_cannot_swap_the_private_tmp_mount_points(tmp_path:
         pytest.skip("no bwrap backend here")
     temp = tmp_path / "temp"
     temp.mkdir()
-    env = {**os.environ, "TMPDIR": str(temp), "CORRAL_HOME": str(tmp_path / "home")}
-    command = "; ".join(f"({line})" for line in ATTACKS) + "; echo DONE"
+    command = "b=$(echo corral-tmpfs-*); " + "; ".join(f"({a})" for a in ATTACKS) + "; echo DONE"
+    request = {
+        "tool": "bash",
+        "workspace": str(temp),
+        "corral_home": str(tmp_path / "home"),
+        "home": str(tmp_path),
+        "args": {"command": command},
+        "mount_points": True,
+    }
     out = subprocess.run(
-        [sys.executable, str(DRIVER), command], env=env, capture_output=True, timeout=120
+        [sys.executable, str(DRIVER), json.dumps(request)],
+        env={**os.environ, "TMPDIR": str(temp)},
+        capture_output=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr.decode()
     answer = json.loads(out.stdout.splitlines()[-1])  # after the log lines
     assert "DONE" in answer["text"], answer
     for word in ("MOVED-TMP", "LINKED-TMP", "MOVED-BASE", "REMOVED-BASE", "PLANTED"):
         assert word not in answer["text"], answer
-    assert answer["intact"] is True
+    assert answer["mount_points_intact"] is True
     # Nothing was moved aside, and the host removed the pair when it exited.
     assert sorted(temp.iterdir()) == []
