@@ -84,9 +84,12 @@ class ChildStatus:
     Non-blocking: :meth:`read` takes what the guardian wrote so far.
     """
 
-    def __init__(self, fd: int, argv0: str) -> None:
+    def __init__(self, fd: int, argv0: str, pidfd: int = -1) -> None:
         os.set_blocking(fd, False)
         self._fd = fd
+        #: A pidfd of the child (-1: none), readable once it exited: a hop before the
+        #: guardian reaps it and writes its exit status.
+        self.pidfd = pidfd
         self._argv0 = argv0
         self._buf = b""
         #: True once the program runs, False if it could not start, None until known.
@@ -144,7 +147,7 @@ class ChildStatus:
             self.left_nothing = True
 
     def _end(self) -> None:
-        self.close()
+        self._close_pipe()  # not the pidfd: a task may wait on it (its owner closes it)
         if self.returncode is None:
             # The guardian died before the child: its children die with it
             # (PR_SET_PDEATHSIG), so this one is gone or going.
@@ -155,7 +158,13 @@ class ChildStatus:
                 self.error = OSError(errno.ECHILD, "the guardian process went away", "")
 
     def close(self) -> None:
-        """Close the pipe (idempotent)."""
+        """Close the pipe and the pidfd (idempotent)."""
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -450,7 +459,7 @@ def spawned(reply: dict[str, Any], got: list[int], argv0: str) -> tuple[int, Chi
             os.close(fd)
         err = reply["errno"]
         raise OSError(err, f"{os.strerror(err)} {reply.get('detail', '')}".strip(), argv0)
-    return reply["pid"], ChildStatus(got[0], argv0)
+    return reply["pid"], ChildStatus(got[0], argv0, got[1] if len(got) > 1 else -1)
 
 
 def _readable(sock: socket.socket) -> bool:

@@ -291,7 +291,7 @@ class Guardian:
         self.poller.register(exec_r, select.POLLIN)
         if order.get("prepare") and not order.get("cgroups"):
             self.burst += 1  # the pool is sized by it once no spawn is ordered
-        return {"pid": pid}, [status_r]
+        return {"pid": pid}, [status_r, *_pidfd(pid)]
 
     def started(self, exec_r: int) -> None:
         """The exec pipe closed (the program runs) or says why it did not start."""
@@ -472,6 +472,16 @@ class Guardian:
         for path in cgroups:
             with child.suppress(OSError):
                 os.rmdir(path)
+
+
+def _pidfd(pid: int) -> list[int]:
+    """A pidfd of our child ``pid`` (none where the kernel has no pidfds): it cannot be
+    another process, since only we reap it. The host learns of the exit from it at
+    once, a hop before the exit status."""
+    try:
+        return [os.pidfd_open(pid)]
+    except (AttributeError, OSError):
+        return []
 
 
 def _children(pid: int) -> list[int] | None:

@@ -222,10 +222,10 @@ class Incarnation:
                     nursery.start_soon(self._egress.serve, listener)
                 try:
                     with self._calls.timer_in(nursery), self._wait_scope:
-                        await proc.wait()
+                        await proc.exited()
                 finally:
                     with trio.CancelScope(shield=True):
-                        if proc.returncode is None:
+                        if not proc.gone:
                             await self._ladder(conversation)
                         # Frames written just before exit are still in the pipe: let
                         # the reader reach EOF, but not forever (a grandchild may

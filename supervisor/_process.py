@@ -56,6 +56,7 @@ class ChildProcess:
         #: list), once the program runs; closed with the pipes.
         self.egress_listener: socket.socket | None = None
         self._lock = trio.Lock()
+        self._gone = False
 
     def __repr__(self) -> str:
         return f"<ChildProcess pid={self.pid} returncode={self.returncode}>"
@@ -114,6 +115,28 @@ class ChildProcess:
         """
         await self._until(lambda: self._status.closed)
 
+    @property
+    def gone(self) -> bool:
+        """It exited (:meth:`exited` saw it, or its exit status came)."""
+        return self._gone or self._status.returncode is not None
+
+    async def exited(self) -> None:
+        """Wait until the child exited: its pidfd tells at once, a hop before the
+        guardian reaps it and writes the exit status :meth:`wait` waits for (the
+        rest of a stop need not wait for that). Without a pidfd, as :meth:`wait`.
+        One task at a time.
+
+        Cancellation: stops waiting; the child is not signalled.
+        """
+        fd = self._status.pidfd
+        if fd < 0:
+            await self.wait()
+            return
+        self._status.read()
+        if self._status.returncode is None:
+            await trio.lowlevel.wait_readable(fd)
+        self._gone = True
+
     async def wait(self) -> int:
         """Wait for the child to exit.
 
@@ -134,6 +157,8 @@ class ChildProcess:
             self.egress_listener.close()
         self._child.drop_egress()
         if self._status.returncode is not None:
+            if self._status.pidfd >= 0:
+                trio.lowlevel.notify_closing(self._status.pidfd)
             self._status.close()
 
     async def aclose(self) -> None:

@@ -81,3 +81,27 @@ async def test_many_orders_in_flight_each_get_their_own_child() -> None:
             for i in range(30):
                 nursery.start_soon(one, i)
     assert got == {i: f"{i}\n".encode() for i in range(30)}
+
+
+async def test_an_exit_is_seen_before_the_guardian_reports_it() -> None:
+    """A stop need not wait for the guardian's hop: the child's pidfd (from the
+    guardian) says it exited while the guardian, stopped, cannot reap it."""
+    pid = start_guardian()
+    assert pid is not None
+    fds_before = set(os.listdir("/proc/self/fd"))
+    proc = await spawn_child(_plan("import sys; sys.stdin.read()"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        assert proc.stdin is not None
+        await proc.stdin.aclose()  # it exits
+        with trio.fail_after(10):
+            await proc.exited()
+        assert proc.gone
+        assert proc.returncode is None  # the guardian has not said it
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    with trio.fail_after(10):
+        assert await proc.wait() == 0
+        await proc.ended()
+    await proc.aclose()
+    assert set(os.listdir("/proc/self/fd")) <= fds_before  # the pidfd went with it
