@@ -13,14 +13,22 @@ JSON object: ``{"value": <number>, "unit": "<unit>"}``. The figures:
 * ``seq``: calls per second, one at a time, ``N_CALLS`` echo calls;
 * ``concurrent8``, ``concurrent32``, ``concurrent64``: calls per second with that
   many in flight.
+
+``SBS_INNER=K`` in the environment (``sidebyside.py --inner K``) asks for the start
+and stop figures (``ready*``, ``stop1``) to be measured K times in the one process,
+back to back (each start followed by its stop, no pause), and reported as the
+median: a single start of ~30 ms varies by tens of percent on a busy machine, and
+the repetitions of one process share its warm-up. The other figures ignore it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import statistics
+from collections.abc import Awaitable, Callable
 
-__all__ = ["FIGURES", "N_CALLS", "figure_main", "rss_mib"]
+__all__ = ["FIGURES", "INNER", "N_CALLS", "figure_main", "inner_median", "rss_mib"]
 
 #: Calls per throughput figure.
 N_CALLS = 6000
@@ -36,6 +44,15 @@ FIGURES = {
     "concurrent32": "calls/s",
     "concurrent64": "calls/s",
 }
+
+
+#: How many times a start or stop figure is measured in one process (``SBS_INNER``).
+INNER = max(1, int(os.environ.get("SBS_INNER", "1")))
+
+
+async def inner_median(once: Callable[[], Awaitable[float]]) -> float:
+    """The median of :data:`INNER` measurements by ``once``, one after the other."""
+    return statistics.median([await once() for _ in range(INNER)])
 
 
 def rss_mib() -> float:

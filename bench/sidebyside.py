@@ -4,6 +4,7 @@
     python bench/sidebyside.py --quick            # 3 repetitions (a smoke test)
     python bench/sidebyside.py --only ready10 rss10 --reps 9
     python bench/sidebyside.py --driver go='/path/to/go-driver'   # a third column
+    python bench/sidebyside.py --only ready1 stop1 --inner 15      # 15 in each process
 
 Each implementation is a *driver* (``bench/drivers/``, or any command given with
 ``--driver NAME=COMMAND``) that measures one figure per run in a fresh process
@@ -53,6 +54,14 @@ def run_driver(argv: list[str], figure: str) -> float:
     return float(json.loads(lines[-1])["value"])
 
 
+def _inner(figure: str) -> str:
+    """What one run's value of ``figure`` is, when ``--inner`` made it a median."""
+    inner = int(os.environ.get("SBS_INNER", "1"))
+    if inner > 1 and (figure.startswith("ready") or figure == "stop1"):
+        return f" runs, each the median of {inner}"
+    return ""
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -77,7 +86,7 @@ def measure(drivers: dict[str, list[str]], figures: list[str], reps: int) -> lis
                     case=f"{figure}.{name}",
                     value=median(got[name]),
                     unit=unit,
-                    note=f"median of {reps}; {load}",
+                    note=f"median of {reps}{_inner(figure)}; {load}",
                 )
             )
         if "corral" not in got:
@@ -144,8 +153,18 @@ def main() -> int:
         metavar="NAME=COMMAND",
         help="another implementation: a command that speaks the driver protocol",
     )
+    parser.add_argument(
+        "--inner",
+        type=int,
+        default=1,
+        metavar="K",
+        help="measure each start and stop figure K times per driver run, report the median",
+    )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "sidebyside.json")
     args = parser.parse_args()
+    if args.inner < 1:
+        parser.error("--inner wants a count of at least 1")
+    os.environ["SBS_INNER"] = str(args.inner)  # the drivers' (see bench/_sidebyside.py)
     drivers = dict(BUILTIN)
     for spec in args.driver:
         name, sep, command = spec.partition("=")

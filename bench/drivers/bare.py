@@ -21,7 +21,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _baselines import RawChild, open_raw_child
 from _lean import SDK_DIR, child_env, lean_dirs
-from _sidebyside import N_CALLS, figure_main, rss_mib
+from _sidebyside import N_CALLS, figure_main, inner_median, rss_mib
 
 
 async def _start(paths: list[str]) -> list[trio.Process]:
@@ -70,16 +70,25 @@ async def measure(figure: str, root: Path) -> tuple[float, str]:
         n = int(figure[5:])
         paths = lean_dirs(root, [f"e{i:02d}" for i in range(n)])
         await _stop(await _start(paths[:1]))  # warm-up, as the corral driver does
-        t0 = time.perf_counter()
-        procs = await _start(paths)
-        ms = (time.perf_counter() - t0) * 1000
-        await _stop(procs)
-        return ms, "ms"
+
+        async def ready() -> float:
+            t0 = time.perf_counter()
+            procs = await _start(paths)
+            ms = (time.perf_counter() - t0) * 1000
+            await _stop(procs)
+            return ms
+
+        return await inner_median(ready), "ms"
     if figure == "stop1":
-        procs = await _start(lean_dirs(root, ["e00"]))
-        t0 = time.perf_counter()
-        await _stop(procs)
-        return (time.perf_counter() - t0) * 1000, "ms"
+        paths = lean_dirs(root, ["e00"])
+
+        async def stop() -> float:
+            procs = await _start(paths)
+            t0 = time.perf_counter()
+            await _stop(procs)
+            return (time.perf_counter() - t0) * 1000
+
+        return await inner_median(stop), "ms"
     if figure == "rss10":
         procs = await _start(lean_dirs(root, [f"e{i:02d}" for i in range(10)]))
         mib = rss_mib()

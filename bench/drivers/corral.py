@@ -20,7 +20,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _baselines import ARGS
 from _lean import lean_dirs
-from _sidebyside import N_CALLS, figure_main, rss_mib
+from _sidebyside import N_CALLS, figure_main, inner_median, rss_mib
 
 from sandbox.log import configure_when_loaded
 from supervisor import SupervisorConfig, open_supervisor
@@ -57,9 +57,18 @@ async def measure(figure: str, root: Path) -> tuple[float, str]:
     if figure.startswith("ready"):
         paths = lean_dirs(root, [f"e{i:02d}" for i in range(int(figure[5:]))])
         await start_stop(paths[:1], cfg)  # warm-up: the guardian, imports
-        return (await start_stop(paths, cfg))[0] * 1000, "ms"
+
+        async def ready() -> float:
+            return (await start_stop(paths, cfg))[0] * 1000
+
+        return await inner_median(ready), "ms"
     if figure == "stop1":
-        return (await start_stop(lean_dirs(root, ["e00"]), cfg))[1] * 1000, "ms"
+        paths = lean_dirs(root, ["e00"])
+
+        async def stop() -> float:
+            return (await start_stop(paths, cfg))[1] * 1000
+
+        return await inner_median(stop), "ms"
     if figure == "rss10":
         paths = lean_dirs(root, [f"e{i:02d}" for i in range(10)])
         async with open_supervisor(cfg, ext_paths=paths, discover=False):

@@ -43,3 +43,18 @@ def test_a_driver_that_breaks_the_protocol_is_named(tmp_path: Path) -> None:
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0
     assert "false stop1: exit 1" in proc.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the guardian")
+def test_inner_repetitions_reach_every_driver_and_are_said(tmp_path: Path) -> None:
+    out = tmp_path / "sbs.json"
+    probe = "import json, os; print(json.dumps({'value': float(os.environ['SBS_INNER'])}))"
+    argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1"]
+    argv += ["--only", "stop1", "--inner", "3", "--json", str(out)]
+    argv += ["--driver", f"probe={sys.executable} -c {probe!r}"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {row["case"]: row for row in json.loads(out.read_text())}
+    assert rows["stop1.probe"]["value"] == 3
+    assert "each the median of 3" in rows["stop1.corral"]["note"]
+    assert rows["stop1.bare"]["value"] > 0
