@@ -252,28 +252,40 @@ class _Supervisor:
         """Start all in parallel; returns once each is ready or has given up (each wait
         is bounded by the handshake deadline and the ready cap), or, with ``late_after``,
         once each that said ``hello`` within that many seconds is."""
-        async with trio.open_nursery() as starting:
-            for ext in exts:
-                starting.start_soon(self._start, ext, late_after)
+        # Each owner task goes straight into the supervisor's nursery (no starter task
+        # per extension, no ``nursery.start`` hand-over), and this one waits for each.
+        late_at = None if late_after is None else trio.current_time() + late_after
+        for ext, settled in [(ext, self._launch(ext)) for ext in exts]:
+            await self._settle(ext, settled, late_at)
 
-    async def _start(self, ext: Extension, late_after: float | None = None) -> None:
-        """Start ``ext``'s owner task in the supervisor's nursery; returns once it settled,
-        or once ``late_after`` passed without a ``hello`` (it joins or fails on its own)."""
+    async def _start(self, ext: Extension) -> None:
+        """Start ``ext``'s owner task in the supervisor's nursery; returns once it settled."""
+        await self._settle(ext, self._launch(ext), None)
+
+    def _launch(self, ext: Extension) -> _Settled:
         assert self._nursery is not None
-        name = f"extension:{ext.name}"
-        if late_after is None:
-            await self._nursery.start(ext.run, name=name)
-            return
         settled = _Settled()
-        self._nursery.start_soon(functools.partial(ext.run, task_status=settled), name=name)
-        with trio.move_on_after(late_after):
+        run = functools.partial(ext.run, task_status=settled)
+        self._nursery.start_soon(run, name=f"extension:{ext.name}")
+        return settled
+
+    async def _settle(self, ext: Extension, settled: _Settled, late_at: float | None) -> None:
+        """Until ``ext`` settled, or until ``late_at`` passed without a ``hello`` (it
+        joins or fails on its own)."""
+        if settled.event.is_set():
+            return
+        if late_at is None:
+            await settled.event.wait()
+            return
+        with trio.move_on_at(late_at):
             await settled.event.wait()
             return
         if ext.state in _SILENT:
             # A runner that needs what it was not granted (npx without the network)
             # is the likely cause: say so now, not only when the handshake times out.
             note = ext.spec.exec_note
-            log.warning("extension_late", extension=ext.name, after=late_after, **_why(note))
+            after = self.config.late_after
+            log.warning("extension_late", extension=ext.name, after=after, **_why(note))
         else:  # it said hello in time: registration and ``ready`` are bounded
             await settled.event.wait()
 
