@@ -41,8 +41,9 @@ BUILTIN = {
 RSS_SHARE_TARGET = 4.0
 
 
-def run_driver(argv: list[str], figure: str) -> float:
-    """One measurement: the driver's last JSON line's ``value``."""
+def run_driver(argv: list[str], figure: str) -> tuple[float, list[str]]:
+    """One measurement: the driver's last JSON line's ``value``, and what it said on
+    stderr (printable lines: a driver is a program of someone else's)."""
     out = subprocess.run(
         [*argv, figure], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
@@ -51,7 +52,8 @@ def run_driver(argv: list[str], figure: str) -> float:
         raise RuntimeError(
             f"{shlex.join(argv)} {figure}: exit {out.returncode}: {out.stderr[-500:]}"
         )
-    return float(json.loads(lines[-1])["value"])
+    said = ["".join(c for c in line if c.isprintable()) for line in out.stderr.splitlines()]
+    return float(json.loads(lines[-1])["value"]), [line for line in said if line.strip()]
 
 
 def _inner(figure: str) -> str:
@@ -66,8 +68,11 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def measure(drivers: dict[str, list[str]], figures: list[str], reps: int) -> list[Row]:
-    """Every figure from every driver, ``reps`` alternating repetitions."""
+def measure(
+    drivers: dict[str, list[str]], figures: list[str], reps: int, said: dict[str, list[str]]
+) -> list[Row]:
+    """Every figure from every driver, ``reps`` alternating repetitions; what each run
+    said on stderr goes to ``said`` (by ``figure.driver``)."""
     rows: list[Row] = []
     names = list(drivers)
     for figure in figures:
@@ -76,7 +81,9 @@ def measure(drivers: dict[str, list[str]], figures: list[str], reps: int) -> lis
         for rep in range(reps):
             order = names if rep % 2 == 0 else names[::-1]
             for name in order:
-                got[name].append(run_driver(drivers[name], figure))
+                value, lines = run_driver(drivers[name], figure)
+                got[name].append(value)
+                said.setdefault(f"{figure}.{name}", []).extend(lines)
         load = f"load {load_before} before, {_load()} after"
         unit = FIGURES[figure]
         for name in names:
@@ -175,7 +182,8 @@ def main() -> int:
     compile_sdk()  # the SDK's bytecode, as an installed corral has it
     before = _load()
     t0 = time.monotonic()
-    rows = measure(drivers, args.only or list(FIGURES), reps)
+    said: dict[str, list[str]] = {}
+    rows = measure(drivers, args.only or list(FIGURES), reps, said)
     machine = f"load average (1/5/15 min): before {before}, after {_load()}; {os.cpu_count()} cores"
     rows.append(
         Row(bench="machine", case="loadavg", value=os.getloadavg()[0], unit="", note=machine)
@@ -184,6 +192,11 @@ def main() -> int:
     print(side_by_side(rows, list(drivers)))
     print()
     print(format_table(rows))
+    if any(said.values()):
+        print("\nWhat the drivers said on stderr (each run, in order):")
+        for case, lines in said.items():
+            for line in lines[:50]:
+                print(f"  {case}: {line[:300]}")
     print(f"\n{machine}; {time.monotonic() - t0:.0f} s; JSON: {args.json}")
     return 0
 

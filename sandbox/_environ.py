@@ -38,8 +38,8 @@ ALLOWED_ENV = (
 def host_environment(extra: Iterable[str] = ()) -> dict[str, str]:
     """The allowlisted part of the host's environment (:data:`ALLOWED_ENV`), plus the
     variables named in ``extra`` (a manifest's ``permissions.env``), where set."""
-    host = os.environ
-    return {name: host[name] for name in (*ALLOWED_ENV, *extra) if name in host}
+    get = os.environ.get  # one lookup per name (each start asks)
+    return {name: value for name in (*ALLOWED_ENV, *extra) if (value := get(name)) is not None}
 
 
 def _inside(path: str, root: str) -> bool:

@@ -46,9 +46,12 @@ def test_a_driver_that_breaks_the_protocol_is_named(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the guardian")
-def test_inner_repetitions_reach_every_driver_and_are_said(tmp_path: Path) -> None:
+def test_inner_repetitions_reach_every_driver_and_stderr_is_shown(tmp_path: Path) -> None:
     out = tmp_path / "sbs.json"
-    probe = "import json, os; print(json.dumps({'value': float(os.environ['SBS_INNER'])}))"
+    probe = (
+        "import json, os, sys; sys.stderr.write('lost 0 calls\\x1b[2J\\n'); "
+        "print(json.dumps({'value': float(os.environ['SBS_INNER'])}))"
+    )
     argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1"]
     argv += ["--only", "stop1", "--inner", "3", "--json", str(out)]
     argv += ["--driver", f"probe={sys.executable} -c {probe!r}"]
@@ -58,3 +61,6 @@ def test_inner_repetitions_reach_every_driver_and_are_said(tmp_path: Path) -> No
     assert rows["stop1.probe"]["value"] == 3
     assert "each the median of 3" in rows["stop1.corral"]["note"]
     assert rows["stop1.bare"]["value"] > 0
+    # What a driver says on stderr is shown, without its terminal escapes.
+    assert "  stop1.probe: lost 0 calls[2J" in proc.stdout.splitlines()
+    assert "\x1b" not in proc.stdout
