@@ -802,12 +802,11 @@ class Extension:
         frames.append({"type": "ready"})
         with self._write_lock:
             self._out = out
-            for frame in frames:
-                self._write_locked(_encode(frame))
+            # One write for all of it: the host reads the whole announcement at once
+            # (one wake-up instead of one per frame).
+            self._write_locked(b"".join([*map(_encode, frames), *self._pending]))
             self._announced = True
-            pending, self._pending = self._pending, []
-            for data in pending:
-                self._write_locked(data)
+            self._pending = []
 
     def _read_loop(self, inp: IO[bytes]) -> None:
         while True:

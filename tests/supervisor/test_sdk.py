@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -530,3 +531,46 @@ def test_panels_in_the_sdk(launch: Launcher, tmp_path: Path) -> None:
         "message": "closed: closed by the user",
     }
     shutdown(ext)
+
+
+ONE_WRITE = r"""
+import io, json
+from corral_ext import Extension
+
+ext = Extension("one", "1.0.0")
+ext.notify("early bird")  # queued before run(): it goes out with the announcement
+ext.tool("t", "a tool", {"type": "object"})(lambda args: "x")
+
+
+class Out:
+    writes: list[bytes] = []
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+        return len(data)
+
+    def flush(self):
+        pass
+
+
+ext.run(stdin=io.BytesIO(b""), stdout=Out())
+print(json.dumps([w.decode() for w in Out.writes]))
+"""
+
+
+def test_the_announcement_is_one_write(tmp_path: Path) -> None:
+    """hello, the registrations, ready and what was queued before run() reach the
+    host in one write: it wakes once for all of them, not once per frame."""
+    script = tmp_path / "one.py"
+    script.write_text(ONE_WRITE)
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        env={"PYTHONPATH": str(SDK_DIR)},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    (announcement,) = json.loads(out.stdout.splitlines()[-1])
+    frames = [json.loads(line) for line in announcement.splitlines()]
+    assert [f["type"] for f in frames] == ["hello", "register_tool", "ready", "notify"]
