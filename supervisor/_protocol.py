@@ -285,8 +285,24 @@ class ExtensionProtocol(ChildProtocol):
 
     # --- start-up ------------------------------------------------------------------
 
+    def _hello_ack(self, info: HostInfo) -> bytes:
+        ack = f.HelloAck(
+            corral_version=VERSION,
+            zot_version=VERSION,
+            provider=info.provider,
+            model=info.model,
+            cwd=info.cwd,
+            extension_dir=self._dirs[0] or msgspec.UNSET,
+            data_dir=self._dirs[1] or msgspec.UNSET,
+        )
+        return f.encode_frame(ack)
+
     async def _handshake(self, reader: LineReader) -> bool:
         timeout = self._config.handshake_timeout
+        # The answer is ready before the hello comes (off the start's critical path);
+        # made again if the host changed meanwhile.
+        info = self._host.host_info()
+        ack = self._hello_ack(info)
         item: bytes | Oversize | None = None
         with trio.move_on_after(timeout):
             item = await reader.next()
@@ -311,17 +327,8 @@ class ExtensionProtocol(ChildProtocol):
             self._refuse(f"hello names {frame.name!r} but the manifest names {self._name!r}")
             return False
         self._owner.hello_accepted(self.registrations)
-        info = self._host.host_info()
-        ack = f.HelloAck(
-            corral_version=VERSION,
-            zot_version=VERSION,
-            provider=info.provider,
-            model=info.model,
-            cwd=info.cwd,
-            extension_dir=self._dirs[0] or msgspec.UNSET,
-            data_dir=self._dirs[1] or msgspec.UNSET,
-        )
-        self._pipe.send(f.encode_frame(ack))
+        now = self._host.host_info()
+        self._pipe.send(ack if now is info else self._hello_ack(now))
         return True
 
     async def _registration(self, reader: LineReader) -> None:

@@ -14,7 +14,7 @@ import pytest
 import trio
 from helpers.supkit import CYCLE, Kit, wait_for
 
-from supervisor import PROTOCOL_VERSION, HostInfo, Notified
+from supervisor import PROTOCOL_VERSION, ExtensionStarted, HostInfo, Notified
 from supervisor import _frames as f
 
 # One example per extension -> host frame type, with the seed's field names.
@@ -362,6 +362,23 @@ async def test_set_host_info_reaches_later_hello_acks(kit: Kit) -> None:
             await client.set_host_info("p2", "m2", "/b")
             await client.reload()
             events = client.subscribe()
+            await client.invoke_command("ack")
+            note = await wait_for(events, Notified)
+    (ack,) = json.loads(note.message)
+    assert (ack["provider"], ack["model"], ack["cwd"]) == ("p2", "m2", "/b")
+
+
+async def test_a_host_change_while_an_extension_starts_reaches_its_hello_ack(kit: Kit) -> None:
+    """The answer to hello is made before the hello comes: a change of host that
+    comes in between is in it all the same."""
+    ext = kit.inline("acker", "import time\ntime.sleep(1.0)\n" + ACK_ECHO)
+    cfg = kit.config(late_after=0.1)
+    with trio.fail_after(CYCLE):
+        async with kit.open(ext, config=cfg, host=HostInfo(provider="p1", cwd="/a")) as client:
+            events = client.subscribe()
+            assert (await client.list_extensions())[0].state == "starting"
+            await client.set_host_info("p2", "m2", "/b")
+            await wait_for(events, ExtensionStarted)
             await client.invoke_command("ack")
             note = await wait_for(events, Notified)
     (ack,) = json.loads(note.message)
