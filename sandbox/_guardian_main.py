@@ -42,6 +42,7 @@ import _socket as socket
 import errno
 import fcntl
 import marshal
+import mmap
 import os
 import resource
 import select
@@ -107,11 +108,17 @@ class Guardian:
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, lambda *_: None)
+        child.catch_signals(self.pid)  # SIGCHLD, SIGTERM (see woken), SIGPIPE, ...
         self.poller.register(sock.fileno(), select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
+        #: Where requests are received: one buffer for all (no allocation of a megabyte
+        #: per request), whose pages only a request writes, and not shared with children
+        #: (none reads it; a page of it shared would be copied on the next request).
+        self.buffer = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        with child.suppress(AttributeError, OSError):
+            self.buffer.madvise(mmap.MADV_DONTFORK)
+        self.view = memoryview(self.buffer)
+        self.ancillary = socket.CMSG_SPACE(child.MAX_FDS * 4)
         #: Whether a request waits (see :meth:`tend_pool`).
         self.waiting = select.poll()
         self.waiting.register(sock.fileno(), select.POLLIN)
@@ -181,11 +188,12 @@ class Guardian:
     def request(self) -> bool:
         """Handle one request; False when the host is gone."""
         try:
-            msg, ancdata, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(child.MAX_FDS * 4))
+            size, ancdata, _, _ = self.sock.recvmsg_into([self.buffer], self.ancillary)
         except (ConnectionError, OSError):
             return False
-        if not msg:
+        if not size:
             return False
+        msg = self.view[:size]
         fds = child.received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
@@ -200,7 +208,7 @@ class Guardian:
                 if order.get("op") == "park":
                     reply = self.park(order["cgroups"])
                 else:
-                    reply, give = self.spawn(order, fds)
+                    reply, give = self.spawn(order, fds, msg)
         except OSError as exc:
             reply = {"errno": exc.errno or errno.EIO}
         except Exception as exc:  # a bad order must not end the guardian
@@ -247,8 +255,11 @@ class Guardian:
         self.spares.setdefault(key, []).append((pid, ours))
         return pid
 
-    def _use_spare(self, order: dict[str, Any], fds: list[int], exec_w: int) -> int | None:
-        """Hand a prepared order to the spare parked in its cgroups, if one is alive; its pid."""
+    def _use_spare(
+        self, order: dict[str, Any], msg: memoryview, fds: list[int], exec_w: int
+    ) -> int | None:
+        """Hand a prepared order (``msg``, as the host sent it) to the spare parked in its
+        cgroups, if one is alive; its pid."""
         if not order.get("prepare"):
             return None  # a spare dies with the guardian: only prepared children may
         key = tuple(order.get("cgroups", ()))
@@ -260,14 +271,16 @@ class Guardian:
             del self.spares[key]
         sent = struct.pack(f"{len(fds) + 1}i", *fds, exec_w)
         try:
-            sock.sendmsg([marshal.dumps(order)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
+            sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
         except OSError:
             return None  # it died (it could not join its cgroups): fork a child instead
         finally:
             sock.close()
         return pid
 
-    def spawn(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def spawn(
+        self, order: dict[str, Any], fds: list[int], msg: memoryview
+    ) -> tuple[dict[str, Any], list[int]]:
         status_r, status_w = os.pipe()
         try:
             exec_r, exec_w = os.pipe()
@@ -275,7 +288,7 @@ class Guardian:
             os.close(status_r)
             os.close(status_w)
             raise
-        pid = self._use_spare(order, fds, exec_w)
+        pid = self._use_spare(order, msg, fds, exec_w)
         if pid is None:
             try:
                 pid = os.fork()
@@ -519,6 +532,7 @@ def main() -> None:
     low = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     os.close(fd)
     sock = socket.socket(fileno=low)
+    child.fd_end = child.find_fd_end()  # below the soft limit just set
     if child.prctl is not None:
         child.prctl(child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     guardian = Guardian(sock)

@@ -155,3 +155,43 @@ def test_the_pool_is_bounded(tmp_path: Path) -> None:
     time.sleep(0.5)  # quiet: the pool is parked (more than this would be a bug)
     assert len(_wait_for_spares(_guardian_main.POOL_MAX, set())) == _guardian_main.POOL_MAX
     _wait_for_spares(1, set())  # and back to one, as the next test expects
+
+
+_PRCTL = (
+    "import ctypes; libc = ctypes.CDLL(None); out = ctypes.c_int(); "
+    "libc.prctl(2, ctypes.byref(out), 0, 0, 0); death = out.value; "  # PR_GET_PDEATHSIG
+    "libc.prctl(37, ctypes.byref(out), 0, 0, 0); "  # PR_GET_CHILD_SUBREAPER
+    "print(death, out.value, end=' ')"
+)
+
+
+def test_every_child_starts_with_default_signals_and_dies_with_the_guardian(
+    tmp_path: Path,
+) -> None:
+    # The guardian catches the signals it handles and ignores none, so exec gives each
+    # child the default dispositions without a call of its own; a spare is prepared
+    # (death with the guardian, subreaper) before its order. Whether forked for its
+    # order or taken from the pool, a child starts the same: nothing ignored or
+    # blocked, SIGKILL when the guardian dies, a subreaper.
+    spares = _wait_for_spares(1, set())
+    # What it has, read by the shell (which blocks and ignores nothing; exec resets
+    # whatever is caught), before Python ignores SIGPIPE and SIGXFSZ.
+    script = (
+        "while read -r name value; do case $name in SigBlk:|SigIgn:) "
+        f'echo $name $value;; esac; done </proc/self/status; exec {sys.executable} -c "$0"'
+    )
+    plan = msgspec.structs.replace(_plan(tmp_path, ""), argv=["/bin/sh", "-c", script, _PRCTL])
+    n = __import__("sandbox._guardian_main", fromlist=["POOL_MAX"]).POOL_MAX + 2
+    orders = [
+        submit_spawn(msgspec.structs.replace(plan), stdin=subprocess.DEVNULL) for _ in range(n)
+    ]
+    children = [order.finish() for order in orders]
+    outputs = []
+    for child in children:
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        outputs.append(out.decode().split())
+    assert spares & {c.pid for c in children}  # some took a spare ...
+    assert {c.pid for c in children} - spares  # ... and some were forked for their order
+    for out in outputs:
+        assert out == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16, "9", "1"]
