@@ -229,6 +229,22 @@ def catch_signals(guardian: int) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
+def bind_calls(fd_end: int) -> None:
+    """Call once, in the guardian, each C library function a child calls between fork and
+    exec, to no effect: the dynamic linker binds a function on its first call, which
+    in every child would be a symbol lookup and a page of the guardian's copied."""
+    with suppress(OSError):
+        os.setsid()  # EPERM: the guardian leads its session already
+    with suppress(OSError):
+        os.execve("/", ["/"], {})  # EACCES: a directory
+    os.dup2(2, 2, inheritable=True)  # nothing to do
+    os.closerange(fd_end - 1, fd_end)  # none open there yet (see _guardian_main.main)
+    os.chdir(".")
+    os.getppid()
+    for which in (resource.RLIMIT_CORE, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE):
+        resource.setrlimit(which, resource.getrlimit(which))
+
+
 def spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
     """A child parked in its cgroups before anyone needs it, then given its order.
 

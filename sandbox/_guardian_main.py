@@ -79,6 +79,11 @@ def record(tag: bytes, value: int, step: str = "") -> bytes:
     return struct.pack("!H", len(data)) + data
 
 
+#: The records every child gets, made once (see :meth:`Guardian.tell`).
+STARTED = record(b"x", 0)
+CLEAN = record(b"c", 0)
+
+
 # --- the guardian ----------------------------------------------------------------------
 
 
@@ -95,6 +100,8 @@ class Guardian:
         #: Spare children by the cgroups they joined: pid and the socket of their order,
         #: oldest first (one per cgroup set the host parks in; a pool for no cgroup).
         self.spares: dict[tuple[str, ...], list[tuple[int, socket.socket]]] = {}
+        #: Their pids.
+        self.spare_set: set[int] = set()
         #: How many spares in no cgroup to keep parked (see :meth:`tend_pool`).
         self.pool = 1
         #: Prepared spawns into no cgroup since the pool was last sized.
@@ -174,6 +181,7 @@ class Guardian:
             while len(pool) > 1:
                 pid, sock = pool.pop()
                 sock.close()  # it exits, and is reaped like any child
+                self.spare_set.discard(pid)
                 self.released.add(pid)
         return -1
 
@@ -234,7 +242,7 @@ class Guardian:
         return {"pid": self.fork_spare(key)}
 
     def spare_pids(self) -> list[int]:
-        return [pid for pool in self.spares.values() for pid, _ in pool]
+        return list(self.spare_set)
 
     def fork_spare(self, key: tuple[str, ...]) -> int:
         """Fork one more spare into the cgroups of ``key``; its pid."""
@@ -253,6 +261,7 @@ class Guardian:
                 os._exit(127)
         theirs.close()
         self.spares.setdefault(key, []).append((pid, ours))
+        self.spare_set.add(pid)
         return pid
 
     def _use_spare(
@@ -267,6 +276,7 @@ class Guardian:
         if not pool:
             return None
         pid, sock = pool.pop(0)
+        self.spare_set.discard(pid)
         if not pool:
             del self.spares[key]
         sent = struct.pack(f"{len(fds) + 1}i", *fds, exec_w)
@@ -325,11 +335,16 @@ class Guardian:
                 err, step = errno.EIO, "setup"
             self.tell(entry[0], record(b"e", err, step))
         else:
-            self.tell(entry[0], record(b"x", 0))
+            self.tell(entry[0], STARTED)
 
     def tell(self, fd: int, data: bytes) -> None:
-        with child.suppress(OSError):  # the host closed its end: it no longer cares
+        """Write one record to a status pipe. Like everything the guardian does per
+        child, as little Python as it takes: each page it touches after a fork is
+        copied (2-6 us a page on a virtual machine)."""
+        try:
             os.write(fd, data)
+        except OSError:  # the host closed its end: it no longer cares
+            return
 
     def reap(self) -> None:
         """Reap every child that exited, ours or adopted; report ours."""
@@ -352,16 +367,21 @@ class Guardian:
                 # them before it can be reaped): with no child of ours but those we
                 # forked, nothing of it lives on and the host need not sweep.
                 if self.adopted() == 0:
-                    self.tell(entry[0], record(b"c", 0))
+                    self.tell(entry[0], CLEAN)
                 os.close(entry[0])
-            for key, pool in list(self.spares.items()):
-                for spare, sock in pool:
-                    if spare == pid:  # a spare that could not join its cgroups, or released
-                        sock.close()
-                        pool.remove((spare, sock))
-                        if not pool:
-                            del self.spares[key]
-                        break
+            if pid in self.spare_set:  # a spare that could not join its cgroups
+                self.drop_spare(pid)
+
+    def drop_spare(self, pid: int) -> None:
+        self.spare_set.discard(pid)
+        for key, pool in list(self.spares.items()):
+            for spare, sock in pool:
+                if spare == pid:
+                    sock.close()
+                    pool.remove((spare, sock))
+                    if not pool:
+                        del self.spares[key]
+                    return
 
     def adopted(self) -> int | None:
         """How many of our children we did not fork (orphans we adopted); None where
@@ -377,12 +397,16 @@ class Guardian:
                 os.close(fd)
         except OSError:
             return None
-        ours = self.ours()
-        return sum(1 for p in data.split() if int(p) not in ours)
+        count = 0
+        for p in data.split():
+            pid = int(p)
+            if pid not in self.children and pid not in self.spare_set and pid not in self.released:
+                count += 1
+        return count
 
     def ours(self) -> set[int]:
         """The processes we forked that live: children and parked spares."""
-        return {*self.children, *self.spare_pids(), *self.released}
+        return {*self.children, *self.spare_set, *self.released}
 
     def sweep(self) -> tuple[dict[str, Any], list[int]]:
         """SIGKILL every orphan we adopted (and its descendants); pidfds to wait on.
@@ -533,6 +557,7 @@ def main() -> None:
     os.close(fd)
     sock = socket.socket(fileno=low)
     child.fd_end = child.find_fd_end()  # below the soft limit just set
+    child.bind_calls(child.fd_end)
     if child.prctl is not None:
         child.prctl(child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     guardian = Guardian(sock)
