@@ -245,15 +245,18 @@ def bind_calls(fd_end: int) -> None:
         resource.setrlimit(which, resource.getrlimit(which))
 
 
-def spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
+def spare(
+    sock: socket.socket, cgroups: list[str], tmpfs: list[tuple[str, int, int]], guardian: int
+) -> None:
     """A child parked in its cgroups before anyone needs it, then given its order.
 
     Joining a cgroup costs a grace period; a spare pays it while nothing waits
     (see ``Guardian.park`` in _guardian_main.py), so the spawn that takes it starts at
     once. So does all of a prepared launch that does not depend on its order (spares
     serve only those): nothing of the guardian's open, death with the guardian, child
-    subreaper. Its order then places its descriptors, sets its session, working
-    directory and limits, and executes.
+    subreaper, and (``tmpfs``: the guardian hands it only orders with exactly these)
+    the capped tmpfs in a user and mount namespace of its own. Its order then places
+    its descriptors, sets its session, working directory and limits, and executes.
     """
     signal.set_wakeup_fd(-1)  # the guardian's signal handlers do the default in a child
     _place_fds([], [], [0, 1, 2, sock.fileno()])  # nothing of the guardian's while it waits
@@ -262,15 +265,23 @@ def spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
         _join(cgroups)
     except _SetupFailed:
         os._exit(SETUP_FAILED_EXIT)
+    failed = None
+    if tmpfs:
+        try:
+            _namespaces(tmpfs, None)
+        except _SetupFailed as exc:
+            failed = exc  # said on the order's stderr, as a child would
     msg, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
     if not msg:
         os._exit(0)  # the guardian let it go
     fds = received(ancdata)
     order = marshal.loads(msg)
     order["cgroups"] = []  # joined already
+    if tmpfs:
+        order["tmpfs"] = []  # mounted already (or failed to be)
     # Received descriptors are inheritable: the exec pipe must close at exec.
     os.set_inheritable(fds[-1], False)
-    run_child(order, fds[:-1], fds[-1], guardian, ready=True)
+    run_child(order, fds[:-1], fds[-1], guardian, ready=True, failed=failed)
 
 
 def _die_with(guardian: int) -> None:
@@ -286,7 +297,14 @@ def _die_with(guardian: int) -> None:
     prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int, ready: bool) -> None:
+def _child(
+    order: dict[str, Any],
+    fds: list[int],
+    exec_w: int,
+    guardian: int,
+    ready: bool,
+    failed: _SetupFailed | None,
+) -> None:
     """Everything between fork and exec (the guardian is single-threaded: any Python is safe).
 
     Every step costs a copy of the pages its Python touches (shared with the guardian
@@ -308,13 +326,15 @@ def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int, re
     _join(order.get("cgroups", ()))
     for which, soft, hard in order.get("rlimits", ()):
         resource.setrlimit(which, (soft, hard))
-    if order.get("tmpfs") or order.get("egress"):
+    if failed is None and (order.get("tmpfs") or order.get("egress")):
         try:
             _namespaces(order.get("tmpfs", ()), order.get("egress"))
         except _SetupFailed as exc:
-            message = "corral sandbox: cannot prepare the sandbox's namespaces (%s: errno %d)\n"
-            os.write(2, (message % (exc.step, exc.errno)).encode())
-            os._exit(SETUP_FAILED_EXIT)
+            failed = exc
+    if failed is not None:  # (here or in the spare that took the order)
+        message = "corral sandbox: cannot prepare the sandbox's namespaces (%s: errno %d)\n"
+        os.write(2, (message % (failed.step, failed.errno)).encode())
+        os._exit(SETUP_FAILED_EXIT)
     try:
         _execute(order["argv"], order["env"])
     except OSError as exc:
@@ -322,9 +342,16 @@ def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int, re
 
 
 def run_child(
-    order: dict[str, Any], fds: list[int], exec_w: int, guardian: int, *, ready: bool = False
+    order: dict[str, Any],
+    fds: list[int],
+    exec_w: int,
+    guardian: int,
+    *,
+    ready: bool = False,
+    failed: _SetupFailed | None = None,
 ) -> None:
-    """Carry out ``order`` and execute (``ready``: a spare, prepared already); never returns."""
+    """Carry out ``order`` and execute; never returns. ``ready``: a spare, prepared
+    already (``failed``: its namespaces could not be made)."""
     if exec_w in order["targets"]:
         # A descriptor placed at exec_w's number would close the exec pipe: the guardian
         # would report the program started before it even ran (a spare's exec_w is small).
@@ -332,7 +359,7 @@ def run_child(
         os.close(exec_w)
         exec_w = moved
     try:
-        _child(order, fds, exec_w, guardian, ready)
+        _child(order, fds, exec_w, guardian, ready, failed)
     except _SetupFailed as exc:
         os.write(exec_w, marshal.dumps((exc.errno, exc.step)))
     except BaseException:  # a bug here: report it as a failure to start

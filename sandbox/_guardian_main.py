@@ -73,6 +73,11 @@ POOL_MAX = 8
 #: Seconds without a spawn order after which the pool goes back to one spare.
 POOL_SHRINK_AFTER = 2.0
 
+#: Which orders a spare can take: the cgroups it joined, and the capped tmpfs it mounted
+#: in a user and mount namespace of its own before its order (none: it mounts what
+#: its order says, if anything, after it came).
+Key = tuple[tuple[str, ...], tuple[tuple[str, int, int], ...]]
+
 
 def record(tag: bytes, value: int, step: str = "") -> bytes:
     data = marshal.dumps((tag, value, step))
@@ -97,9 +102,14 @@ class Guardian:
         self.children: dict[int, tuple[int, list[str]]] = {}
         #: exec pipe read end -> pid, until the program started or failed to
         self.starting: dict[int, int] = {}
-        #: Spare children by the cgroups they joined: pid and the socket of their order,
-        #: oldest first (one per cgroup set the host parks in; a pool for no cgroup).
-        self.spares: dict[tuple[str, ...], list[tuple[int, socket.socket]]] = {}
+        #: Spare children by what they prepared (:data:`Key`): pid and the socket of their
+        #: order, oldest first (one per cgroup set the host parks in; a pool for no cgroup).
+        self.spares: dict[Key, list[tuple[int, socket.socket]]] = {}
+        #: The tmpfs of the last prepared spawn into no cgroup: what the pool's spares
+        #: mount before their order (see :meth:`tend_pool`).
+        self.shape: tuple[tuple[str, int, int], ...] = ()
+        #: The tmpfs the pool's spares mounted.
+        self.parked: tuple[tuple[str, int, int], ...] = ()
         #: Their pids.
         self.spare_set: set[int] = set()
         #: How many spares in no cgroup to keep parked (see :meth:`tend_pool`).
@@ -157,8 +167,15 @@ class Guardian:
         The pool is sized by the last burst (at least one, at most ``POOL_MAX``), one
         fork per step (a request that comes meanwhile is served first), and goes back
         to one after ``POOL_SHRINK_AFTER`` without a spawn.
+
+        The pool's spares mount the capped tmpfs of the last such spawn before their
+        order (its namespaces cost a sandboxed spawn about 0.4 ms): a spawn with other
+        caps (or none) forks its child. Spares made for other caps are let go.
         """
-        pool = self.spares.get((), [])
+        if self.shape != self.parked:
+            self.release(self.spares.pop(((), self.parked), []))
+            self.parked = self.shape
+        pool = self.spares.get(((), self.shape), [])
         quiet = time.monotonic() - self.asked
         if len(pool) < self.pool or self.burst:
             if quiet < SPARE_AFTER_IDLE / 1000:
@@ -170,7 +187,7 @@ class Guardian:
                 self.burst = 0
             if len(pool) < self.pool:
                 try:
-                    self.fork_spare(())
+                    self.fork_spare(((), self.shape))
                 except OSError:  # no room for more now: the next spawns fork
                     self.pool = len(pool)
                 return 0
@@ -178,12 +195,16 @@ class Guardian:
             if quiet < POOL_SHRINK_AFTER:
                 return int((POOL_SHRINK_AFTER - quiet) * 1000) + 1
             self.pool = 1
-            while len(pool) > 1:
-                pid, sock = pool.pop()
-                sock.close()  # it exits, and is reaped like any child
-                self.spare_set.discard(pid)
-                self.released.add(pid)
+            self.release(pool[1:])
+            del pool[1:]
         return -1
+
+    def release(self, spares: list[tuple[int, socket.socket]]) -> None:
+        """Let spares go: each exits, and is reaped like any child."""
+        for pid, sock in spares:
+            sock.close()
+            self.spare_set.discard(pid)
+            self.released.add(pid)
 
     def woken(self) -> bool:
         """Drain the signal wake-up pipe; True on SIGTERM (end everything, like EOF)."""
@@ -236,7 +257,7 @@ class Guardian:
 
     def park(self, cgroups: list[str]) -> dict[str, Any]:
         """Fork a spare child into ``cgroups`` now, for a later spawn into them (one)."""
-        key = tuple(cgroups)
+        key: Key = (tuple(cgroups), ())
         if self.spares.get(key):
             return {"pid": self.spares[key][0][0]}
         return {"pid": self.fork_spare(key)}
@@ -244,8 +265,8 @@ class Guardian:
     def spare_pids(self) -> list[int]:
         return list(self.spare_set)
 
-    def fork_spare(self, key: tuple[str, ...]) -> int:
-        """Fork one more spare into the cgroups of ``key``; its pid."""
+    def fork_spare(self, key: Key) -> int:
+        """Fork one more spare that prepares what ``key`` says; its pid."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
@@ -256,7 +277,7 @@ class Guardian:
         if pid == 0:
             ours.close()
             try:
-                child.spare(theirs, list(key), self.pid)
+                child.spare(theirs, list(key[0]), list(key[1]), self.pid)
             finally:
                 os._exit(127)
         theirs.close()
@@ -271,7 +292,14 @@ class Guardian:
         cgroups, if one is alive; its pid."""
         if not order.get("prepare"):
             return None  # a spare dies with the guardian: only prepared children may
-        key = tuple(order.get("cgroups", ()))
+        cgroups = tuple(order.get("cgroups", ()))
+        key: Key = (cgroups, ())
+        if not order.get("egress"):  # (its namespaces are made with the listener's)
+            shape = tuple(map(tuple, order.get("tmpfs", ())))
+            if not cgroups:
+                self.shape = shape  # the next spares' (see tend_pool)
+            if self.spares.get((cgroups, shape)):
+                key = (cgroups, shape)
         pool = self.spares.get(key)
         if not pool:
             return None
@@ -485,7 +513,7 @@ class Guardian:
     def end_all(self) -> None:
         """The host is gone: kill everything we started and what it started; reap."""
         cgroups = [c for _, groups in self.children.values() for c in groups]
-        cgroups += [c for key in self.spares for c in key]
+        cgroups += [c for key in self.spares for c in key[0]]
         waiter = select.poll()
         waiter.register(self.wake_r, select.POLLIN)
         deadline = time.monotonic() + CLEANUP_LIMIT
