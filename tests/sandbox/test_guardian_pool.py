@@ -31,18 +31,22 @@ from sandbox._bwrap import BwrapSandbox
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
 
-def _plan(tmp_path: Path, code: str) -> LaunchPlan:
+def _request(tmp_path: Path, code: str, permissions: Permissions | None = None) -> LaunchRequest:
     ext = tmp_path / "ext"
     ext.mkdir(exist_ok=True)
-    request = LaunchRequest(
+    return LaunchRequest(
         name="pool",
         argv=[sys.executable, "-c", code],
         env={"PATH": "/usr/bin:/bin"},
         ext_dir=str(ext),
         data_dir=None,
         interpreter=sys.executable,
+        permissions=permissions or Permissions(),
     )
-    return select_sandbox("off").plan(request)
+
+
+def _plan(tmp_path: Path, code: str) -> LaunchPlan:
+    return select_sandbox("off").plan(_request(tmp_path, code))
 
 
 def _no_orphans() -> None:
@@ -216,18 +220,7 @@ def test_the_pool_makes_the_namespaces_of_the_last_sandboxed_spawn_before_its_or
     )
 
     def run(tmp_mb: int) -> tuple[int, list[int]]:
-        ext = tmp_path / "ext"
-        ext.mkdir(exist_ok=True)
-        request = LaunchRequest(
-            name="caps",
-            argv=[sys.executable, "-c", code],
-            env={"PATH": "/usr/bin:/bin"},
-            ext_dir=str(ext),
-            data_dir=None,
-            interpreter=sys.executable,
-            permissions=Permissions(limits=Limits(tmp_mb=tmp_mb)),
-        )
-        plan = backend.plan(request)
+        plan = backend.plan(_request(tmp_path, code, Permissions(limits=Limits(tmp_mb=tmp_mb))))
         try:
             child = spawn(plan, stdin=subprocess.DEVNULL)
             out, err = child.communicate(timeout=60)
