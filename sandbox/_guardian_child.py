@@ -80,10 +80,16 @@ class _SetupFailed(Exception):
 
 def _place_fds(fds: list[int], targets: list[int], keep: list[int]) -> None:
     """Put received descriptor ``fds[i]`` at number ``targets[i]``; close all others."""
-    base = max([*targets, 2]) + 1
-    temps = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in fds]
-    for temp, target in zip(temps, targets, strict=True):
-        os.dup2(temp, target, inheritable=True)
+    if set(fds).isdisjoint(targets):
+        # The common case (what the guardian received lies above the child's numbers):
+        # no target is a source still to be placed, so each goes straight to its number.
+        for fd, target in zip(fds, targets, strict=True):
+            os.dup2(fd, target, inheritable=True)
+    else:
+        base = max([*targets, 2]) + 1
+        temps = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, base) for fd in fds]
+        for temp, target in zip(temps, targets, strict=True):
+            os.dup2(temp, target, inheritable=True)
     # Every other descriptor, in one close_range(2) per gap (no listing of /proc/self/fd,
     # no close per descriptor: the guardian holds a few per child it runs).
     low = 0
@@ -91,14 +97,18 @@ def _place_fds(fds: list[int], targets: list[int], keep: list[int]) -> None:
         if fd > low:
             os.closerange(low, fd)
         low = fd + 1
-    os.closerange(low, _fd_end())
+    os.closerange(low, fd_end)
 
 
-def _fd_end() -> int:
+def find_fd_end() -> int:
     """Above every descriptor the guardian has: all of them are below its soft limit
     (it moves the host's socket down; see _guardian_main.main), and so are a child's."""
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return soft if 0 < soft < _FD_END else _FD_END
+
+
+#: See :func:`find_fd_end`; the guardian sets it again once it has its own soft limit.
+fd_end = find_fd_end()
 
 
 def _namespaces(mounts: list[tuple[str, int, int]], egress: list[int] | None) -> None:
@@ -196,43 +206,114 @@ def _join(cgroups: list[str]) -> None:
             raise _SetupFailed("cgroup", exc.errno or errno.EIO) from None
 
 
-def _reset_signals() -> None:
-    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.set_wakeup_fd(-1)
+#: The signals the guardian catches (it ignores none): ``exec`` resets them to their
+#: default, so a child need not (see :func:`catch_signals`).
+CAUGHT = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM)
+
+
+def catch_signals(guardian: int) -> None:
+    """The guardian's signal handling, set once: every signal it would ignore or act on
+    is caught (it wakes the guardian through the wake-up descriptor, which reads it),
+    none is ignored, none blocked. A caught signal goes back to its default at
+    ``exec`` (an ignored one would stay ignored), so a child carries no signal state
+    of the guardian's into its program without a call of its own; one that comes
+    before ``exec`` does to the child what it would do by default."""
+
+    def caught(signum: int, _frame: object) -> None:
+        if os.getpid() != guardian:  # a child, before exec: what the default does
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    for sig in CAUGHT:
+        signal.signal(sig, caught)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
 
 
-def spare(sock: socket.socket, cgroups: list[str], guardian: int) -> None:
+def bind_calls(fd_end: int) -> None:
+    """Call once, in the guardian, each C library function a child calls between fork and
+    exec, to no effect: the dynamic linker binds a function on its first call, which
+    in every child would be a symbol lookup and a page of the guardian's copied."""
+    with suppress(OSError):
+        os.setsid()  # EPERM: the guardian leads its session already
+    with suppress(OSError):
+        os.execve("/", ["/"], {})  # EACCES: a directory
+    os.dup2(2, 2, inheritable=True)  # nothing to do
+    os.closerange(fd_end - 1, fd_end)  # none open there yet (see _guardian_main.main)
+    os.chdir(".")
+    os.getppid()
+    for which in (resource.RLIMIT_CORE, resource.RLIMIT_FSIZE, resource.RLIMIT_NOFILE):
+        resource.setrlimit(which, resource.getrlimit(which))
+
+
+def spare(
+    sock: socket.socket, cgroups: list[str], tmpfs: list[tuple[str, int, int]], guardian: int
+) -> None:
     """A child parked in its cgroups before anyone needs it, then given its order.
 
     Joining a cgroup costs a grace period; a spare pays it while nothing waits
-    (see ``Guardian.park`` in _guardian_main.py), so the spawn that takes it starts at once.
+    (see ``Guardian.park`` in _guardian_main.py), so the spawn that takes it starts at
+    once. So does all of a prepared launch that does not depend on its order (spares
+    serve only those): nothing of the guardian's open, death with the guardian, child
+    subreaper, and (``tmpfs``: the guardian hands it only orders with exactly these)
+    the capped tmpfs in a user and mount namespace of its own. Its order then places
+    its descriptors, sets its session, working directory and limits, and executes.
     """
-    _reset_signals()
+    signal.set_wakeup_fd(-1)  # the guardian's signal handlers do the default in a child
     _place_fds([], [], [0, 1, 2, sock.fileno()])  # nothing of the guardian's while it waits
-    if prctl is not None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != guardian:
-            os._exit(SETUP_FAILED_EXIT)
     try:
+        _die_with(guardian)
         _join(cgroups)
     except _SetupFailed:
         os._exit(SETUP_FAILED_EXIT)
+    failed = None
+    if tmpfs:
+        try:
+            _namespaces(tmpfs, None)
+        except _SetupFailed as exc:
+            failed = exc  # said on the order's stderr, as a child would
     msg, ancdata, _, _ = sock.recvmsg(1 << 20, socket.CMSG_SPACE(MAX_FDS * 4))
     if not msg:
         os._exit(0)  # the guardian let it go
     fds = received(ancdata)
     order = marshal.loads(msg)
     order["cgroups"] = []  # joined already
+    if tmpfs:
+        order["tmpfs"] = []  # mounted already (or failed to be)
     # Received descriptors are inheritable: the exec pipe must close at exec.
     os.set_inheritable(fds[-1], False)
-    run_child(order, fds[:-1], fds[-1], guardian)
+    run_child(order, fds[:-1], fds[-1], guardian, ready=True, failed=failed)
 
 
-def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
-    """Everything between fork and exec (the guardian is single-threaded: any Python is safe)."""
-    _reset_signals()
+def _die_with(guardian: int) -> None:
+    """``PR_SET_PDEATHSIG`` (SIGKILL when the guardian dies) and child subreaper: orphans
+    of the program's own children stay its descendants while it runs (the supervisor
+    finds daemons that cleared their environment that way)."""
+    if prctl is None:
+        return
+    if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise _SetupFailed("pdeathsig", ctypes.get_errno())
+    if os.getppid() != guardian:  # the guardian died before the line above
+        os._exit(SETUP_FAILED_EXIT)
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _child(
+    order: dict[str, Any],
+    fds: list[int],
+    exec_w: int,
+    guardian: int,
+    ready: bool,
+    failed: _SetupFailed | None,
+) -> None:
+    """Everything between fork and exec (the guardian is single-threaded: any Python is safe).
+
+    Every step costs a copy of the pages its Python touches (shared with the guardian
+    until ``exec``) and their teardown at ``exec``: what does not depend on the order
+    is done once in the guardian (:func:`catch_signals`) or in a spare before its order.
+    """
+    # The signals' dispositions go back to their default at exec (see catch_signals);
+    # one before it must not write the guardian's wake-up byte into a descriptor of ours.
+    signal.set_wakeup_fd(-1)
     if order.get("session", True):
         os.setsid()
     _place_fds(fds, order["targets"], [exec_w])
@@ -240,31 +321,37 @@ def _child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) ->
         os.chdir(order["cwd"])
     except OSError as exc:
         raise _SetupFailed("chdir", exc.errno or errno.EIO) from None
-    if order.get("prepare") and prctl is not None:
-        if prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            raise _SetupFailed("pdeathsig", ctypes.get_errno())
-        if os.getppid() != guardian:  # the guardian died before the line above
-            os._exit(SETUP_FAILED_EXIT)
-        # Orphans of the program's own children stay its descendants while it runs
-        # (the supervisor finds daemons that cleared their environment that way).
-        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if order.get("prepare") and not ready:  # a spare did before its order came
+        _die_with(guardian)
     _join(order.get("cgroups", ()))
     for which, soft, hard in order.get("rlimits", ()):
         resource.setrlimit(which, (soft, hard))
-    if order.get("tmpfs") or order.get("egress"):
+    if failed is None and (order.get("tmpfs") or order.get("egress")):
         try:
             _namespaces(order.get("tmpfs", ()), order.get("egress"))
         except _SetupFailed as exc:
-            message = "corral sandbox: cannot prepare the sandbox's namespaces (%s: errno %d)\n"
-            os.write(2, (message % (exc.step, exc.errno)).encode())
-            os._exit(SETUP_FAILED_EXIT)
+            failed = exc
+    if failed is not None:  # (here or in the spare that took the order)
+        message = "corral sandbox: cannot prepare the sandbox's namespaces (%s: errno %d)\n"
+        os.write(2, (message % (failed.step, failed.errno)).encode())
+        os._exit(SETUP_FAILED_EXIT)
     try:
         _execute(order["argv"], order["env"])
     except OSError as exc:
         raise _SetupFailed("exec", exc.errno or errno.EIO) from None
 
 
-def run_child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int) -> None:
+def run_child(
+    order: dict[str, Any],
+    fds: list[int],
+    exec_w: int,
+    guardian: int,
+    *,
+    ready: bool = False,
+    failed: _SetupFailed | None = None,
+) -> None:
+    """Carry out ``order`` and execute; never returns. ``ready``: a spare, prepared
+    already (``failed``: its namespaces could not be made)."""
     if exec_w in order["targets"]:
         # A descriptor placed at exec_w's number would close the exec pipe: the guardian
         # would report the program started before it even ran (a spare's exec_w is small).
@@ -272,7 +359,7 @@ def run_child(order: dict[str, Any], fds: list[int], exec_w: int, guardian: int)
         os.close(exec_w)
         exec_w = moved
     try:
-        _child(order, fds, exec_w, guardian)
+        _child(order, fds, exec_w, guardian, ready, failed)
     except _SetupFailed as exc:
         os.write(exec_w, marshal.dumps((exc.errno, exc.step)))
     except BaseException:  # a bug here: report it as a failure to start

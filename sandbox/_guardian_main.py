@@ -42,6 +42,7 @@ import _socket as socket
 import errno
 import fcntl
 import marshal
+import mmap
 import os
 import resource
 import select
@@ -72,10 +73,20 @@ POOL_MAX = 8
 #: Seconds without a spawn order after which the pool goes back to one spare.
 POOL_SHRINK_AFTER = 2.0
 
+#: Which orders a spare can take: the cgroups it joined, and the capped tmpfs it mounted
+#: in a user and mount namespace of its own before its order (none: it mounts what
+#: its order says, if anything, after it came).
+Key = tuple[tuple[str, ...], tuple[tuple[str, int, int], ...]]
+
 
 def record(tag: bytes, value: int, step: str = "") -> bytes:
     data = marshal.dumps((tag, value, step))
     return struct.pack("!H", len(data)) + data
+
+
+#: The records every child gets, made once (see :meth:`Guardian.tell`).
+STARTED = record(b"x", 0)
+CLEAN = record(b"c", 0)
 
 
 # --- the guardian ----------------------------------------------------------------------
@@ -91,9 +102,16 @@ class Guardian:
         self.children: dict[int, tuple[int, list[str]]] = {}
         #: exec pipe read end -> pid, until the program started or failed to
         self.starting: dict[int, int] = {}
-        #: Spare children by the cgroups they joined: pid and the socket of their order,
-        #: oldest first (one per cgroup set the host parks in; a pool for no cgroup).
-        self.spares: dict[tuple[str, ...], list[tuple[int, socket.socket]]] = {}
+        #: Spare children by what they prepared (:data:`Key`): pid and the socket of their
+        #: order, oldest first (one per cgroup set the host parks in; a pool for no cgroup).
+        self.spares: dict[Key, list[tuple[int, socket.socket]]] = {}
+        #: The tmpfs of the last prepared spawn into no cgroup: what the pool's spares
+        #: mount before their order (see :meth:`tend_pool`).
+        self.shape: tuple[tuple[str, int, int], ...] = ()
+        #: The tmpfs the pool's spares mounted.
+        self.parked: tuple[tuple[str, int, int], ...] = ()
+        #: Their pids.
+        self.spare_set: set[int] = set()
         #: How many spares in no cgroup to keep parked (see :meth:`tend_pool`).
         self.pool = 1
         #: Prepared spawns into no cgroup since the pool was last sized.
@@ -107,11 +125,17 @@ class Guardian:
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, lambda *_: None)
+        child.catch_signals(self.pid)  # SIGCHLD, SIGTERM (see woken), SIGPIPE, ...
         self.poller.register(sock.fileno(), select.POLLIN)
         self.poller.register(self.wake_r, select.POLLIN)
+        #: Where requests are received: one buffer for all (no allocation of a megabyte
+        #: per request), whose pages only a request writes, and not shared with children
+        #: (none reads it; a page of it shared would be copied on the next request).
+        self.buffer = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        with child.suppress(AttributeError, OSError):
+            self.buffer.madvise(mmap.MADV_DONTFORK)
+        self.view = memoryview(self.buffer)
+        self.ancillary = socket.CMSG_SPACE(child.MAX_FDS * 4)
         #: Whether a request waits (see :meth:`tend_pool`).
         self.waiting = select.poll()
         self.waiting.register(sock.fileno(), select.POLLIN)
@@ -143,8 +167,15 @@ class Guardian:
         The pool is sized by the last burst (at least one, at most ``POOL_MAX``), one
         fork per step (a request that comes meanwhile is served first), and goes back
         to one after ``POOL_SHRINK_AFTER`` without a spawn.
+
+        The pool's spares mount the capped tmpfs of the last such spawn before their
+        order (its namespaces cost a sandboxed spawn about 0.4 ms): a spawn with other
+        caps (or none) forks its child. Spares made for other caps are let go.
         """
-        pool = self.spares.get((), [])
+        if self.shape != self.parked:
+            self.release(self.spares.pop(((), self.parked), []))
+            self.parked = self.shape
+        pool = self.spares.get(((), self.shape), [])
         quiet = time.monotonic() - self.asked
         if len(pool) < self.pool or self.burst:
             if quiet < SPARE_AFTER_IDLE / 1000:
@@ -156,7 +187,7 @@ class Guardian:
                 self.burst = 0
             if len(pool) < self.pool:
                 try:
-                    self.fork_spare(())
+                    self.fork_spare(((), self.shape))
                 except OSError:  # no room for more now: the next spawns fork
                     self.pool = len(pool)
                 return 0
@@ -164,11 +195,16 @@ class Guardian:
             if quiet < POOL_SHRINK_AFTER:
                 return int((POOL_SHRINK_AFTER - quiet) * 1000) + 1
             self.pool = 1
-            while len(pool) > 1:
-                pid, sock = pool.pop()
-                sock.close()  # it exits, and is reaped like any child
-                self.released.add(pid)
+            self.release(pool[1:])
+            del pool[1:]
         return -1
+
+    def release(self, spares: list[tuple[int, socket.socket]]) -> None:
+        """Let spares go: each exits, and is reaped like any child."""
+        for pid, sock in spares:
+            sock.close()
+            self.spare_set.discard(pid)
+            self.released.add(pid)
 
     def woken(self) -> bool:
         """Drain the signal wake-up pipe; True on SIGTERM (end everything, like EOF)."""
@@ -181,11 +217,12 @@ class Guardian:
     def request(self) -> bool:
         """Handle one request; False when the host is gone."""
         try:
-            msg, ancdata, _, _ = self.sock.recvmsg(1 << 20, socket.CMSG_SPACE(child.MAX_FDS * 4))
+            size, ancdata, _, _ = self.sock.recvmsg_into([self.buffer], self.ancillary)
         except (ConnectionError, OSError):
             return False
-        if not msg:
+        if not size:
             return False
+        msg = self.view[:size]
         fds = child.received(ancdata)
         reply: dict[str, Any] = {}
         give: list[int] = []
@@ -200,7 +237,7 @@ class Guardian:
                 if order.get("op") == "park":
                     reply = self.park(order["cgroups"])
                 else:
-                    reply, give = self.spawn(order, fds)
+                    reply, give = self.spawn(order, fds, msg)
         except OSError as exc:
             reply = {"errno": exc.errno or errno.EIO}
         except Exception as exc:  # a bad order must not end the guardian
@@ -220,16 +257,16 @@ class Guardian:
 
     def park(self, cgroups: list[str]) -> dict[str, Any]:
         """Fork a spare child into ``cgroups`` now, for a later spawn into them (one)."""
-        key = tuple(cgroups)
+        key: Key = (tuple(cgroups), ())
         if self.spares.get(key):
             return {"pid": self.spares[key][0][0]}
         return {"pid": self.fork_spare(key)}
 
     def spare_pids(self) -> list[int]:
-        return [pid for pool in self.spares.values() for pid, _ in pool]
+        return list(self.spare_set)
 
-    def fork_spare(self, key: tuple[str, ...]) -> int:
-        """Fork one more spare into the cgroups of ``key``; its pid."""
+    def fork_spare(self, key: Key) -> int:
+        """Fork one more spare that prepares what ``key`` says; its pid."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             pid = os.fork()
@@ -240,34 +277,48 @@ class Guardian:
         if pid == 0:
             ours.close()
             try:
-                child.spare(theirs, list(key), self.pid)
+                child.spare(theirs, list(key[0]), list(key[1]), self.pid)
             finally:
                 os._exit(127)
         theirs.close()
         self.spares.setdefault(key, []).append((pid, ours))
+        self.spare_set.add(pid)
         return pid
 
-    def _use_spare(self, order: dict[str, Any], fds: list[int], exec_w: int) -> int | None:
-        """Hand a prepared order to the spare parked in its cgroups, if one is alive; its pid."""
+    def _use_spare(
+        self, order: dict[str, Any], msg: memoryview, fds: list[int], exec_w: int
+    ) -> int | None:
+        """Hand a prepared order (``msg``, as the host sent it) to the spare parked in its
+        cgroups, if one is alive; its pid."""
         if not order.get("prepare"):
             return None  # a spare dies with the guardian: only prepared children may
-        key = tuple(order.get("cgroups", ()))
+        cgroups = tuple(order.get("cgroups", ()))
+        key: Key = (cgroups, ())
+        if not order.get("egress"):  # (its namespaces are made with the listener's)
+            shape = tuple(map(tuple, order.get("tmpfs", ())))
+            if not cgroups:
+                self.shape = shape  # the next spares' (see tend_pool)
+            if self.spares.get((cgroups, shape)):
+                key = (cgroups, shape)
         pool = self.spares.get(key)
         if not pool:
             return None
         pid, sock = pool.pop(0)
+        self.spare_set.discard(pid)
         if not pool:
             del self.spares[key]
         sent = struct.pack(f"{len(fds) + 1}i", *fds, exec_w)
         try:
-            sock.sendmsg([marshal.dumps(order)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
+            sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
         except OSError:
             return None  # it died (it could not join its cgroups): fork a child instead
         finally:
             sock.close()
         return pid
 
-    def spawn(self, order: dict[str, Any], fds: list[int]) -> tuple[dict[str, Any], list[int]]:
+    def spawn(
+        self, order: dict[str, Any], fds: list[int], msg: memoryview
+    ) -> tuple[dict[str, Any], list[int]]:
         status_r, status_w = os.pipe()
         try:
             exec_r, exec_w = os.pipe()
@@ -275,7 +326,7 @@ class Guardian:
             os.close(status_r)
             os.close(status_w)
             raise
-        pid = self._use_spare(order, fds, exec_w)
+        pid = self._use_spare(order, msg, fds, exec_w)
         if pid is None:
             try:
                 pid = os.fork()
@@ -312,11 +363,16 @@ class Guardian:
                 err, step = errno.EIO, "setup"
             self.tell(entry[0], record(b"e", err, step))
         else:
-            self.tell(entry[0], record(b"x", 0))
+            self.tell(entry[0], STARTED)
 
     def tell(self, fd: int, data: bytes) -> None:
-        with child.suppress(OSError):  # the host closed its end: it no longer cares
+        """Write one record to a status pipe. Like everything the guardian does per
+        child, as little Python as it takes: each page it touches after a fork is
+        copied (2-6 us a page on a virtual machine)."""
+        try:
             os.write(fd, data)
+        except OSError:  # the host closed its end: it no longer cares
+            return
 
     def reap(self) -> None:
         """Reap every child that exited, ours or adopted; report ours."""
@@ -339,16 +395,21 @@ class Guardian:
                 # them before it can be reaped): with no child of ours but those we
                 # forked, nothing of it lives on and the host need not sweep.
                 if self.adopted() == 0:
-                    self.tell(entry[0], record(b"c", 0))
+                    self.tell(entry[0], CLEAN)
                 os.close(entry[0])
-            for key, pool in list(self.spares.items()):
-                for spare, sock in pool:
-                    if spare == pid:  # a spare that could not join its cgroups, or released
-                        sock.close()
-                        pool.remove((spare, sock))
-                        if not pool:
-                            del self.spares[key]
-                        break
+            if pid in self.spare_set:  # a spare that could not join its cgroups
+                self.drop_spare(pid)
+
+    def drop_spare(self, pid: int) -> None:
+        self.spare_set.discard(pid)
+        for key, pool in list(self.spares.items()):
+            for spare, sock in pool:
+                if spare == pid:
+                    sock.close()
+                    pool.remove((spare, sock))
+                    if not pool:
+                        del self.spares[key]
+                    return
 
     def adopted(self) -> int | None:
         """How many of our children we did not fork (orphans we adopted); None where
@@ -364,12 +425,16 @@ class Guardian:
                 os.close(fd)
         except OSError:
             return None
-        ours = self.ours()
-        return sum(1 for p in data.split() if int(p) not in ours)
+        count = 0
+        for p in data.split():
+            pid = int(p)
+            if pid not in self.children and pid not in self.spare_set and pid not in self.released:
+                count += 1
+        return count
 
     def ours(self) -> set[int]:
         """The processes we forked that live: children and parked spares."""
-        return {*self.children, *self.spare_pids(), *self.released}
+        return {*self.children, *self.spare_set, *self.released}
 
     def sweep(self) -> tuple[dict[str, Any], list[int]]:
         """SIGKILL every orphan we adopted (and its descendants); pidfds to wait on.
@@ -448,7 +513,7 @@ class Guardian:
     def end_all(self) -> None:
         """The host is gone: kill everything we started and what it started; reap."""
         cgroups = [c for _, groups in self.children.values() for c in groups]
-        cgroups += [c for key in self.spares for c in key]
+        cgroups += [c for key in self.spares for c in key[0]]
         waiter = select.poll()
         waiter.register(self.wake_r, select.POLLIN)
         deadline = time.monotonic() + CLEANUP_LIMIT
@@ -529,6 +594,8 @@ def main() -> None:
     low = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
     os.close(fd)
     sock = socket.socket(fileno=low)
+    child.fd_end = child.find_fd_end()  # below the soft limit just set
+    child.bind_calls(child.fd_end)
     if child.prctl is not None:
         child.prctl(child.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     guardian = Guardian(sock)

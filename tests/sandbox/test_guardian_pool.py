@@ -16,6 +16,8 @@ import pytest
 from sandbox import (
     LaunchPlan,
     LaunchRequest,
+    Limits,
+    Permissions,
     Spawned,
     guardian_pids,
     select_sandbox,
@@ -24,22 +26,27 @@ from sandbox import (
     submit_spawn,
     sweep_orphans,
 )
+from sandbox._bwrap import BwrapSandbox
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
 
-def _plan(tmp_path: Path, code: str) -> LaunchPlan:
+def _request(tmp_path: Path, code: str, permissions: Permissions | None = None) -> LaunchRequest:
     ext = tmp_path / "ext"
     ext.mkdir(exist_ok=True)
-    request = LaunchRequest(
+    return LaunchRequest(
         name="pool",
         argv=[sys.executable, "-c", code],
         env={"PATH": "/usr/bin:/bin"},
         ext_dir=str(ext),
         data_dir=None,
         interpreter=sys.executable,
+        permissions=permissions or Permissions(),
     )
-    return select_sandbox("off").plan(request)
+
+
+def _plan(tmp_path: Path, code: str) -> LaunchPlan:
+    return select_sandbox("off").plan(_request(tmp_path, code))
 
 
 def _no_orphans() -> None:
@@ -155,3 +162,92 @@ def test_the_pool_is_bounded(tmp_path: Path) -> None:
     time.sleep(0.5)  # quiet: the pool is parked (more than this would be a bug)
     assert len(_wait_for_spares(_guardian_main.POOL_MAX, set())) == _guardian_main.POOL_MAX
     _wait_for_spares(1, set())  # and back to one, as the next test expects
+
+
+_PRCTL = (
+    "import ctypes; libc = ctypes.CDLL(None); out = ctypes.c_int(); "
+    "libc.prctl(2, ctypes.byref(out), 0, 0, 0); death = out.value; "  # PR_GET_PDEATHSIG
+    "libc.prctl(37, ctypes.byref(out), 0, 0, 0); "  # PR_GET_CHILD_SUBREAPER
+    "print(death, out.value, end=' ')"
+)
+
+
+def test_every_child_starts_with_default_signals_and_dies_with_the_guardian(
+    tmp_path: Path,
+) -> None:
+    # The guardian catches the signals it handles and ignores none, so exec gives each
+    # child the default dispositions without a call of its own; a spare is prepared
+    # (death with the guardian, subreaper) before its order. Whether forked for its
+    # order or taken from the pool, a child starts the same: nothing ignored or
+    # blocked, SIGKILL when the guardian dies, a subreaper.
+    spares = _wait_for_spares(1, set())
+    # What it has, read by the shell (which blocks and ignores nothing; exec resets
+    # whatever is caught), before Python ignores SIGPIPE and SIGXFSZ.
+    script = (
+        "while read -r name value; do case $name in SigBlk:|SigIgn:) "
+        f'echo $name $value;; esac; done </proc/self/status; exec {sys.executable} -c "$0"'
+    )
+    plan = msgspec.structs.replace(_plan(tmp_path, ""), argv=["/bin/sh", "-c", script, _PRCTL])
+    n = __import__("sandbox._guardian_main", fromlist=["POOL_MAX"]).POOL_MAX + 2
+    orders = [
+        submit_spawn(msgspec.structs.replace(plan), stdin=subprocess.DEVNULL) for _ in range(n)
+    ]
+    children = [order.finish() for order in orders]
+    outputs = []
+    for child in children:
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        outputs.append(out.decode().split())
+    assert spares & {c.pid for c in children}  # some took a spare ...
+    assert {c.pid for c in children} - spares  # ... and some were forked for their order
+    for out in outputs:
+        assert out == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16, "9", "1"]
+
+
+def test_the_pool_makes_the_namespaces_of_the_last_sandboxed_spawn_before_its_order(
+    tmp_path: Path,
+) -> None:
+    # A sandboxed spawn's user and mount namespace with its capped /tmp and /dev/shm
+    # costs it about 0.4 ms: the pool's spares make them, for the caps of the last
+    # such spawn, before their order comes. Only a spawn with exactly those caps is
+    # handed such a spare; the caps are always the spawn's own.
+    backend = select_sandbox("required", cgroups=False)
+    if not isinstance(backend, BwrapSandbox) or not backend.config.private_tmpfs:
+        pytest.skip("no capped tmpfs made by corral's child here")
+    code = (
+        "import os; t, s = os.statvfs('/tmp'), os.statvfs('/dev/shm'); "
+        "print(t.f_files, t.f_blocks * t.f_frsize, s.f_files, s.f_blocks * s.f_frsize)"
+    )
+
+    def run(tmp_mb: int) -> tuple[int, list[int]]:
+        plan = backend.plan(_request(tmp_path, code, Permissions(limits=Limits(tmp_mb=tmp_mb))))
+        try:
+            child = spawn(plan, stdin=subprocess.DEVNULL)
+            out, err = child.communicate(timeout=60)
+            assert child.returncode == 0, err
+        finally:
+            backend.cleanup(plan)
+        return child.pid, [int(n) for n in out.split()]
+
+    def new_spare(old: set[int]) -> int:
+        deadline = time.monotonic() + 30
+        while not (new := _spares(old)):
+            assert time.monotonic() < deadline, "no spare parked"
+            time.sleep(0.01)
+        return min(new)
+
+    guardian = start_guardian()
+    own = os.readlink(f"/proc/{guardian}/ns/user")
+    run(3)  # from now on the pool's spares are made for 3 MiB
+    spare = new_spare(set())
+    # Made before any order: a user namespace of its own, the capped tmpfs mounted.
+    assert os.readlink(f"/proc/{spare}/ns/user") != own
+    mounts = Path(f"/proc/{spare}/mountinfo").read_text()
+    assert mounts.count("size=3072k,nr_inodes=3072") == 2, mounts
+    pid, caps = run(3)
+    assert pid == spare
+    assert caps == [3072, 3 << 20] * 2
+    other = new_spare({spare})
+    pid, caps = run(5)  # other caps: not that spare, and its own caps
+    assert pid != other
+    assert caps == [5120, 5 << 20] * 2
