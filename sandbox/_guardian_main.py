@@ -15,9 +15,9 @@ once per host process, with one end of a ``SOCK_SEQPACKET`` socket pair as ``FD`
   rlimits, and inode-capped tmpfs mounts in a user and mount namespace of its own
   (see :mod:`sandbox._bwrap`), and for a network list a network namespace of its
   own, with the egress proxy's listener in it, handed to the host before ``exec``.
-  The reply is the pid and the read end of a *status pipe*: the guardian writes
-  there whether the program started (or why not) and, once it has reaped the
-  child, its wait status.
+  The reply is the pid, the read end of a *status pipe* (the guardian writes there
+  whether the program started, or why not, and once it reaped the child its wait
+  status) and, where the kernel has them, a pidfd of the child (readable at its exit).
 * **Guarding.** The guardian is a child subreaper itself, so every process the
   children leave behind (a double-forked daemon in a new session, with a clean
   environment) stays a descendant of it. When the host goes away, however it
@@ -231,7 +231,7 @@ class Guardian:
             if order.get("op") == "sweep":
                 reply, give = self.sweep()
             elif order.get("op") == "spares":
-                reply = {"pids": self.spare_pids()}
+                reply = {"pids": list(self.spare_set)}
             else:  # a spawn (or a park) is what keeps the host busy: a query is not
                 self.asked = time.monotonic()
                 if order.get("op") == "park":
@@ -261,9 +261,6 @@ class Guardian:
         if self.spares.get(key):
             return {"pid": self.spares[key][0][0]}
         return {"pid": self.fork_spare(key)}
-
-    def spare_pids(self) -> list[int]:
-        return list(self.spare_set)
 
     def fork_spare(self, key: Key) -> int:
         """Fork one more spare that prepares what ``key`` says; its pid."""
@@ -342,7 +339,10 @@ class Guardian:
         self.poller.register(exec_r, select.POLLIN)
         if order.get("prepare") and not order.get("cgroups"):
             self.burst += 1  # the pool is sized by it once no spawn is ordered
-        return {"pid": pid}, [status_r, *_pidfd(pid)]
+        try:  # (the pidfd's process is this child: only we reap it)
+            return {"pid": pid}, [status_r, os.pidfd_open(pid)]
+        except (AttributeError, OSError):  # no pidfds here
+            return {"pid": pid}, [status_r]
 
     def started(self, exec_r: int) -> None:
         """The exec pipe closed (the program runs) or says why it did not start."""
@@ -366,9 +366,8 @@ class Guardian:
             self.tell(entry[0], STARTED)
 
     def tell(self, fd: int, data: bytes) -> None:
-        """Write one record to a status pipe. Like everything the guardian does per
-        child, as little Python as it takes: each page it touches after a fork is
-        copied (2-6 us a page on a virtual machine)."""
+        """Write one record to a status pipe, with as little Python as it takes (each
+        page touched after a fork is copied: 2-6 us a page on a virtual machine)."""
         try:
             os.write(fd, data)
         except OSError:  # the host closed its end: it no longer cares
@@ -537,16 +536,6 @@ class Guardian:
         for path in cgroups:
             with child.suppress(OSError):
                 os.rmdir(path)
-
-
-def _pidfd(pid: int) -> list[int]:
-    """A pidfd of our child ``pid`` (none where the kernel has no pidfds): it cannot be
-    another process, since only we reap it. The host learns of the exit from it at
-    once, a hop before the exit status."""
-    try:
-        return [os.pidfd_open(pid)]
-    except (AttributeError, OSError):
-        return []
 
 
 def _children(pid: int) -> list[int] | None:
