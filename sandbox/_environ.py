@@ -42,10 +42,6 @@ def host_environment(extra: Iterable[str] = ()) -> dict[str, str]:
     return {name: value for name in (*ALLOWED_ENV, *extra) if (value := get(name)) is not None}
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def sandbox_env(
     env: dict[str, str],
     *,
@@ -68,10 +64,12 @@ def sandbox_env(
     out["HOME"] = home
     out["TMPDIR"] = tmp
     if visible is not None and "PATH" in out:
+        roots = set(visible)  # an entry that is one of them, or lies below one
+        below = tuple(root.rstrip("/") + "/" for root in visible)
         kept = [
             entry
             for entry in out["PATH"].split(":")
-            if entry and any(_inside(entry, root) for root in visible)
+            if entry and (entry in roots or entry.startswith(below))
         ]
         out["PATH"] = ":".join(dict.fromkeys(kept)) or "/usr/bin:/bin"
     return out

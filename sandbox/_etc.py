@@ -28,9 +28,9 @@ import stat
 import threading
 from typing import NamedTuple, final
 
-from ._forbidden import inside
 from ._runtime import LINUX_SYSTEM_DIRS
 from ._seccomp import filter_fd
+from ._within import inside
 
 __all__ = ["EtcCopies", "stat_identity"]
 

@@ -22,11 +22,11 @@ import os
 
 from ._protected import installation_paths
 from ._secrets import credential_paths
+from ._within import inside
 
 __all__ = [
     "KERNEL_TREES",
     "env_risk",
-    "inside",
     "never_problem",
     "path_risk",
 ]
@@ -60,11 +60,6 @@ _ENV_EXACT = frozenset({
 _ENV_PREFIXES = (
     "LD_", "DYLD_", "PYTHON", "PERL5", "RUBY", "LUA_", "BASH_FUNC_", "MALLOC_", "GIT_CONFIG",
 )  # fmt: skip
-
-
-def inside(path: str, root: str) -> bool:
-    """True when ``path`` is ``root`` or lies below it (both absolute and normalised)."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def never_problem(path: str, *, home: str, hidden: tuple[str, ...] = ()) -> str | None:

@@ -52,6 +52,7 @@ from typing import NamedTuple
 
 from ._exceptions import PlanError
 from ._gitdirs import ProtectKind, git_paths
+from ._within import inside
 
 __all__ = [
     "ProtectKind",
@@ -86,10 +87,6 @@ class Protected(NamedTuple):
 def _fold(name: str) -> str:
     """A name as a case-insensitive file system compares it."""
     return unicodedata.normalize("NFKC", name).casefold()
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _named(path: str) -> str:
@@ -190,7 +187,7 @@ class ProtectedSnapshot:
 
     def covering(self, path: str) -> Protected | None:
         """The protected path ``path`` is, or lies in (``path``: absolute, as looked up)."""
-        return next((p for p in self.paths if _inside(path, p.path)), None)
+        return next((p for p in self.paths if inside(path, p.path)), None)
 
     def problem(
         self, path: str, *, final: bool = True, st: os.stat_result | None = None
@@ -272,7 +269,7 @@ class ProtectedPaths:
     def covering_workspace(self) -> Protected | None:
         """A protected path that is the workspace or contains it (then nothing in it
         may be written), or None."""
-        return next((p for p in self.paths() if _inside(self.workspace, p.path)), None)
+        return next((p for p in self.paths() if inside(self.workspace, p.path)), None)
 
 
 def protect_args(
@@ -308,11 +305,11 @@ def protect_args(
     namespace would silently detach that sandbox's read-only bind.
     """
     wanted = sorted(
-        (p for p in protected if p.path != root and _inside(p.path, root)), key=lambda p: p.path
+        (p for p in protected if p.path != root and inside(p.path, root)), key=lambda p: p.path
     )
     kept: list[Protected] = []
     for p in wanted:
-        if not any(_inside(p.path, k.path) for k in kept):
+        if not any(inside(p.path, k.path) for k in kept):
             kept.append(p)
     binds: dict[str, tuple[str, int]] = {}
     for p in kept:

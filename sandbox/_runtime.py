@@ -43,7 +43,8 @@ from typing import final
 import msgspec
 
 from ._exceptions import PlanError
-from ._forbidden import inside, never_problem, path_risk
+from ._forbidden import never_problem, path_risk
+from ._within import inside
 
 __all__ = ["LINUX_SYSTEM_DIRS", "RuntimeNeeds", "find_runtime_paths", "program_note"]
 

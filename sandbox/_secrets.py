@@ -32,6 +32,8 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from ._within import inside
+
 __all__ = [
     "HOME_STORES",
     "SYSTEM_STORES",
@@ -208,10 +210,6 @@ def _identity(directory: str) -> tuple[int, int, int] | None:
     return st.st_dev, st.st_ino, st.st_mtime_ns
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def stores_around(home: str, workspace: str) -> list[str]:
     """:func:`credential_paths` for a sandbox working in ``workspace`` (a real path).
 
@@ -222,7 +220,7 @@ def stores_around(home: str, workspace: str) -> list[str]:
     out: list[str] = []
     others = set(other_homes(home))
     for path in credential_paths(home):
-        if not _inside(workspace, path):
+        if not inside(workspace, path):
             out.append(path)
         elif path in others:
             out += [os.path.join(path, p) for p in HOME_STORES]

@@ -41,7 +41,6 @@ import msgspec
 
 from ._bwrap import NO_CHILD_NAMESPACE, BwrapSandbox, egress_note
 from ._exceptions import PlanError
-from ._forbidden import inside
 from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._plan import LaunchPlan, Sandbox
@@ -49,6 +48,7 @@ from ._preexec import rlimits_for
 from ._protected import Protected, ProtectKind, protect_args, release_placeholders
 from ._seccomp import build_filter, filter_fd
 from ._secrets import existing, stores_around
+from ._within import inside
 
 __all__ = ["ShellRequest", "plan_shell"]
 

@@ -25,10 +25,11 @@ from typing import final
 import msgspec
 
 from ._exceptions import PermissionsError
-from ._forbidden import env_risk, inside, never_problem, path_risk
+from ._forbidden import env_risk, never_problem, path_risk
 from ._network import check_network
 from ._permissions import Limits, Permissions
 from ._pin import Pin, walk
+from ._within import inside
 
 __all__ = ["Checked", "check_permissions", "validate_permissions"]
 
