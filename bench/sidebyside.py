@@ -195,8 +195,10 @@ def main() -> int:
     if any(said.values()):
         print("\nWhat the drivers said on stderr (each run, in order):")
         for case, lines in said.items():
-            for line in lines[:50]:
+            for line in lines[:10]:
                 print(f"  {case}: {line[:300]}")
+            if len(lines) > 10:
+                print(f"  {case}: ... and {len(lines) - 10} more lines")
     print(f"\n{machine}; {time.monotonic() - t0:.0f} s; JSON: {args.json}")
     return 0
 
