@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from helpers.paths import CHAOS
+from helpers.paths import CHAOS, REPO
 from helpers.supkit import CYCLE, Kit, capture_logs
 
 from supervisor import ChildKind, ManifestError, Runtime, discover, load_manifest
+from supervisor.lowlevel import choice_file
 
 
 def _write(d: Path, content: str | dict[str, Any]) -> Path:
@@ -260,3 +266,79 @@ async def test_disabled_extension_not_started(kit: Kit) -> None:
     assert info.enabled is False
     assert info.pid is None
     assert not (ext / "started").exists()
+
+
+# --- hostile files where a manifest should be ---------------------------------------
+
+#: Discovery in a child process, bounded in time and memory: on a FIFO it would wait
+#: for a writer forever, on /dev/zero or a sparse 2 GiB file read until memory ran out.
+_DISCOVER = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
+from supervisor import discover
+found = discover([], project_dir=sys.argv[1], home=sys.argv[2])
+problems = sorted([p.extension, p.field, p.message] for p in found.problems)
+print(json.dumps({"specs": [s.name for s in found.specs], "problems": problems}))
+"""
+
+
+def _socket_at(path: Path) -> None:
+    here = os.getcwd()
+    os.chdir(path.parent)  # a socket's path is at most 107 bytes: bind it relative
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(path.name)
+    finally:
+        os.chdir(here)
+
+
+def _sparse_at(path: Path) -> None:
+    with path.open("wb") as fh:
+        fh.truncate(2 << 30)
+
+
+#: extension directory -> (what its extension.json is, words of the problem).
+HOSTILE: dict[str, tuple[Callable[[Path], object], str]] = {
+    "fifo": (os.mkfifo, "is a FIFO (named pipe), not a regular file"),
+    "zero": (lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file"),
+    "huge": (_sparse_at, "is larger than 1 MiB (2147483648 bytes)"),
+    "folder": (Path.mkdir, "is a directory, not a regular file"),
+    "sock": (_socket_at, "is a socket, not a regular file"),
+}
+
+
+def test_a_special_or_huge_manifest_is_one_problem_and_the_others_load(kit: Kit) -> None:
+    project = kit.root / "proj"
+    local = project / ".corral" / "extensions"
+    kit.chaos("good", where=local)
+    for name, (make, _) in HOSTILE.items():
+        (local / name).mkdir(parents=True)
+        make(local / name / "extension.json")
+    proc = subprocess.run(
+        [sys.executable, "-c", _DISCOVER, str(project), str(kit.home)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert found["specs"] == ["good"]
+    assert found["problems"] == sorted([n, "", words] for n, (_, words) in HOSTILE.items())
+
+
+async def test_the_users_choice_file_is_read_small_too(kit: Kit) -> None:
+    d = kit.chaos("picky")
+    spec = load_manifest(d, "global", home=str(kit.home))
+    choice = choice_file(kit.home, spec.identity)
+    choice.parent.mkdir(parents=True)
+    choice.write_text("false\n")
+    assert load_manifest(d, "global", home=str(kit.home)).manifest.enabled is False
+    choice.unlink()
+    os.mkfifo(choice)  # ignored, not waited on: the manifest's own value holds
+    with trio.fail_after(10):
+        spec = await trio.to_thread.run_sync(
+            lambda: load_manifest(d, "global", home=str(kit.home)), abandon_on_cancel=True
+        )
+    assert spec.manifest.enabled is True
