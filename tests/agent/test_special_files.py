@@ -15,37 +15,18 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from helpers.agentkit import chaos, spawn_corral
-from helpers.paths import REPO
+from helpers.hostile import make_special, run_bounded
 
 from agent._cli.settings import ConfigError, load_file
 
-
-def _sparse(path: Path) -> None:
-    with path.open("wb") as fh:
-        fh.truncate(2 << 30)  # 2 GiB that take no room on disk
-
-
-#: How to make each hostile file at a path, and the words of its refusal.
-SPECIAL: dict[str, tuple[Callable[[Path], object], str]] = {
-    "fifo": (os.mkfifo, "is a FIFO (named pipe), not a regular file"),
-    "link-to-dev-zero": (lambda p: p.symlink_to("/dev/zero"), "is a character device"),
-    "sparse-2GiB": (_sparse, "is larger than"),
-    "directory": (Path.mkdir, "is a directory, not a regular file"),
-}
-
-
-#: One reader called in a child process, bounded in time and memory (on main, a FIFO
-#: waited for a writer forever and /dev/zero was read until memory ran out): prints
-#: the exception's type and message.
-_CHILD = """
-import json, resource, sys
+#: Calls one reader (an expression of ``arg``, a path) and prints what it raised.
+_READ = """
+import json, sys
 from pathlib import Path
-resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from agent import load_script
 from agent._cli.settings import load_file
 from agent._tools.mcp import Origin, load_config, project_config_path
@@ -58,31 +39,40 @@ except Exception as exc:
     print(json.dumps([type(exc).__name__, str(exc)]))
 """
 
+#: Kinds the agent's readers meet (a socket is the manifest tests' and the helper's).
+KINDS = ["fifo", "link-to-dev-zero", "sparse-2GiB", "directory"]
+
 
 def _refusal(call: str, arg: Path) -> tuple[str, str]:
-    """What ``call`` (an expression of ``arg``, a path) raised, in a bounded child."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, call, str(arg)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
+    """What ``call`` raised, read in a bounded child (see :mod:`helpers.hostile`)."""
+    proc = run_bounded(_READ, call, str(arg))
     assert proc.returncode == 0, proc.stderr
     kind, message = json.loads(proc.stdout)
     return kind, message
 
 
-@pytest.mark.parametrize("kind", list(SPECIAL))
-def test_a_special_config_file_is_a_config_error_naming_it(tmp_path: Path, kind: str) -> None:
-    path = tmp_path / ".corral" / "config.toml"
-    path.parent.mkdir()
-    make, words = SPECIAL[kind]
-    make(path)
-    error, message = _refusal("load_file(Path(arg), project=True)", path)
-    assert error == "ConfigError"
-    assert message.startswith(f"{path}: not a usable configuration file: {words}")
+#: reader -> (file name, the call, its exception, what its message starts with).
+READERS = {
+    "config": (
+        "config.toml",
+        "load_file(Path(arg), project=True)",
+        "ConfigError",
+        "{path}: not a usable configuration file: ",
+    ),
+    "tasks": ("tasks.jsonl", "load_tasks(arg)", "TaskError", "{path}:0: cannot read the tasks: "),
+    "script": ("script.jsonl", "load_script(arg)", "ScriptError", "{path}:0: cannot read script: "),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("reader", list(READERS))
+def test_a_special_file_is_an_error_naming_it(tmp_path: Path, reader: str, kind: str) -> None:
+    name, call, error, start = READERS[reader]
+    path = tmp_path / name
+    words = make_special(kind, path)
+    raised, message = _refusal(call, path)
+    assert raised == error
+    assert message.startswith(start.format(path=path) + words)
 
 
 def test_a_config_file_still_reads_as_text(tmp_path: Path) -> None:
@@ -104,26 +94,6 @@ def test_an_mcp_servers_fifo_argument_cannot_be_pinned(tmp_path: Path) -> None:
     error, message = _refusal(call, project)
     assert error == "McpConfigError"
     assert "server.py cannot be pinned (is a FIFO (named pipe), not a regular file)" in message
-
-
-@pytest.mark.parametrize("kind", list(SPECIAL))
-def test_a_special_tasks_file_is_a_line_0_error(tmp_path: Path, kind: str) -> None:
-    path = tmp_path / "tasks.jsonl"
-    make, words = SPECIAL[kind]
-    make(path)
-    error, message = _refusal("load_tasks(arg)", path)
-    assert error == "TaskError"
-    assert message.startswith(f"{path}:0: cannot read the tasks: {words}")
-
-
-@pytest.mark.parametrize("kind", list(SPECIAL))
-def test_a_special_script_is_a_script_error(tmp_path: Path, kind: str) -> None:
-    path = tmp_path / "script.jsonl"
-    make, words = SPECIAL[kind]
-    make(path)
-    error, message = _refusal("load_script(arg)", path)
-    assert error == "ScriptError"
-    assert message.startswith(f"{path}:0: cannot read script: {words}")
 
 
 # --- real corral processes ----------------------------------------------------------
@@ -153,24 +123,24 @@ def test_ext_list_shows_special_manifests_as_invalid_rows(places: tuple[Path, Pa
     home, work = places
     local = work / ".corral" / "extensions"
     chaos(local, name="good")
-    for kind, (make, _) in SPECIAL.items():
+    words = {}
+    for kind in KINDS:
         (local / kind).mkdir()
-        make(local / kind / "extension.json")
+        words[kind] = make_special(kind, local / kind / "extension.json")
     status, out, err = _corral(["ext", "list"], home, work)
     assert status == 0, err
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "invalid" not in rows["good"]
-    for kind, (_, words) in SPECIAL.items():
+    for kind in KINDS:
         assert "invalid" in rows[kind]
-        assert words in rows[kind]
+        assert words[kind] in rows[kind]
 
 
 @pytest.mark.usefixtures("no_leaks")
 @pytest.mark.parametrize("kind", ["fifo", "link-to-dev-zero"])
 def test_run_refuses_a_special_project_config_at_once(places: tuple[Path, Path], kind: str) -> None:
     home, work = places
-    make, words = SPECIAL[kind]
-    make(work / ".corral" / "config.toml")
+    words = make_special(kind, work / ".corral" / "config.toml")
     status, out, err = _corral(["run", "--provider", "offline", "hi"], home, work)
     assert status == 1, (out, err)
     config = work / ".corral" / "config.toml"

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from helpers.paths import CHAOS, REPO
+from helpers.hostile import SPECIAL, make_special, run_bounded
+from helpers.paths import CHAOS
 from helpers.supkit import CYCLE, Kit, capture_logs
 
 from supervisor import ChildKind, ManifestError, Runtime, discover, load_manifest
@@ -270,11 +267,10 @@ async def test_disabled_extension_not_started(kit: Kit) -> None:
 
 # --- hostile files where a manifest should be ---------------------------------------
 
-#: Discovery in a child process, bounded in time and memory: on a FIFO it would wait
-#: for a writer forever, on /dev/zero or a sparse 2 GiB file read until memory ran out.
+#: Discovery in a child process: on a FIFO it waited for a writer forever, on
+#: /dev/zero or a sparse 2 GiB file it read until memory ran out.
 _DISCOVER = """
-import json, resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (768 << 20, 768 << 20))
+import json, sys
 from supervisor import discover
 found = discover([], project_dir=sys.argv[1], home=sys.argv[2])
 problems = sorted([p.extension, p.field, p.message] for p in found.problems)
@@ -282,50 +278,23 @@ print(json.dumps({"specs": [s.name for s in found.specs], "problems": problems})
 """
 
 
-def _socket_at(path: Path) -> None:
-    here = os.getcwd()
-    os.chdir(path.parent)  # a socket's path is at most 107 bytes: bind it relative
-    try:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.bind(path.name)
-    finally:
-        os.chdir(here)
-
-
-def _sparse_at(path: Path) -> None:
-    with path.open("wb") as fh:
-        fh.truncate(2 << 30)
-
-
-#: extension directory -> (what its extension.json is, words of the problem).
-HOSTILE: dict[str, tuple[Callable[[Path], object], str]] = {
-    "fifo": (os.mkfifo, "is a FIFO (named pipe), not a regular file"),
-    "zero": (lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file"),
-    "huge": (_sparse_at, "is larger than 1 MiB (2147483648 bytes)"),
-    "folder": (Path.mkdir, "is a directory, not a regular file"),
-    "sock": (_socket_at, "is a socket, not a regular file"),
-}
-
-
 def test_a_special_or_huge_manifest_is_one_problem_and_the_others_load(kit: Kit) -> None:
     project = kit.root / "proj"
     local = project / ".corral" / "extensions"
     kit.chaos("good", where=local)
-    for name, (make, _) in HOSTILE.items():
-        (local / name).mkdir(parents=True)
-        make(local / name / "extension.json")
-    proc = subprocess.run(
-        [sys.executable, "-c", _DISCOVER, str(project), str(kit.home)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=False,
-    )
+    words = {}
+    for kind in SPECIAL:
+        (local / kind).mkdir(parents=True)
+        words[kind] = make_special(kind, local / kind / "extension.json")
+    proc = run_bounded(_DISCOVER, str(project), str(kit.home))
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout)
     assert found["specs"] == ["good"]
-    assert found["problems"] == sorted([n, "", words] for n, (_, words) in HOSTILE.items())
+    assert [(n, f) for n, f, _ in found["problems"]] == [(k, "") for k in sorted(SPECIAL)]
+    problems = {name: message for name, _, message in found["problems"]}
+    for kind, message in problems.items():
+        assert message.startswith(words[kind])
+    assert problems["sparse-2GiB"] == "is larger than 1 MiB (2147483648 bytes)"
 
 
 async def test_the_users_choice_file_is_read_small_too(kit: Kit) -> None:
