@@ -16,7 +16,8 @@ it, under the link's path. Links in that tree are treated the same way. Links
 inside the directory are covered by the walk itself and are not followed.
 
 The walk is bounded (:class:`DigestLimits`); a directory past a bound is refused
-with :class:`~supervisor._exceptions.DirectoryUnhashable`, never hashed in part.
+with :class:`~supervisor._exceptions.DirectoryUnhashable`, never hashed in part, and
+a file that the listed sizes already put past the byte bound is refused unread.
 Every directory and file is opened relative to its parent's descriptor with
 ``O_NOFOLLOW`` and checked against the ``lstat`` that listed it, so swapping a
 path for a link while the walk runs cannot lead it outside the directory.
@@ -42,6 +43,7 @@ from collections.abc import Sequence
 import msgspec
 
 from ._exceptions import DirectoryUnhashable
+from ._smallfile import describe_size
 
 __all__ = ["DigestLimits", "Entry", "EntryKind", "TreeDigest", "digest_tree", "file_sha256"]
 
@@ -277,6 +279,8 @@ class _Walk:
         if known is not None and known[0] == signature:
             self._count(st.st_size)
             return known[1]
+        if self.bytes + st.st_size > self.limits.max_bytes:
+            self._refuse_bytes()  # by its listed size: a sparse 2 GiB file is never read
         fd = self._open(name, dir_fd, _FILE_FLAGS, st, path)
         h = hashlib.sha256()
         try:
@@ -297,10 +301,11 @@ class _Walk:
 
     def _count(self, n: int) -> None:
         self.bytes += n
-        limit = self.limits.max_bytes
-        if self.bytes > limit:
-            size = f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit} bytes"
-            self.refuse(f"more than {size} of files")
+        if self.bytes > self.limits.max_bytes:
+            self._refuse_bytes()
+
+    def _refuse_bytes(self) -> typing.NoReturn:
+        self.refuse(f"more than {describe_size(self.limits.max_bytes)} of files")
 
 
 def digest_tree(

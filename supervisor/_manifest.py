@@ -7,7 +7,10 @@ decides what is spoken over the child's stdio (see ``docs/toolkit.md``). A tool 
 runs one of corral's runners (``"runtime": "python"`` or ``"node"``) or its own
 program (``exec``), and gets its ``config`` object with ``init``.
 
-A manifest is validated field by field; every problem is a
+A manifest is read only if it is a regular file of at most :data:`MANIFEST_MAX`
+bytes (a link to one is followed): a FIFO, a device or a huge file in a cloned
+repository is a :class:`~supervisor._exceptions.ManifestError` like any other, never
+waited on or read whole. A manifest is validated field by field; every problem is a
 :class:`~supervisor._exceptions.ManifestError` naming the file and the field.
 Discovery order is ``--ext`` paths, then ``./.corral/extensions``, then
 ``$CORRAL_HOME/extensions``; the first of a name wins (whatever its kind) and later
@@ -30,6 +33,7 @@ from sandbox import Permissions, PermissionsError, Pin, check_permissions
 from ._config import RestartPolicy, choice_file, identity_of
 from ._exceptions import ManifestError
 from ._runners import PYTHON_NAMES, corral_python, find_on_path, project_roots, runner_note
+from ._smallfile import SMALL_FILE_MAX, FileRefused, read_small_file
 
 __all__ = [
     "MANIFEST_NAME",
@@ -45,6 +49,8 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "extension.json"
+#: The largest manifest read (bytes); a larger file is refused unread.
+MANIFEST_MAX = SMALL_FILE_MAX
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _FIELD_RE = re.compile(r"at `\$\.?([^`]*)`")
 
@@ -183,10 +189,12 @@ def load_manifest(
     if p.is_dir():
         p = p / MANIFEST_NAME
     where = str(p)
-    try:
-        raw = p.read_bytes()
+    try:  # a FIFO, a device or a huge file is refused, never waited on or read whole
+        raw = read_small_file(p, MANIFEST_MAX)
     except FileNotFoundError:
         raise ManifestError(where, "", "no extension.json here") from None
+    except FileRefused as exc:
+        raise ManifestError(where, "", exc.reason) from None
     except OSError as exc:
         raise ManifestError(where, "", f"cannot read: {exc.strerror}") from exc
     try:
@@ -224,11 +232,11 @@ def load_manifest(
     identity = identity_of(manifest.name, str(ext_dir))
     if home:
         try:  # the user's `ext enable`/`ext disable` wins over the manifest
-            choice = choice_file(home, identity).read_text().strip()
+            choice = read_small_file(choice_file(home, identity), 64).strip()
         except OSError:
-            choice = ""
-        if choice in ("true", "false"):
-            manifest = msgspec.structs.replace(manifest, enabled=choice == "true")
+            choice = b""
+        if choice in (b"true", b"false"):
+            manifest = msgspec.structs.replace(manifest, enabled=choice == b"true")
     return ExtensionSpec(
         manifest=manifest,
         dir=str(ext_dir),

@@ -38,6 +38,8 @@ import typing
 from collections.abc import Iterator
 from pathlib import Path
 
+from ._smallfile import FileRefused, read_small_file
+
 __all__ = ["StateFile", "StateFileRefused"]
 
 #: How often a lock is taken again when its file keeps being replaced under us.
@@ -57,10 +59,6 @@ class StateFileRefused(PermissionError):
 
     def __str__(self) -> str:
         return f"{self.filename}: {self.reason}"
-
-
-def _size(limit: int) -> str:
-    return f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
 
 
 @typing.final
@@ -179,27 +177,19 @@ class StateFile:
                 others may write it, or it is larger than ``limit``.
             OSError: it cannot be read (a symbolic link is never followed).
         """
-        path = self.path
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            return read_small_file(self.path, self.limit, follow_symlinks=False, check=_private)
         except FileNotFoundError:
             return None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise StateFileRefused(path, "is not a regular file")
-            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-                raise StateFileRefused(
-                    path,
-                    f"others may write it (owner uid {st.st_uid}, mode "
-                    f"{stat.S_IMODE(st.st_mode):o}); make it yours with mode 600",
-                )
-            if st.st_size > self.limit:
-                raise StateFileRefused(path, f"is larger than {_size(self.limit)}")
-            with os.fdopen(os.dup(fd), "rb") as fh:
-                data = fh.read(self.limit + 1)
-        finally:
-            os.close(fd)
-        if len(data) > self.limit:
-            raise StateFileRefused(path, f"is larger than {_size(self.limit)}")
-        return data
+        except FileRefused as exc:
+            raise StateFileRefused(self.path, exc.reason) from exc
+
+
+def _private(st: os.stat_result) -> str | None:
+    """Why a state file may not be trusted (whoever can write it could trust anything)."""
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return (
+            f"others may write it (owner uid {st.st_uid}, mode "
+            f"{stat.S_IMODE(st.st_mode):o}); make it yours with mode 600"
+        )
+    return None

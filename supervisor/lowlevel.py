@@ -20,7 +20,10 @@ the supervisor instead of writing it again, as ``trio.lowlevel`` does for trio:
 * **terminal-safe text**: :func:`visible`, :func:`visible_lines` and
   :class:`StreamSanitizer`, foreign text made safe to show on a terminal;
 * **state files**: :class:`StateFile`, a locked, atomically replaced file of
-  corral's own (trust stores, catalogs, sessions), refusing a link at its path.
+  corral's own (trust stores, catalogs, sessions), refusing a link at its path;
+* **small files**: :func:`read_small_file`, a file someone else may control (a
+  manifest, a project's configuration) read without blocking on a FIFO or reading
+  past :data:`SMALL_FILE_MAX`; anything but a regular file is :class:`FileRefused`.
 
 Everything here is public and typed like the main facade; it changes when the
 agent's needs change, so an embedder should prefer :mod:`supervisor`.
@@ -38,14 +41,17 @@ from ._reap import signal_group
 from ._relay import Relay, RelayedProcess
 from ._restart import describe_exit
 from ._safe_text import StreamSanitizer, visible, visible_lines
+from ._smallfile import SMALL_FILE_MAX, FileRefused, read_small_file
 from ._spawn import SDK_DIR
 from ._statefile import StateFile, StateFileRefused
 
 __all__ = [
     "SDK_DIR",
+    "SMALL_FILE_MAX",
     "Child",
     "DigestLimits",
     "Egress",
+    "FileRefused",
     "LineReader",
     "LineWriter",
     "Oversize",
@@ -62,6 +68,7 @@ __all__ = [
     "file_sha256",
     "mcp_server_spec",
     "open_child",
+    "read_small_file",
     "signal_group",
     "ui_file",
     "visible",

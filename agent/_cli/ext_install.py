@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -29,7 +30,7 @@ from supervisor import (
     log_file,
     quarantine_file,
 )
-from supervisor.lowlevel import choice_file
+from supervisor.lowlevel import choice_file, read_small_file
 
 from .confirm import confirm
 from .errors import CLIError
@@ -48,6 +49,52 @@ _GIT_ENV = {
     "GCM_INTERACTIVE": "never",
     "GIT_SSH_COMMAND": "ssh -o BatchMode=yes",
 }
+
+
+def _copy_tree(path: Path, dest: Path, limit: int, source: str) -> None:
+    """Copy the directory ``path`` to ``dest`` (links as links): regular files only, of
+    at most ``limit`` bytes in all (what a pin may digest), each read as it is checked.
+
+    A FIFO, socket or device is refused, never opened to wait on or read without end
+    (``copytree``'s own copy would read ``/dev/zero`` until the disk is full).
+
+    Raises:
+        CLIError: something is not a regular file, past the bound, or unreadable.
+    """
+    left = limit
+
+    def copy(src: str, dst: str) -> str:
+        nonlocal left
+        seen: list[os.stat_result] = []
+
+        def within(st: os.stat_result) -> str | None:
+            seen.append(st)
+            return None if st.st_size <= left else f"makes more than {limit >> 20} MiB in all"
+
+        data = read_small_file(src, left, follow_symlinks=False, check=within)
+        left -= len(data)
+        mode = stat.S_IMODE(seen[0].st_mode)
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        with open(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(dst, mode)  # past the umask
+        os.utime(dst, ns=(seen[0].st_atime_ns, seen[0].st_mtime_ns), follow_symlinks=False)
+        return dst
+
+    try:
+        shutil.copytree(
+            path,
+            dest,
+            symlinks=True,
+            ignore=shutil.ignore_patterns(".git", "__pycache__"),
+            copy_function=copy,
+        )
+    except shutil.Error as exc:
+        failed = [f"{s}: {why.removeprefix(f'{s}: ')}" for s, _, why in exc.args[0]]
+        more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        raise CLIError(f"not installed: in {source}: " + "; ".join(failed[:3]) + more) from None
+    except OSError as exc:
+        raise CLIError(f"not installed: {source}: cannot copy: {exc}") from None
 
 
 def _clone(source: str, dest: Path, timeout: float) -> None:
@@ -111,9 +158,7 @@ def ext_install(source: str, force: bool, timeout: float) -> None:
                 path = path.parent
             if not path.is_dir():
                 raise CLIError(f"{source}: no such directory")
-            shutil.copytree(
-                path, src, symlinks=True, ignore=shutil.ignore_patterns(".git", "__pycache__")
-            )
+            _copy_tree(path, src, TrustStore(home).limits.max_bytes, source)
         store = TrustStore(home)
         try:
             spec = load_manifest(src, "global", home=str(home))

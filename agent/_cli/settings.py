@@ -15,7 +15,8 @@ send anything elsewhere: ``provider``, ``base_url``, ``system_prompt`` and
 its instructions), the network allowances and ``searxng`` are refused in it, ``sandbox`` only as
 ``required``, ``tools`` only with ``-NAME`` entries. A refused key, an unknown
 key, a wrong type or malformed TOML is one error naming the file, the key and its
-line; nothing is half-applied.
+line; nothing is half-applied. A file that is not a regular file (a FIFO, a device, a
+directory; a link to one) or is larger than :data:`CONFIG_MAX` is refused unread.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from supervisor.lowlevel import SMALL_FILE_MAX, FileRefused, read_small_file
 
 from .errors import CLIError
 
@@ -41,6 +44,10 @@ __all__ = [
     "resolve",
     "user_config_path",
 ]
+
+
+#: The largest configuration file read (bytes); a larger one is refused unread.
+CONFIG_MAX = SMALL_FILE_MAX
 
 
 class ConfigError(CLIError):
@@ -272,13 +279,18 @@ def load_file(path: Path, *, project: bool) -> dict[str, Any]:
         ConfigError: unreadable, malformed TOML, an unknown key, a wrong value, or
             (``project``) a key a project may not set this way: file, key and line.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # a FIFO, a device or a huge file is refused, never waited on or read whole
+        raw = read_small_file(path, CONFIG_MAX)
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise ConfigError(f"{path}: cannot read the configuration: {why}") from None
+    except FileRefused as exc:
+        raise ConfigError(f"{path}: not a usable configuration file: {exc.reason}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
+    try:  # newlines as a text-mode read gives them
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: cannot read the configuration: not UTF-8 text") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import typing
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 import trio
+
+from supervisor.lowlevel import read_small_file
 
 from .._exceptions import ProviderError, ScriptError
 from .._exchanges import pairing_error
@@ -51,6 +52,9 @@ from .base import (
 )
 
 __all__ = ["ScriptToolCall", "ScriptTurn", "ScriptedProvider", "load_script", "parse_script"]
+
+#: The largest script file read (bytes): it must be a regular file, read whole.
+SCRIPT_MAX = 64 << 20
 
 
 class ScriptToolCall(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -135,10 +139,11 @@ def load_script(path: str) -> list[ScriptTurn]:
     Raises:
         ScriptError: the file cannot be read or is malformed.
     """
-    try:
-        text = Path(path).read_text(encoding="utf-8")
+    try:  # a FIFO, a device or a huge file is refused, never waited on or read whole
+        text = read_small_file(path, SCRIPT_MAX).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ScriptError(path, 0, f"cannot read script: {exc}") from exc
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise ScriptError(path, 0, f"cannot read script: {why}") from exc
     return parse_script(text, path)
 
 

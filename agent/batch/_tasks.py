@@ -13,6 +13,10 @@ parsed, every extension's manifest loaded), so that a bad line is reported with 
 number and field before any session starts, and a resolved :class:`Task` carries
 everything a session needs (a Ray worker on another machine included, see
 :mod:`._pack`).
+
+The tasks file and a script file must be regular files (a link to one is followed) of
+at most :data:`TASKS_MAX` bytes and 64 MiB: a FIFO, a device or a larger file is a
+line-0 error, never waited on or read whole.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, Literal
 import msgspec
 
 from supervisor import ManifestError, load_manifest
+from supervisor.lowlevel import read_small_file
 
 from .._exceptions import ScriptError
 from .._providers.factory import PROVIDERS
@@ -41,6 +46,8 @@ __all__ = ["Defaults", "Task", "check_tasks", "load_tasks", "resolve_task"]
 _TOOL_GROUPS = ("web", "dynamic", "mcp")
 #: Longest task id, in characters.
 MAX_ID = 512
+#: The largest tasks file read (bytes): it must be a regular file, read whole.
+TASKS_MAX = 256 << 20
 _FIELD = re.compile(r" - at `\$\.?([^`]*)`$")
 _NAMED = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
 
@@ -352,8 +359,8 @@ def load_tasks(
         TaskError: the file cannot be read (line 0).
     """
     source = os.fspath(path)
-    try:
-        data = Path(source).read_bytes()
+    try:  # a FIFO, a device or a huge file is refused, never waited on or read whole
+        data = read_small_file(source, TASKS_MAX)
     except OSError as exc:
         raise TaskError(source, 0, "", f"cannot read the tasks: {exc.strerror}") from None
     base = Path(source).absolute().parent

@@ -3,6 +3,8 @@
 * :mod:`helpers.paths`: where things are (repository, examples, fixtures);
 * :mod:`helpers.exports`: the one check that a package exports exactly ``__all__``;
 * :mod:`helpers.procs`: looking at processes (descendants, liveness, fds);
+* :mod:`helpers.hostile`: FIFOs, device links, huge and special files where corral
+  reads one, and a child process bounded in time and memory to read them in;
 * :mod:`helpers.supkit`: supervisors on temporary extensions (tests/supervisor);
 * :mod:`helpers.agentkit`: agent options, extension dirs, event collectors;
 * :mod:`helpers.rpc_harness`: ``corral rpc`` as a real process;

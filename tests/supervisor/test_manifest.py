@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+from helpers.hostile import SPECIAL, make_special, run_bounded
 from helpers.paths import CHAOS
 from helpers.supkit import CYCLE, Kit, capture_logs
 
 from supervisor import ChildKind, ManifestError, Runtime, discover, load_manifest
+from supervisor.lowlevel import choice_file
 
 
 def _write(d: Path, content: str | dict[str, Any]) -> Path:
@@ -260,3 +263,51 @@ async def test_disabled_extension_not_started(kit: Kit) -> None:
     assert info.enabled is False
     assert info.pid is None
     assert not (ext / "started").exists()
+
+
+# --- hostile files where a manifest should be ---------------------------------------
+
+#: Discovery in a child process: on a FIFO it waited for a writer forever, on
+#: /dev/zero or a sparse 2 GiB file it read until memory ran out.
+_DISCOVER = """
+import json, sys
+from supervisor import discover
+found = discover([], project_dir=sys.argv[1], home=sys.argv[2])
+problems = sorted([p.extension, p.field, p.message] for p in found.problems)
+print(json.dumps({"specs": [s.name for s in found.specs], "problems": problems}))
+"""
+
+
+def test_a_special_or_huge_manifest_is_one_problem_and_the_others_load(kit: Kit) -> None:
+    project = kit.root / "proj"
+    local = project / ".corral" / "extensions"
+    kit.chaos("good", where=local)
+    words = {}
+    for kind in SPECIAL:
+        (local / kind).mkdir(parents=True)
+        words[kind] = make_special(kind, local / kind / "extension.json")
+    proc = run_bounded(_DISCOVER, str(project), str(kit.home))
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert found["specs"] == ["good"]
+    assert [(n, f) for n, f, _ in found["problems"]] == [(k, "") for k in sorted(SPECIAL)]
+    problems = {name: message for name, _, message in found["problems"]}
+    for kind, message in problems.items():
+        assert message.startswith(words[kind])
+    assert problems["sparse-2GiB"] == "is larger than 1 MiB (2147483648 bytes)"
+
+
+async def test_the_users_choice_file_is_read_small_too(kit: Kit) -> None:
+    d = kit.chaos("picky")
+    spec = load_manifest(d, "global", home=str(kit.home))
+    choice = choice_file(kit.home, spec.identity)
+    choice.parent.mkdir(parents=True)
+    choice.write_text("false\n")
+    assert load_manifest(d, "global", home=str(kit.home)).manifest.enabled is False
+    choice.unlink()
+    os.mkfifo(choice)  # ignored, not waited on: the manifest's own value holds
+    with trio.fail_after(10):
+        spec = await trio.to_thread.run_sync(
+            lambda: load_manifest(d, "global", home=str(kit.home)), abandon_on_cancel=True
+        )
+    assert spec.manifest.enabled is True

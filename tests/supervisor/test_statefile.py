@@ -75,8 +75,8 @@ def test_hold_does_not_wait_and_lasts_as_long_as_its_descriptor(tmp_path: Path) 
     [
         (lambda p: (p.write_text("{}"), p.chmod(0o664)), "others may write it"),
         (lambda p: (p.write_text("{}"), p.chmod(0o646)), "others may write it"),
-        (lambda p: p.mkdir(), "is not a regular file"),
-        (lambda p: os.mkfifo(p), "is not a regular file"),
+        (lambda p: p.mkdir(), "is a directory, not a regular file"),
+        (lambda p: os.mkfifo(p), "is a FIFO (named pipe), not a regular file"),
         (lambda p: p.write_bytes(b"x" * 2048), "is larger than 1024 bytes"),
     ],
 )

@@ -34,7 +34,13 @@ from pathlib import Path
 import msgspec
 
 from supervisor import DirectoryUnhashable
-from supervisor.lowlevel import DigestLimits, StateFile, digest_tree, file_sha256
+from supervisor.lowlevel import (
+    DigestLimits,
+    StateFile,
+    digest_tree,
+    file_sha256,
+    read_small_file,
+)
 
 from .config import Origin, ServerDecl, expanded
 from .errors import McpConfigError
@@ -96,11 +102,9 @@ def code_paths(decl: ServerDecl) -> list[str]:
 
 
 def _file_digest(path: str, limit: int) -> str:
-    with open(path, "rb") as fh:  # a regular file: code_paths checked
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(0, f"larger than {limit} bytes")
-    return file_sha256(data)
+    # Not only regular files reach here (a FIFO in the project is neither a file nor
+    # a directory): they are refused, never opened to wait for a writer.
+    return file_sha256(read_small_file(path, limit))
 
 
 def pin_digest(decl: ServerDecl, limits: DigestLimits | None = None) -> str:
