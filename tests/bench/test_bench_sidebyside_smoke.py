@@ -15,15 +15,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _sidebyside(*args: str) -> subprocess.CompletedProcess[str]:
+    """``bench/sidebyside.py --reps 1 ARGS...``, run to the end."""
+    argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1", *args]
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="the guardian")
 def test_side_by_side_measures_each_driver_and_a_plugged_in_one(tmp_path: Path) -> None:
     out = tmp_path / "sbs.json"
     plugged = f"{sys.executable} {ROOT / 'bench' / 'drivers' / 'bare.py'}"
-    argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1"]
-    argv += ["--only", "ready1", "stop1", "rss10", "--json", str(out)]
-    argv += ["--driver", f"other={plugged}"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _sidebyside(
+        "--only", "ready1", "stop1", "rss10", "--json", str(out), "--driver", f"other={plugged}"
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {row["case"]: row for row in json.loads(out.read_text())}
     for figure in ("ready1", "stop1", "rss10"):
@@ -37,10 +42,9 @@ def test_side_by_side_measures_each_driver_and_a_plugged_in_one(tmp_path: Path) 
 
 
 def test_a_driver_that_breaks_the_protocol_is_named(tmp_path: Path) -> None:
-    argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1"]
-    argv += ["--only", "stop1", "--json", str(tmp_path / "x.json")]
-    argv += ["--driver", "broken=false"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = _sidebyside(
+        "--only", "stop1", "--json", str(tmp_path / "x.json"), "--driver", "broken=false"
+    )
     assert proc.returncode != 0
     assert "false stop1: exit 1" in proc.stderr
 
@@ -52,10 +56,10 @@ def test_inner_repetitions_reach_every_driver_and_stderr_is_shown(tmp_path: Path
         "import json, os, sys; sys.stderr.write('lost 0 calls\\x1b[2J\\n'); "
         "print(json.dumps({'value': float(os.environ['SBS_INNER'])}))"
     )
-    argv = [sys.executable, str(ROOT / "bench" / "sidebyside.py"), "--reps", "1"]
-    argv += ["--only", "stop1", "--inner", "3", "--json", str(out)]
-    argv += ["--driver", f"probe={sys.executable} -c {probe!r}"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    probe_driver = f"probe={sys.executable} -c {probe!r}"
+    proc = _sidebyside(
+        "--only", "stop1", "--inner", "3", "--json", str(out), "--driver", probe_driver
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {row["case"]: row for row in json.loads(out.read_text())}
     assert rows["stop1.probe"]["value"] == 3
