@@ -72,22 +72,29 @@ class RuntimeNeeds(msgspec.Struct, frozen=True, kw_only=True):
     aliases: list[tuple[str, str]] = []
 
 
-def _read_shebang(path: str) -> str | None:
-    """The interpreter line of a script, or None for binaries and unreadable files."""
+def _read_head(path: str, limit: int) -> bytes | None:
+    """The first ``limit`` bytes of a regular file; None for anything else or unreadable.
+
+    Non-blocking and regular files only: a FIFO (in a project's venv, say) would hang
+    the host, a device would never end."""
     try:
-        # Non-blocking and regular files only: a FIFO would hang the host.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        head = os.read(fd, 256)
+        return os.read(fd, limit)
     except OSError:
         return None
     finally:
         os.close(fd)
-    if not head.startswith(b"#!"):
+
+
+def _read_shebang(path: str) -> str | None:
+    """The interpreter line of a script, or None for binaries and unreadable files."""
+    head = _read_head(path, 256)
+    if head is None or not head.startswith(b"#!"):
         return None
     line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
     return line or None
@@ -96,11 +103,10 @@ def _read_shebang(path: str) -> str | None:
 def _venv_paths(interpreter: str) -> tuple[str, str] | None:
     """The venv directory and its base interpreter's prefix, if it is a venv's python."""
     venv = os.path.dirname(os.path.dirname(interpreter))
-    try:
-        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
+    data = _read_head(os.path.join(venv, "pyvenv.cfg"), 64 * 1024)
+    if data is None:
         return None
+    lines = data.decode("utf-8", "replace").splitlines()
     base = ""
     for line in lines:
         key, sep, value = line.partition("=")

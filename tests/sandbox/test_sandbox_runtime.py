@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import sys
 from pathlib import Path
@@ -162,3 +163,21 @@ def test_a_name_inside_the_system_directories_needs_no_alias(tmp_path: Path) -> 
     # Outside the system directories the same link is an alias, as a linked venv is.
     needs = find_runtime_paths("x", str(linked / "sh"), system=(str(system),))
     assert needs.aliases == [(str(linked), str(system / "bin"))]
+
+
+def test_a_fifo_as_pyvenv_cfg_is_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO where a venv's ``pyvenv.cfg`` belongs (a cloned project's venv) is not
+    read: opening it for reading would wait for a writer for ever."""
+    venv, _ = _venv(tmp_path)
+    cfg = venv / "pyvenv.cfg"
+    cfg.unlink()
+    os.mkfifo(cfg)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        found = pool.submit(find_runtime_paths, "x", str(venv / "bin" / "python"))
+        try:
+            needs = found.result(timeout=10)
+        finally:  # a reader stuck in open() (the old code) gets its writer, and ends
+            writer = os.open(cfg, os.O_WRONLY | os.O_NONBLOCK) if not found.done() else -1
+            if writer >= 0:
+                os.close(writer)
+    assert needs.paths  # found the other way: through the link to its base
