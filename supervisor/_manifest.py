@@ -23,6 +23,7 @@ import enum
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -298,6 +299,19 @@ def _scan(root: Path) -> list[Path]:
     return [e for e in entries if e.is_dir() and (e / MANIFEST_NAME).exists()]
 
 
+def _directory_of(path: Path) -> tuple[int, int] | None:
+    """The device and inode of the extension directory ``path`` names (itself, or the
+    directory holding the manifest it names); None if it cannot be looked at (its
+    manifest's load then says why)."""
+    try:
+        st = os.stat(path.expanduser())
+        if not stat.S_ISDIR(st.st_mode):
+            st = os.stat(path.expanduser().absolute().parent)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
 def discover(
     ext_paths: list[str] | tuple[str, ...] = (),
     *,
@@ -324,7 +338,13 @@ def discover(
     problems: list[ManifestError] = []
     duplicates: list[tuple[ExtensionSpec, ExtensionSpec]] = []
     by_name: dict[str, ExtensionSpec] = {}
+    seen: set[tuple[int, int]] = set()
     for path, source in candidates:
+        place = _directory_of(path) if len(candidates) > 1 else None
+        if place in seen:
+            continue  # the same directory again (``--ext`` naming an installed one): one extension
+        if place is not None:
+            seen.add(place)
         try:
             spec = load_manifest(path, source, home=home)
         except ManifestError as exc:

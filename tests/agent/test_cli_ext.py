@@ -286,6 +286,19 @@ def test_trust_and_untrust_a_project_extension(home: Path) -> None:
     assert listed()["weather"]["trust"] == "untrusted"
 
 
+def test_an_installed_extension_named_by_its_path_is_one_extension(home: Path) -> None:
+    # `-e` naming a project-local extension (or its manifest) is the same extension,
+    # once: it starts, and nothing says it shadows itself.
+    local = Path.cwd() / ".corral" / "extensions"
+    shutil.copytree(EXAMPLES / "weather", local / "weather")
+    for named in (".corral/extensions/weather", str(local / "weather" / "extension.json")):
+        rows = corral("ext", "list", "--json", "-e", named).output.splitlines()
+        assert [(r["name"], r["source"]) for r in map(json.loads, rows)] == [("weather", "cli")]
+        run = corral("run", "--provider", "offline", "-e", named, "hi")
+        assert run.exit_code == 0, run.output
+        assert "shadowed" not in run.output
+
+
 def test_trust_mistakes_name_the_culprit(home: Path, tmp_path: Path) -> None:
     elsewhere = _copy(EXAMPLES / "clock", tmp_path / "clock")
     out = corral("ext", "trust", "-y", str(elsewhere))

@@ -187,6 +187,21 @@ def test_discovery_order_and_duplicates(kit: Kit, tmp_path: Path) -> None:
     assert [s.source for s in only.specs] == ["cli"]
 
 
+def test_discovery_loads_a_directory_named_twice_once(kit: Kit, tmp_path: Path) -> None:
+    project = tmp_path / "proj"
+    local = project / ".corral" / "extensions"
+    ext = kit.chaos("one", where=local)
+    (tmp_path / "link").symlink_to(ext)
+    for named in (ext, ext / "extension.json", tmp_path / "link"):
+        found = discover([str(named)], project_dir=str(project), home=str(kit.home))
+        assert [(s.name, s.source) for s in found.specs] == [("one", "cli")]
+        assert found.duplicates == []
+    # Another directory of the same name is still a duplicate.
+    other = kit.chaos("one", where=tmp_path / "elsewhere")
+    found = discover([str(other)], project_dir=str(project), home=str(kit.home))
+    assert [(s.dir, w.dir) for s, w in found.duplicates] == [(str(ext), str(other))]
+
+
 def test_discovery_collects_problems_and_keeps_going(kit: Kit) -> None:
     glob = kit.home / "extensions"
     kit.chaos("good", where=glob)
