@@ -103,7 +103,7 @@ class ChildStatus:
         #: The guardian died before the child's exit status: the child died with it.
         self.guardian_lost = False
         #: It exited leaving no process behind (the guardian, a child subreaper, had
-        #: adopted no orphan when it reaped it; it says so right after the exit status):
+        #: adopted no orphan when it reaped it; it says so with the exit status):
         #: nothing of it to sweep. False: it may have, or that record is not read yet.
         self.left_nothing = False
 
@@ -131,6 +131,12 @@ class ChildStatus:
                     break
                 self._record(*marshal.loads(self._buf[2 : 2 + size]))
                 self._buf = self._buf[2 + size :]
+
+    @property
+    def said_all(self) -> bool:
+        """The guardian will write nothing more: it closed the pipe, or its last record
+        came (that the child left nothing, sent with the exit status)."""
+        return self.closed or self.left_nothing
 
     def _record(self, tag: bytes, value: int, step: str) -> None:
         if tag == b"x":

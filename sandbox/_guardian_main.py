@@ -388,13 +388,13 @@ class Guardian:
             self.released.discard(pid)
             entry = self.children.pop(pid, None)
             if entry is not None:
-                self.tell(entry[0], record(b"s", status))
-                # Then whether it left anything behind (off the exit's way to the host).
+                # With its exit status, whether it left anything behind, in one write: the
+                # host wakes once (a wake-up is what a loaded machine makes expensive).
                 # Its orphans are ours from the moment it exited (the kernel reparents
                 # them before it can be reaped): with no child of ours but those we
                 # forked, nothing of it lives on and the host need not sweep.
-                if self.adopted() == 0:
-                    self.tell(entry[0], CLEAN)
+                clean = CLEAN if self.adopted() == 0 else b""
+                self.tell(entry[0], record(b"s", status) + clean)
                 os.close(entry[0])
             if pid in self.spare_set:  # a spare that could not join its cgroups
                 self.drop_spare(pid)

@@ -105,15 +105,15 @@ class ChildProcess:
         """The guardian has said all about the child (its exit status, whether it left
         anything): what :meth:`ended` waits for, read now, never blocking."""
         self._status.read()
-        return self._status.closed
+        return self._status.said_all
 
     async def ended(self) -> None:
-        """Wait until the guardian closed the status pipe: after the exit status, and
-        whether the child left anything behind (:attr:`left_nothing`).
+        """Wait until the guardian said all about the child: its exit status, and
+        whether it left anything behind (:attr:`left_nothing`).
 
         Cancellation: stops waiting.
         """
-        await self._until(lambda: self._status.closed)
+        await self._until(lambda: self._status.said_all)
 
     @property
     def gone(self) -> bool:

@@ -73,6 +73,21 @@ def test_a_child_that_leaves_nothing_is_reported_clean(tmp_path: Path) -> None:
     assert child.status.left_nothing
 
 
+def test_the_exit_status_and_the_word_on_leftovers_come_in_one_write(tmp_path: Path) -> None:
+    # The host wakes once for both: whatever read first brings the exit status brings
+    # the clean record with it.
+    _no_orphans()
+    for _ in range(20):
+        child = spawn(_plan(tmp_path, "pass"), stdin=subprocess.DEVNULL)
+        child.communicate(timeout=60)
+        status = child.status
+        while status.returncode is None:
+            select.select([status.fileno()], [], [], 10)
+            status.read()
+        assert status.left_nothing
+        assert status.said_all
+
+
 def test_a_child_that_leaves_a_process_is_not(tmp_path: Path) -> None:
     # It exits with a child of its own still running (in a session of its own): the
     # guardian adopted that orphan, so the exit says the host must sweep.
