@@ -237,8 +237,9 @@ def check_permissions(perms: Permissions, ext_dir: str, *, home: str, corral_hom
     Raises:
         PermissionsError: naming the field, e.g. ``permissions.read_only[1]``.
     """
-    home = os.path.realpath(home) if home else ""
-    corral_home = os.path.realpath(corral_home) if corral_home else ""
+    if perms.read_only or perms.read_write:  # only grants are checked against them
+        home = os.path.realpath(home) if home else ""
+        corral_home = os.path.realpath(corral_home) if corral_home else ""
     ext_real = os.path.realpath(ext_dir)
     try:
         ext_walked = walk(ext_real, keep_fd=False)

@@ -24,6 +24,7 @@ __all__ = [
     "corral_home",
     "data_dir",
     "identity_of",
+    "identity_of_real",
     "log_file",
     "quarantine_file",
     "ui_file",
@@ -58,14 +59,18 @@ def identity_of(name: str, ext_dir: str) -> str:
     reach. Names are validated (letters, digits, ``.``, ``_``, ``-``), so the
     identity is a safe file name.
     """
-    real = os.fsencode(os.path.realpath(ext_dir))
-    tag = hashlib.sha256(b"corral-extension\0" + real).hexdigest()[:16]
+    return identity_of_real(name, os.path.realpath(ext_dir))
+
+
+def identity_of_real(name: str, real: str) -> str:
+    """:func:`identity_of` for a directory whose real path is known already."""
+    tag = hashlib.sha256(b"corral-extension\0" + os.fsencode(real)).hexdigest()[:16]
     return f"{name}-{tag}"
 
 
 def quarantine_file(home: str | Path, identity: str) -> Path:
     """Where a quarantine is recorded; it persists until ``ext enable`` or a reload."""
-    return Path(home) / "state" / "quarantine" / f"{identity}.txt"
+    return Path(os.path.join(home, "state", "quarantine", f"{identity}.txt"))  # one parse
 
 
 def choice_file(home: str | Path, identity: str) -> Path:
@@ -74,22 +79,22 @@ def choice_file(home: str | Path, identity: str) -> Path:
     It wins over the manifest's ``enabled``, so a project's repository is never
     rewritten to disable an extension in it.
     """
-    return Path(home) / "state" / "enabled" / identity
+    return Path(os.path.join(home, "state", "enabled", identity))
 
 
 def ui_file(home: str | Path, identity: str) -> Path:
     """A tool host's last ``get_ui_elements`` answer (JSON), for ``corral ext list --json``."""
-    return Path(home) / "state" / "ui" / f"{identity}.json"
+    return Path(os.path.join(home, "state", "ui", f"{identity}.json"))
 
 
 def log_file(home: str | Path, identity: str) -> Path:
     """An extension's stderr log (rotated to ``<log>.1``)."""
-    return Path(home) / "logs" / f"ext-{identity}.log"
+    return Path(os.path.join(home, "logs", f"ext-{identity}.log"))
 
 
 def data_dir(home: str | Path, identity: str) -> Path:
     """An extension's private data directory (``$CORRAL_DATA_DIR``)."""
-    return Path(home) / "data" / identity
+    return Path(os.path.join(home, "data", identity))
 
 
 class HostInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,7 +31,7 @@ import msgspec
 
 from sandbox import Permissions, PermissionsError, Pin, check_permissions
 
-from ._config import RestartPolicy, choice_file, identity_of
+from ._config import RestartPolicy, choice_file, identity_of_real
 from ._exceptions import ManifestError
 from ._runners import PYTHON_NAMES, corral_python, find_on_path, project_roots, runner_note
 from ._smallfile import SMALL_FILE_MAX, FileRefused, read_small_file
@@ -230,7 +230,7 @@ def load_manifest(
     except PermissionsError as exc:
         raise ManifestError(where, exc.field, exc.message) from None
     manifest = msgspec.structs.replace(manifest, permissions=checked.permissions)
-    identity = identity_of(manifest.name, str(ext_dir))
+    identity = identity_of_real(manifest.name, checked.pins[0].real)  # the directory's pin
     if home:
         try:  # the user's `ext enable`/`ext disable` wins over the manifest
             choice = read_small_file(choice_file(home, identity), 64).strip()
