@@ -75,6 +75,7 @@ from ._select import check_sandbox, select_sandbox
 from ._shell import ShellRequest, plan_shell
 from ._spawn import PendingSpawn, Spawned, spawn, submit_spawn
 from ._validate import Checked, check_permissions, validate_permissions
+from ._within import inside
 
 __all__ = [
     "ALLOWED_ENV",
@@ -121,6 +122,7 @@ __all__ = [
     "format_report",
     "guardian_pids",
     "host_environment",
+    "inside",
     "installation_paths",
     "is_localhost_name",
     "local_reason",

@@ -42,6 +42,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+from sandbox import inside
+
 from ._exceptions import DirectoryUnhashable
 from ._smallfile import describe_size
 
@@ -138,10 +140,6 @@ def _kind(mode: int) -> EntryKind:
     return EntryKind.OTHER
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def _ident(st: os.stat_result) -> tuple[int, int, int]:
     """Device, inode and kind: what must not change between listing and opening."""
     return st.st_dev, st.st_ino, stat.S_IFMT(st.st_mode)
@@ -210,7 +208,7 @@ class _Walk:
         """After the link ``path`` (at real ``where``), what it resolves to when that
         lies outside every directory being digested."""
         real = os.path.realpath(where)
-        if any(_inside(real, root) for root in self.covered):
+        if any(inside(real, root) for root in self.covered):
             return
         self.outside.append(f"{path} -> {target}")
         self.target(path, real, depth)
@@ -250,7 +248,7 @@ class _Walk:
         :attr:`EntryKind.TARGET` entry.
         """
         real = os.path.realpath(path)
-        if any(_inside(real, root) for root in self.covered):
+        if any(inside(real, root) for root in self.covered):
             return
         st = os.stat(real, follow_symlinks=False)
         if stat.S_ISREG(st.st_mode):

@@ -24,7 +24,7 @@ import re
 import sys
 from collections.abc import Sequence
 
-from sandbox import Permissions
+from sandbox import Permissions, inside
 
 __all__ = [
     "PYTHON_NAMES",
@@ -71,10 +71,6 @@ def _refused_socket(tail: Sequence[str]) -> str:
     return ""
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def find_on_path(name: str, skip: Sequence[str]) -> tuple[str | None, list[str]]:
     """The first executable file ``name`` on corral's ``PATH``, and what was skipped.
 
@@ -95,7 +91,7 @@ def find_on_path(name: str, skip: Sequence[str]) -> tuple[str | None, list[str]]
         if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
             continue
         real_entry = os.path.realpath(entry)
-        root = next((r for r in roots if _inside(real_entry, r)), None)
+        root = next((r for r in roots if inside(real_entry, r)), None)
         if root is not None:
             ignored.append(f"{candidate} (inside {root})")
             continue
@@ -115,7 +111,7 @@ def project_roots(ext_dir: str, project: bool) -> list[str]:
     except OSError:  # removed under us: nothing there to skip
         return roots
     home = os.path.expanduser("~")
-    if cwd != "/" and not _inside(os.path.realpath(home), os.path.realpath(cwd)):
+    if cwd != "/" and not inside(os.path.realpath(home), os.path.realpath(cwd)):
         roots.append(cwd)
     return roots
 
