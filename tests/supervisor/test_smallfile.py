@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import errno
 import os
+import platform
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -52,6 +55,47 @@ def test_a_file_past_the_cap_is_refused_unread(tmp_path: Path) -> None:
     with pytest.raises(FileRefused, match=r"is larger than 1 MiB \(2147483648 bytes\)"):
         read_small_file(path)
     assert _rchar() - before < 4096  # /proc/thread-self/io itself, never the file
+
+
+_OPENAT = {"x86_64": 257, "aarch64": 56}.get(platform.machine())
+
+
+def _blocked_in_open(thread: threading.Thread) -> bool:
+    """``thread`` waits in ``openat`` (for a FIFO's partner)."""
+    syscall = Path(f"/proc/self/task/{thread.native_id}/syscall").read_text().split()
+    return bool(syscall) and syscall[0] == str(_OPENAT)
+
+
+@pytest.mark.skipif(_OPENAT is None, reason="openat's number on this machine is not listed")
+def test_a_special_file_is_refused_without_being_opened(tmp_path: Path) -> None:
+    # A FIFO's opener for writing waits until someone opens it for reading: the
+    # refusal must not be that someone (nor, for a device, call its driver's open:
+    # /dev/watchdog is armed by an open).
+    fifo = tmp_path / "extension.json"
+    os.mkfifo(fifo)
+    link = tmp_path / "link.json"
+    link.symlink_to(fifo)
+    for path in (fifo, link):
+        opened = threading.Event()
+
+        def write(opened: threading.Event = opened) -> None:
+            os.close(os.open(fifo, os.O_WRONLY))
+            opened.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            deadline = time.monotonic() + 10
+            while not _blocked_in_open(writer):
+                assert time.monotonic() < deadline, "the writer never reached its open"
+                time.sleep(0.001)
+            with pytest.raises(FileRefused, match="is a FIFO"):
+                read_small_file(path)
+            assert not opened.wait(0.3), "read_small_file opened the FIFO"
+        finally:
+            os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # let the writer go
+            writer.join(10)
+        assert opened.is_set()
 
 
 def test_the_cap_is_inclusive_and_contents_come_back_whole(tmp_path: Path) -> None:
