@@ -64,8 +64,10 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
     try:
         argv = plan.argv
         for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
-                     "--new-session", "--disable-userns"):  # fmt: skip
+                     "--new-session"):  # fmt: skip
             assert flag in argv, flag
+        # The child's namespace allows only bwrap's (checked by bwrap), else bwrap's own.
+        assert ("--assert-userns-disabled" if plan.tmpfs else "--disable-userns") in argv
         assert argv[argv.index("--cap-drop") + 1] == "ALL"
         assert argv[argv.index("--chdir") + 1] == str(tmp_path / "ext")
         assert argv[argv.index("--") + 1 :][-3:] == [sys.executable, "-c", "pass"]
@@ -89,6 +91,40 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
         assert plan.backend == "bwrap"
     finally:
         bwrap.cleanup(plan)
+
+
+_NEW_USERNS = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+X86 = os.uname().machine == "x86_64"
+got = {}
+# CLONE_NEWUSER, and for clone SIGCHLD as the exit signal.
+for name, nr, flags in (("unshare", 272 if X86 else 97, 0x10000000),
+                        ("clone", 56 if X86 else 220, 0x10000000 | 17)):
+    ret = libc.syscall(nr, flags, 0, 0, 0, 0)
+    if ret == 0 and name == "clone":
+        os._exit(0)  # the child, in a new user namespace
+    if ret > 0:
+        os.waitpid(ret, 0)
+    got[name] = "made" if ret >= 0 else os.strerror(ctypes.get_errno())
+print(json.dumps(got))
+"""
+
+
+@pytest.mark.parametrize("seccomp", [True, False])
+def test_the_extension_cannot_make_a_user_namespace(
+    bwrap: BwrapSandbox, tmp_path: Path, seccomp: bool
+) -> None:
+    # Two layers, each enough alone: the seccomp filter, and the user namespaces
+    # allowed where bwrap makes the sandbox's (the child's limit, or --disable-userns).
+    backend = BwrapSandbox(msgspec.structs.replace(bwrap.config, seccomp=seccomp))
+    request = _request(tmp_path, argv=[sys.executable, "-c", _NEW_USERNS])
+    code, out, err = run_planned(backend, request)
+    assert code == 0, err
+    got = json.loads(out)
+    assert got.keys() == {"unshare", "clone"}
+    assert "made" not in got.values(), got
 
 
 def test_network_shares_the_host_namespace(bwrap: BwrapSandbox, tmp_path: Path) -> None:
