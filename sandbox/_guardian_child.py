@@ -139,10 +139,12 @@ def _namespaces(mounts: list[tuple[str, int, int]], egress: list[int] | None) ->
         ("/proc/self/gid_map", f"{gid} {gid} 1".encode()),
     ):
         _write_file(path, data, "userns-map")
-    if mounts:
+    if mounts and uid == 0:
         # Only bwrap's (the extension's) user namespace may be made in this one: bwrap's
-        # --disable-userns without the second nested namespace it costs (~0.25 ms a
-        # spawn); bwrap checks it (--assert-userns-disabled, see sandbox._bwrap).
+        # --disable-userns without the second nested namespace it costs a root host
+        # (~0.25 ms a spawn; bwrap makes that one anyway for any other user, to mount
+        # /dev/pts as root first); bwrap checks it (--assert-userns-disabled, see
+        # sandbox._bwrap.BwrapSandbox.namespace_args).
         _write_file("/proc/sys/user/max_user_namespaces", b"1", "max-userns")
     # Keep our mounts to ourselves whatever the host's propagation is.
     if mounts and _mount(None, b"/", None, _MS_REC | _MS_SLAVE, None) != 0:

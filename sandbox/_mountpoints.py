@@ -8,7 +8,8 @@ and removing a fresh pair at every spawn cost three ``mkdir`` and an ``rmtree``
 on the host's event loop (about 0.5 ms a spawn here, issue 29).
 
 The pair lives in a directory made by :func:`tempfile.mkdtemp` (mode 0700, owned
-by the host's user). Before each use it is checked again without following
+by the host's user), beside the mirrors of ``/etc`` the sandboxes bind
+(:mod:`sandbox._etc`). Before each use it is checked again without following
 symlinks: a directory removed (a ``/tmp`` cleaner) or no longer the one made
 (another owner, mode or inode, a symlink) is never used: a new pair is made. The
 pair is removed when the host exits (not when a backend is collected: a plan
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import tempfile
 import threading
@@ -52,9 +54,14 @@ def _identity(path: str) -> tuple[int, ...] | None:
 
 
 def _remove(paths: list[str], owner: int) -> None:
-    """Remove the (empty) directories ``paths``, deepest first, if made by ``owner``."""
+    """Remove the (empty) directories ``paths``, deepest first, if made by ``owner``,
+    and the /etc mirrors in the first (:mod:`sandbox._etc`)."""
     if os.getpid() != owner:
         return  # a forked child of the host: the pair is its parent's
+    with contextlib.suppress(OSError), os.scandir(paths[0]) as entries:
+        for entry in entries:
+            if entry.name.startswith("etc-") and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
     for path in reversed(paths):
         with contextlib.suppress(OSError):
             os.rmdir(path)

@@ -292,7 +292,7 @@ def build_filter(*, network: bool, arch: str | None = None) -> bytes:
 #: Sealed memory files by content: ``(descriptor, device, inode)``, kept open.
 _sealed: dict[bytes, tuple[int, int, int]] = {}
 _sealed_lock = threading.Lock()
-#: Contents kept sealed at most (a few: the filters and the /etc copies).
+#: Contents kept sealed at most (a few: the filters).
 _SEALED_MAX = 64
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
@@ -348,8 +348,7 @@ def filter_fd(program: bytes) -> int:
 
     The content is written once per process into a sealed memory file (nobody can
     change it, whoever gets a descriptor), and each call opens that file anew (its
-    own offset) instead of copying the content again (the /etc copies are about
-    110 KiB a spawn).
+    own offset) instead of copying the content again.
     """
     fd = _reopen(program)
     return fd if fd is not None else _memory_file(program, seal=False)

@@ -52,6 +52,14 @@ def _request(tmp_path: Path, **fields: object) -> LaunchRequest:
     return LaunchRequest(**base)  # type: ignore[arg-type]
 
 
+def _etc_shows(plan: LaunchPlan, name: str) -> bool:
+    """Whether the plan's /etc (a bind of corral's mirror, sandbox._etc) holds ``name``."""
+    argv = plan.argv
+    source = argv[argv.index("/etc") - 1]
+    mirror = os.readlink(f"/proc/self/fd/{source}") if source.isdigit() else source
+    return os.path.lexists(os.path.join(mirror, name)) or f"/etc/{name}" in argv
+
+
 @pytest.fixture
 def bwrap() -> BwrapSandbox:
     backend = select_sandbox("required")
@@ -66,8 +74,10 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
         for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
                      "--new-session"):  # fmt: skip
             assert flag in argv, flag
-        # The child's namespace allows only bwrap's (checked by bwrap), else bwrap's own.
-        assert ("--assert-userns-disabled" if plan.tmpfs else "--disable-userns") in argv
+        # A root host's child allows only bwrap's namespace (checked by bwrap), else
+        # bwrap disables them in a namespace of its own.
+        checked = plan.tmpfs and os.geteuid() == 0
+        assert ("--assert-userns-disabled" if checked else "--disable-userns") in argv
         assert argv[argv.index("--cap-drop") + 1] == "ALL"
         assert argv[argv.index("--chdir") + 1] == str(tmp_path / "ext")
         assert argv[argv.index("--") + 1 :][-3:] == [sys.executable, "-c", "pass"]
@@ -86,7 +96,8 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
         assert set(bound) >= {str(tmp_path / "ext"), str(tmp_path / "data")}
         copies = [int(argv[i + 1]) for i, a in enumerate(argv) if a == "--file"]
         assert sorted(plan.pass_fds) == sorted([seccomp_fd, *bound.values(), *copies])
-        assert {p.path for p in plan.pins} >= set(bound)
+        # Every grant is pinned; /etc is corral's own mirror (sandbox._etc), checked apart.
+        assert {p.path for p in plan.pins} >= set(bound) - {"/etc"}
         assert plan.sandboxed
         assert plan.backend == "bwrap"
     finally:
@@ -131,7 +142,7 @@ def test_network_shares_the_host_namespace(bwrap: BwrapSandbox, tmp_path: Path) 
     plan = bwrap.plan(_request(tmp_path, permissions=Permissions(network=True)))
     try:
         assert "--unshare-net" not in plan.argv
-        assert "/etc/resolv.conf" in plan.argv or not os.path.exists("/etc/resolv.conf")
+        assert _etc_shows(plan, "resolv.conf") == os.path.exists("/etc/resolv.conf")
     finally:
         bwrap.cleanup(plan)
 
@@ -163,7 +174,7 @@ def test_a_private_network_keeps_the_grant_inside_and_reaches_nothing_outside(
     try:
         plan = bwrap.plan(request)
         assert "--unshare-net" in plan.argv
-        assert "/etc/resolv.conf" in plan.argv or not os.path.exists("/etc/resolv.conf")
+        assert _etc_shows(plan, "resolv.conf") == os.path.exists("/etc/resolv.conf")
         assert write_end in plan.pass_fds
         bwrap.cleanup(plan)
         os.fstat(write_end)  # the caller's: not closed by the cleanup
