@@ -40,7 +40,7 @@ from typing import NamedTuple, final
 from ._runtime import LINUX_SYSTEM_DIRS
 from ._within import inside
 
-__all__ = ["ETC", "ETC_NETWORK", "EtcMirror", "stat_identity"]
+__all__ = ["ETC", "ETC_NETWORK", "EtcMirror", "own_directory", "stat_identity"]
 
 #: /etc entries every sandbox sees (when present). Deliberately not: passwd, group,
 #: shadow, gshadow, sudoers, ssh/, ssl/private/, pki/tls/private/, machine-id.
@@ -331,15 +331,19 @@ class EtcMirror:
         return _Entry(signature, (), ("--ro-bind-try", real, f"/etc/{name}"))
 
 
-def _identity(path: str) -> tuple[int, ...] | None:
-    """``path``'s identity (:func:`stat_identity`) if it is a directory of ours."""
+def own_directory(path: str) -> os.stat_result | None:
+    """``path``'s status if it is a directory (not a link) owned by our user, else None."""
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        return None
-    return stat_identity(st)
+    return st if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() else None
+
+
+def _identity(path: str) -> tuple[int, ...] | None:
+    """``path``'s identity (:func:`stat_identity`) if it is a directory of ours."""
+    st = own_directory(path)
+    return stat_identity(st) if st is not None else None
 
 
 def _copy_dir(real: str, temp: str, st: os.stat_result) -> tuple[str, ...] | None:

@@ -29,26 +29,20 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import stat
 import tempfile
 import threading
 import weakref
 from typing import final
 
-from ._etc import stat_identity
+from ._etc import own_directory, stat_identity
 
 __all__ = ["MOUNT_POINTS", "MountPoints", "protected_base"]
 
 
 def _identity(path: str) -> tuple[int, ...] | None:
     """``path``'s identity if it is a directory of ours that no one else may enter."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        return None
-    if st.st_mode & 0o077:
+    st = own_directory(path)
+    if st is None or st.st_mode & 0o077:
         return None
     return stat_identity(st)[:3]  # device, inode, mode: its times change with its entries
 
