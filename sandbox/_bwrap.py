@@ -68,6 +68,10 @@ _RUNTIMES = 64
 #: the size of the tmpfs itself.
 _INODES_PER_MIB = 1024
 
+#: The sandboxes' /etc, one per process like the mount points it lives beside: every
+#: backend binds the same mirror, which one alone keeps in step.
+_ETC = EtcMirror(MOUNT_POINTS.base)
+
 #: Why a network list cannot be planned where the child cannot make namespaces.
 NO_CHILD_NAMESPACE = (
     "a network list needs a network namespace made by corral's child, and user "
@@ -234,7 +238,6 @@ class BwrapSandbox:
         self.cgroups = cgroups
         self._lock = threading.Lock()
         self._owned_fds: set[int] = set()
-        self._etc = EtcMirror(MOUNT_POINTS.base)
         #: find_runtime_paths' answers by its inputs, with their :func:`_runtime_stamp`.
         self._runtimes: dict[tuple[object, ...], tuple[tuple[object, ...], RuntimeNeeds]] = {}
 
@@ -285,7 +288,7 @@ class BwrapSandbox:
                 *_filesystem_args(
                     shm,
                     tmp,
-                    self._etc.args(
+                    _ETC.args(
                         bool(perms.network), fds, by_fd=self.config.bind_fd, under=binds.entries
                     ),
                 ),

@@ -298,3 +298,24 @@ def test_etc_costs_bwrap_one_bind(bwrap: BwrapSandbox, tmp_path: Path, network: 
             assert not os.path.islink(dest), dest
     finally:
         bwrap.cleanup(plan)
+
+
+def test_every_backend_of_a_process_binds_the_same_mirror(tmp_path: Path) -> None:
+    # A host may hold several backends (one per session); the first one's sandboxes
+    # must keep their /etc when another plans (it was made anew, emptied under them).
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    request = LaunchRequest(name="etc", argv=["/bin/true"], env={}, ext_dir=str(ext), data_dir=None)
+    probed = select_sandbox("required")
+    assert isinstance(probed, BwrapSandbox)
+    first, second = BwrapSandbox(probed.config), BwrapSandbox(probed.config)
+    running = first.plan(request)  # its sandbox would have this /etc bound
+    try:
+        source = running.argv[running.argv.index("/etc") - 1]
+        bound = f"/proc/self/fd/{source}" if source.isdigit() else source
+        shown = sorted(os.listdir(bound))
+        assert "ld.so.cache" in shown
+        second.cleanup(second.plan(request))
+        assert sorted(os.listdir(bound)) == shown
+    finally:
+        first.cleanup(running)
