@@ -42,6 +42,7 @@ __all__ = [
     "lean_dirs",
     "running",
     "start_stop",
+    "wrapped",
 ]
 
 CHAOS = ROOT / "examples" / "extensions" / "chaos" / "chaos.py"
@@ -137,7 +138,7 @@ def _view_bwrap() -> list[str]:
 VIEW_BWRAP = _view_bwrap()
 
 
-def _wrapped(wrap: list[str] | None, ext_dir: str) -> list[str]:
+def wrapped(wrap: list[str] | None, ext_dir: str) -> list[str]:
     """``wrap`` (ending in ``--``) with the extension's directory bound (read-only) over
     its fresh /tmp, where a bench's temporary directories are; so are the interpreter's
     prefixes and the SDK when they live under /tmp too (a checkout cloned there), or
@@ -163,7 +164,7 @@ def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float,
     with stopwatch() as ready:
         procs = [
             subprocess.Popen(
-                [*_wrapped(wrap, d), sys.executable, str(Path(d) / "lean.py")],
+                [*wrapped(wrap, d), sys.executable, str(Path(d) / "lean.py")],
                 env=child_env() | {"PYTHONPATH": SDK_DIR, "CORRAL_EXT_NAME": Path(d).name},
                 cwd=d,
                 stdin=pipe,

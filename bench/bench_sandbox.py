@@ -23,6 +23,14 @@ target: at most 1 ms). What corral does beyond it: the pinned, per-directory
 binds, its own /etc, the capped /tmp and /dev/shm, seccomp, rlimits, and the
 plan that opens and checks all of it.
 
+``first_output.*``: the same comparison with little noise: the time from planning
+until the first byte of ``/bin/echo``'s output, through the guardian, many
+alternating repetitions of one spawn planned like the lean extension
+(interpreter, SDK, extension and data directories), against the same spawn
+under plain bubblewrap and under the view; medians of the per-repetition
+differences. No interpreter starts, so the figure is bubblewrap's and corral's
+alone.
+
 That baseline binds the host's whole root at once: a minimal root (``/usr``, a
 dozen /etc entries, the interpreter, the SDK, the extension), what corral shows,
 costs bubblewrap a mount, a remount and a read of the mount table per part,
@@ -35,17 +43,21 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+import msgspec
 import trio
 from _common import Row, Rows, main, median
-from _exts import PLAIN_BWRAP, VIEW_BWRAP, direct_lean, lean_dirs
+from _exts import PLAIN_BWRAP, VIEW_BWRAP, direct_lean, lean_dirs, wrapped
 
 from agent._cli.logs import configure_logging
-from sandbox import Sandbox, check_sandbox, select_sandbox
+from sandbox import LaunchRequest, Sandbox, check_sandbox, select_sandbox, spawn
 from supervisor import SupervisorConfig, open_supervisor
+from supervisor.lowlevel import SDK_DIR
 
 
 async def _ready(paths: list[str], home: Path, sandbox: Sandbox) -> float:
@@ -113,7 +125,74 @@ def measure(quick: bool) -> list[Row]:
                 )
             if plain:
                 _share(rows, n, times, direct, plain, view, load_note)
+        if shutil.which("bwrap") and variants["bwrap"].backend == "bwrap":
+            _first_output(rows, root, variants["bwrap"], variants["none"], 20 if quick else 200)
     return rows.rows
+
+
+def _first_output(rows: Rows, root: Path, bwrap: Sandbox, none: Sandbox, reps: int) -> None:
+    """Plan to the first byte of ``/bin/echo``'s output through the guardian: corral's
+    bwrap, plain bwrap and the view, alternating; paired medians."""
+    ext = root / "echo"
+    ext.mkdir()
+    request = LaunchRequest(
+        name="echo",
+        argv=["/bin/echo", "ready"],
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(SDK_DIR)},
+        ext_dir=str(ext),
+        data_dir=str(root / "echo-data"),
+        runtime_paths=[str(SDK_DIR)],
+        interpreter=sys.executable,
+        hidden=[str(root / "home")],
+    )
+    wraps = {"plain": PLAIN_BWRAP, "view": VIEW_BWRAP, "direct": None}
+
+    def once(kind: str) -> float:
+        t0 = time.perf_counter()
+        backend = bwrap if kind == "corral" else none
+        plan = backend.plan(request)
+        if kind in wraps:
+            plan = msgspec.structs.replace(plan, argv=[*wrapped(wraps[kind], str(ext)), *plan.argv])
+        child = spawn(plan, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert child.stdout is not None
+            first = child.stdout.read(1)
+            took = time.perf_counter() - t0
+            child.stdout.read()
+            child.wait()
+        finally:
+            child.close()
+            backend.cleanup(plan)
+        if first != b"r":
+            raise RuntimeError(f"{kind}: no output from /bin/echo")
+        return took * 1000
+
+    kinds = ["corral", "plain", "view", "direct"]
+    got: dict[str, list[float]] = {k: [] for k in kinds}
+    for k in kinds * 3:  # warm-up: the guardian's spares, the /etc mirror
+        once(k)
+    load = os.getloadavg()[0]
+    for i in range(reps):
+        for k in kinds[i % 4 :] + kinds[: i % 4]:
+            got[k].append(once(k))
+    note = f"paired, median of {reps}; load {load:.2f} before, {os.getloadavg()[0]:.2f} after"
+    for k in kinds:
+        rows.add(f"first_output.{k}", median(got[k]), "ms", note=f"plan to first output; {note}")
+    for a, b, what in (
+        ("corral", "plain", "corral's bwrap over plain bwrap of the whole root (issue 29: ≤ 1 ms)"),
+        ("corral", "view", "corral's bwrap over plain bwrap showing its view"),
+        ("plain", "direct", "plain bwrap over no sandbox"),
+    ):
+        diff = median([x - y for x, y in zip(got[a], got[b], strict=True)])
+        target = (a, b) == ("corral", "plain")
+        rows.add(
+            f"first_output.{a}_vs_{b}",
+            diff,
+            "ms",
+            target="≤ 1 ms" if target else None,
+            ok=diff <= 1 if target else None,
+            note=f"{what}; {note}",
+        )
 
 
 def _share(

@@ -5,8 +5,8 @@ network unless granted) on an empty root that holds only what it needs:
 
 * ``/usr`` and the ``/lib*``, ``/bin``, ``/sbin`` links, read-only;
 * a curated subset of ``/etc`` (dynamic linker, time zone, certificates, name
-  service config) and never ``passwd``, ``shadow``, ``ssh`` or ``ssl/private``;
-  small files are copies rather than mounts (:mod:`sandbox._etc`);
+  service config) and never ``passwd``, ``shadow``, ``ssh`` or ``ssl/private``:
+  one bind of a directory kept in step with those entries (:mod:`sandbox._etc`);
 * the installation of the interpreter corral chose (see :mod:`sandbox._runtime`),
   read-only;
 * its own directory read-only, its data directory read-write, and the declared
@@ -22,8 +22,9 @@ network unless granted) on an empty root that holds only what it needs:
 
 Every capability is dropped (``--cap-drop ALL``): when the host runs as root, the
 sandboxed process is root of its user namespace and, with capabilities, could
-remount the read-only binds read-write. Nested user namespaces are disabled
-(``--disable-userns``, bwrap 0.8+) and a seccomp filter (:mod:`sandbox._seccomp`)
+remount the read-only binds read-write. Nested user namespaces are disabled (the
+child's user namespace allows only bwrap's, which bwrap checks, or else
+``--disable-userns``; bwrap 0.8+) and a seccomp filter (:mod:`sandbox._seccomp`)
 refuses what only an attacker needs. ``--new-session`` detaches it from any
 terminal; ``--die-with-parent`` and the pid namespace take every process down
 with the host.
@@ -43,7 +44,7 @@ import msgspec
 
 from ._cgroup import CgroupManager
 from ._environ import sandbox_env
-from ._etc import EtcCopies, stat_identity
+from ._etc import EtcMirror, stat_identity
 from ._exceptions import GrantChanged, PlanError
 from ._mountpoints import MOUNT_POINTS
 from ._network import EGRESS_PORT, proxy_env
@@ -66,6 +67,10 @@ _RUNTIMES = 64
 #: kernel about a KiB whatever its size, so the inodes' memory stays within about
 #: the size of the tmpfs itself.
 _INODES_PER_MIB = 1024
+
+#: The sandboxes' /etc, one per process like the mount points it lives beside: every
+#: backend binds the same mirror, which one alone keeps in step.
+_ETC = EtcMirror(MOUNT_POINTS.base)
 
 #: Why a network list cannot be planned where the child cannot make namespaces.
 NO_CHILD_NAMESPACE = (
@@ -233,7 +238,6 @@ class BwrapSandbox:
         self.cgroups = cgroups
         self._lock = threading.Lock()
         self._owned_fds: set[int] = set()
-        self._etc = EtcCopies()
         #: find_runtime_paths' answers by its inputs, with their :func:`_runtime_stamp`.
         self._runtimes: dict[tuple[object, ...], tuple[tuple[object, ...], RuntimeNeeds]] = {}
 
@@ -277,10 +281,17 @@ class BwrapSandbox:
             args = [
                 self.config.bwrap,
                 *self.namespace_args(
-                    (perms.network is True and not request.private_network) or netns_of_child
+                    (perms.network is True and not request.private_network) or netns_of_child,
+                    child_tmpfs=bool(tmpfs),
                 ),
                 # A list needs the TLS trust stores too (name resolution is the proxy's).
-                *_filesystem_args(shm, tmp, self._etc.args(bool(perms.network), fds)),
+                *_filesystem_args(
+                    shm,
+                    tmp,
+                    _ETC.args(
+                        bool(perms.network), fds, by_fd=self.config.bind_fd, under=binds.entries
+                    ),
+                ),
                 *binds.open(self.config.bind_fd),
                 *self._protected(request, binds, fds, notes, held),
                 "--remount-ro",
@@ -457,11 +468,23 @@ class BwrapSandbox:
             [(shm, size, inodes), (tmp, size, inodes)],
         )
 
-    def namespace_args(self, network: bool) -> list[str]:
-        """The namespace, capability and session options of every bwrap launch."""
+    def namespace_args(self, network: bool, child_tmpfs: bool = False) -> list[str]:
+        """The namespace, capability and session options of every bwrap launch.
+
+        ``child_tmpfs``: the child mounts the capped tmpfs (the plan's ``tmpfs``) in a
+        user namespace of its own. For a root host, it allows a single nested one
+        there (``user.max_user_namespaces``): bwrap's, so the extension can make
+        none. bwrap then only checks it (``--assert-userns-disabled``) instead of
+        making a second nested namespace to the same effect (``--disable-userns``,
+        ~0.25 ms a spawn). For any other user bwrap makes that second namespace
+        anyway (it maps root first, to mount ``/dev/pts``) and ``--disable-userns``
+        only adds a sysctl to it. Such a plan runs only prepared (as any plan with
+        ``tmpfs`` must): unprepared, bwrap finds user namespaces allowed and refuses.
+        """
         args = ["--unshare-user"]
         if self.config.disable_userns:
-            args.append("--disable-userns")
+            checked = child_tmpfs and os.geteuid() == 0
+            args.append("--assert-userns-disabled" if checked else "--disable-userns")
         args += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
         if not network:
             # A fresh network namespace has only its own loopback: no TCP/UDP to the

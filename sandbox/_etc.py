@@ -1,90 +1,66 @@
-"""The sandbox's ``/etc``: a short list of host entries, small files copied, not mounted.
+"""The sandbox's ``/etc``: one read-only bind of a directory kept in step with the host's.
 
-Every bind mount costs bwrap a mount, a remount and a fresh read of the whole
-mount table (which grows with each mount), about 0.15 ms a mount here. ``/etc``
-would be a dozen of them, so a small regular file is instead handed to bwrap as a
-copy (``--perms MODE --file FD DEST``): bwrap writes it into the sandbox's root
-tmpfs, which the plan then remounts read-only. The extension reads the same bytes
-with the same permission bits and can write none of them, as with a read-only
-bind; the copy is taken at each start, so an edit of ``/etc/hosts`` reaches a
-running extension at its next start. Directories (``ld.so.conf.d``,
-``alternatives``, ``ssl/certs``), large or unusual files stay read-only binds; a
-link into the system directories stays a link.
+A sandbox sees a short list of host ``/etc`` entries, never more. Each bind mount
+costs bwrap a mount, a remount and a fresh read of the whole mount table (about
+0.15 ms here), and each file it writes into the root about 0.05 ms: a dozen
+entries made one way or the other cost 0.8 ms a spawn. So the host keeps a
+*mirror*: a directory holding just those entries, which every sandbox gets as
+its ``/etc`` in a single read-only bind:
 
-Each copy is a descriptor of an anonymous memory file the plan passes (and holds
-until its cleanup), so directories are not copied file by file. The copies are
-cached by the file's identity (device, inode, mode, size, and the modification
-and change times, the latter set only by the kernel): a file rewritten or
-replaced after a spawn is read again at the next one. The content is written
-once into a sealed memory file (:func:`sandbox._seccomp.filter_fd`) that each
-spawn opens anew, rather than copied into a new one at every spawn.
+* a link into the system directories (``localtime``) is the same link;
+* a world-readable regular file of at most 1 MiB (reached through a link out of
+  the system directories too, like ``resolv.conf``) is a copy, with its mode;
+* a directory of such files and links (``ld.so.conf.d``, ``alternatives``,
+  ``ssl/certs``) is a copy of them;
+* anything else (a large or unreadable file, a directory holding directories) is
+  an empty placeholder in the mirror, with the real entry bound read-only over it.
+
+It is brought in step at every plan, before bwrap binds it: each entry's identity
+(device, inode, mode, size, modification and change times; the latter set only by
+the kernel) and, for a copied directory, the identity of each file in it, are
+compared with those it was copied from, and a changed entry is copied again
+(files and links replaced by rename). An edit of ``/etc/hosts`` therefore reaches
+the next spawn, and the extensions already running too (as through a bind of the
+host's file). The mirror lives beside the private tmpfs' mount points (mode 0700,
+owned by the host's user, never writable by a sandbox: :mod:`sandbox._mountpoints`)
+and is bound by descriptor, checked against the directory made: one replaced by
+anyone is never bound, a new one is made.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import os
+import shutil
 import stat
 import threading
+from collections.abc import Callable, Iterable
 from typing import NamedTuple, final
 
 from ._runtime import LINUX_SYSTEM_DIRS
-from ._seccomp import filter_fd
 from ._within import inside
 
-__all__ = ["EtcCopies", "stat_identity"]
+__all__ = ["ETC", "ETC_NETWORK", "EtcMirror", "own_directory", "stat_identity"]
 
 #: /etc entries every sandbox sees (when present). Deliberately not: passwd, group,
 #: shadow, gshadow, sudoers, ssh/, ssl/private/, pki/tls/private/, machine-id.
-_ETC = (
+ETC = (
     "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "timezone", "nsswitch.conf",
     "hosts", "alternatives", "os-release", "locale.alias", "default/locale", "mime.types",
 )  # fmt: skip
 
 #: /etc entries only an extension with network permission needs (name resolution,
 #: TLS trust stores).
-_ETC_NETWORK = (
+ETC_NETWORK = (
     "resolv.conf", "host.conf", "gai.conf", "services", "protocols", "ssl/certs",
     "ssl/openssl.cnf", "ca-certificates", "ca-certificates.conf", "pki/tls/certs",
     "pki/tls/cert.pem", "pki/tls/openssl.cnf", "pki/ca-trust", "crypto-policies",
 )  # fmt: skip
 
-#: Larger files are bound rather than copied into the sandbox's memory.
+#: Larger files are bound rather than copied.
 _MAX_COPY = 1024 * 1024
 
-
-class _Layout(NamedTuple):
-    """What each present entry becomes: fixed arguments, and entries to copy."""
-
-    #: ``--symlink`` arguments.
-    args: tuple[str, ...]
-    #: ``(real source, destination)`` of the others: copied if a small file, else bound.
-    copies: tuple[tuple[str, str], ...]
-
-
-@functools.cache
-def _layout(network: bool) -> _Layout:
-    args: list[str] = []
-    copies: list[tuple[str, str]] = []
-    for name in _ETC + (_ETC_NETWORK if network else ()):
-        path = f"/etc/{name}"
-        if not os.path.lexists(path):
-            continue
-        real = os.path.realpath(path)
-        if os.path.islink(path) and any(inside(real, d) for d in LINUX_SYSTEM_DIRS):
-            # e.g. /etc/localtime -> /usr/share/zoneinfo/...: the target is visible.
-            args += ["--symlink", os.readlink(path), path]
-        else:
-            # e.g. /etc/resolv.conf -> /run/systemd/resolve/...: the content.
-            copies.append((real, path))
-    return _Layout(tuple(args), tuple(copies))
-
-
-class _Copy(NamedTuple):
-    """A file's permission bits and content."""
-
-    mode: int
-    data: bytes
+_O_PATH = getattr(os, "O_PATH", 0)
 
 
 def stat_identity(st: os.stat_result) -> tuple[int, ...]:
@@ -95,74 +71,338 @@ def stat_identity(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _copy(real: str, key: tuple[int, ...]) -> _Copy | None:
-    """The content of ``real`` (with identity ``key``); None: bind it instead."""
+def _copyable(st: os.stat_result) -> bool:
+    # Only what anyone may read: a copy no longer has the owner that limited readers.
+    return stat.S_ISREG(st.st_mode) and st.st_size <= _MAX_COPY and bool(st.st_mode & stat.S_IROTH)
+
+
+def _read(path: str, st: os.stat_result) -> bytes | None:
+    """The content of the regular file ``path`` if it is still the file ``st`` describes."""
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
-        st = os.fstat(fd)
-        # Only what anyone may read: a copy belongs to the sandbox's user, while a
-        # bind keeps the owner, and so who may read it.
-        if stat_identity(st) != key or not st.st_mode & stat.S_IROTH:
-            return None
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_COPY:
+        if stat_identity(os.fstat(fd)) != stat_identity(st):
             return None
         data = os.read(fd, _MAX_COPY + 1)
-        return _Copy(stat.S_IMODE(st.st_mode), data) if len(data) == st.st_size else None
+        return data if len(data) == st.st_size else None
     finally:
         os.close(fd)
 
 
+def _write(path: str, data: bytes, mode: int) -> None:
+    """Create ``path`` (absent) holding ``data`` with permission bits ``mode``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: str) -> None:
+    """Remove whatever is at ``path`` in the mirror (a file, a link or a tree)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _install(temp: str, dest: str) -> None:
+    """Move ``temp`` to ``dest``: in one rename where it can (a file or link over one)."""
+    try:
+        os.replace(temp, dest)
+    except OSError:  # a directory on either side
+        _remove(dest)
+        os.replace(temp, dest)
+
+
+class _Entry(NamedTuple):
+    """An entry as last copied into the mirror."""
+
+    #: What it was copied from (see :meth:`EtcMirror._signature`); None: copy again.
+    signature: tuple[object, ...] | None
+    #: Names of the regular files copied into it (a copied directory).
+    files: tuple[str, ...]
+    #: bwrap's arguments binding the real entry over its placeholder, if any.
+    bind: tuple[str, ...]
+
+
+class _Mirror(NamedTuple):
+    """One layout's directory: its path and identity when made, and its entries."""
+
+    path: str
+    #: Its :func:`stat_identity` when we last changed it.
+    identity: tuple[int, ...]
+    entries: dict[str, _Entry]
+
+
 @final
-class EtcCopies:
-    """The ``/etc`` part of bwrap's command line, with a cache of the copies.
+class EtcMirror:
+    """The ``/etc`` part of bwrap's command line, and the mirror it binds.
 
     Thread-safe; one per backend.
+
+    Args:
+        base: where to keep the mirrors (a directory no sandbox may write; made
+            again when needed: :meth:`sandbox._mountpoints.MountPoints.base`).
+        source: the host's ``/etc``.
+        system: directories every sandbox sees: links into them stay links.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        base: Callable[[], str],
+        source: str = "/etc",
+        system: tuple[str, ...] = LINUX_SYSTEM_DIRS,
+    ) -> None:
+        self._base = base
+        self._source = source
+        self._system = system
         self._lock = threading.Lock()
-        #: Real path: its identity when read, and its copy (None: bind it).
-        self._seen: dict[str, tuple[tuple[int, ...], _Copy | None]] = {}
+        self._mirrors: dict[tuple[str, ...], _Mirror] = {}
+        #: Each list of names has a directory of its own in ``base``: etc-0, etc-1...
+        self._slots: dict[tuple[str, ...], int] = {}
 
-    def _look(self, real: str) -> _Copy | None:
-        """The copy of ``real``, from the cache while its identity is unchanged."""
+    def args(
+        self, network: bool, fds: list[int], *, by_fd: bool = True, under: Iterable[str] = ()
+    ) -> list[str]:
+        """bwrap's arguments for ``/etc`` (with network permission: the network entries too).
+
+        ``under``: the plan's other mount points inside ``/etc`` (a grant of
+        ``/etc/fonts``), which bwrap must be able to create. Descriptors (the
+        mirror's, or its parts') are appended to ``fds``; the caller owns them and
+        closes them, also when this raises.
+
+        Raises:
+            OSError: the mirror cannot be made.
+        """
+        names = ETC + (ETC_NETWORK if network else ())
+        return self.place(names, fds, by_fd=by_fd, under=under)
+
+    def place(
+        self,
+        names: tuple[str, ...],
+        fds: list[int],
+        *,
+        by_fd: bool = True,
+        under: Iterable[str] = (),
+    ) -> list[str]:
+        """bwrap's arguments showing the entries ``names`` of the source at ``/etc``."""
+        under = [os.path.relpath(p, "/etc") for p in under if inside(p, "/etc") and p != "/etc"]
+        with self._lock:
+            for _ in range(2):
+                mirror = self._sync(names)
+                fd = os.open(mirror.path, _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                if stat_identity(os.fstat(fd)) == mirror.identity:
+                    break
+                os.close(fd)  # replaced since it was made: make it again
+                del self._mirrors[names]
+            else:
+                raise OSError(f"the /etc mirror {mirror.path} keeps changing")
+            binds = [a for entry in mirror.entries.values() for a in entry.bind]
+            if under:
+                try:
+                    return [*_spread(fd, mirror.path, "", under, fds, by_fd), *binds]
+                finally:
+                    os.close(fd)
+        if by_fd:
+            fds.append(fd)
+            return ["--ro-bind-fd", str(fd), "/etc", *binds]
+        os.close(fd)  # this bwrap binds by name: the directory just checked
+        return ["--ro-bind", mirror.path, "/etc", *binds]
+
+    def _sync(self, names: tuple[str, ...]) -> _Mirror:
+        """The mirror of ``names``, each entry brought in step with the source."""
+        slot = self._slots.setdefault(names, len(self._slots))
+        path = os.path.join(self._base(), f"etc-{slot}")
+        mirror = self._mirrors.get(names)
+        if mirror is None or mirror.path != path or _identity(path) != mirror.identity:
+            _remove(path)
+            os.mkdir(path, 0o755)
+            os.chmod(path, 0o755)  # whatever the umask
+            ident = _identity(path)
+            assert ident is not None
+            mirror = self._mirrors[names] = _Mirror(path, ident, {})
+        changed = False
+        for name in names:
+            old = mirror.entries.get(name)
+            signature = self._signature(name, old)
+            if old is None or signature is None or signature != old.signature:
+                mirror.entries[name] = self._copy(mirror.path, name, signature)
+                changed = True
+        if changed:  # as we left it: what else changes it is seen (its change time)
+            ident = _identity(path)
+            assert ident is not None
+            mirror = self._mirrors[names] = mirror._replace(identity=ident)
+        return mirror
+
+    def _signature(self, name: str, old: _Entry | None) -> tuple[object, ...] | None:
+        """What the entry ``name`` is now: a link's text, else the identities of what
+        a copy would be taken from (a directory's files included); None: unreadable.
+
+        ``old``: the entry as last copied (a link's text that did not change needs
+        no new look at where it leads: the sandbox resolves it, among its own
+        directories)."""
+        src = os.path.join(self._source, name)
         try:
-            key = stat_identity(os.stat(real))
+            link = os.lstat(src)
+            st = link
+            target = ""
+            if stat.S_ISLNK(link.st_mode):
+                target = os.readlink(src)
+                shown = ("link", target)
+                if (old is not None and old.signature == shown) or self._shows(src):
+                    return shown
+                st = os.stat(src)
+            parts: list[object] = [target, stat_identity(link), stat_identity(st)]
+            if old is not None:
+                parts += [stat_identity(os.lstat(f"{src}/{f}")) for f in old.files]
+        except FileNotFoundError:
+            return ("absent",)
         except OSError:
             return None
-        with self._lock:
-            seen = self._seen.get(real)
-        if seen is not None and seen[0] == key:
-            return seen[1]
-        copy = _copy(real, key)
-        with self._lock:
-            self._seen[real] = (key, copy)
-        return copy
+        return tuple(parts)
 
-    def args(self, network: bool, fds: list[int]) -> list[str]:
-        """bwrap's arguments for ``/etc``; the copies' descriptors are appended to ``fds``.
+    def _shows(self, link: str) -> bool:
+        """Whether the link ``link`` leads into the system directories (shown as is)."""
+        real = os.path.realpath(link)
+        return any(inside(real, d) for d in self._system)
 
-        The caller owns the descriptors (each serves one spawn: bwrap reads it to
-        its end) and closes them, also when this raises.
-        """
-        layout = _layout(network)
-        args = list(layout.args)
-        for real, dest in layout.copies:
-            args += self.place(real, dest, fds)
-        return args
+    def _copy(self, mirror: str, name: str, signature: tuple[object, ...] | None) -> _Entry:
+        """Make the mirror's ``name`` anew from the source; what it became."""
+        src = os.path.join(self._source, name)
+        dest = os.path.join(mirror, name)
+        entry = _Entry(signature, (), ())
+        if signature == ("absent",):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                _remove(dest)
+            return entry
+        parent = os.path.dirname(dest)
+        os.makedirs(parent, mode=0o755, exist_ok=True)
+        temp = os.path.join(parent, f".new-{os.path.basename(dest)}")
+        _remove(temp)
+        try:
+            if signature is not None and signature[0] == "link":
+                os.symlink(str(signature[1]), temp)
+            else:
+                real = os.path.realpath(src)
+                st = os.stat(real)
+                if _copyable(st):
+                    data = _read(real, st)
+                    if data is None:
+                        return self._placeholder(dest, temp, name, real, st, None)
+                    _write(temp, data, stat.S_IMODE(st.st_mode))
+                elif stat.S_ISDIR(st.st_mode):
+                    files = _copy_dir(real, temp, st)
+                    if files is None:
+                        return self._placeholder(dest, temp, name, real, st, signature)
+                    entry = _Entry(signature, files, ())
+                else:
+                    return self._placeholder(dest, temp, name, real, st, signature)
+        except OSError:
+            _remove(temp)
+            _remove(dest)
+            return _Entry(None, (), ())  # vanished or unreadable: nothing shown, tried again
+        _install(temp, dest)
+        return entry
 
-    def place(self, real: str, dest: str, fds: list[int]) -> list[str]:
-        """bwrap's arguments showing ``real`` (a real path) read-only at ``dest``.
+    def _placeholder(
+        self,
+        dest: str,
+        temp: str,
+        name: str,
+        real: str,
+        st: os.stat_result,
+        signature: tuple[object, ...] | None,
+    ) -> _Entry:
+        """An empty file or directory at ``dest``, the real entry bound over it."""
+        _remove(temp)
+        if stat.S_ISDIR(st.st_mode):
+            os.mkdir(temp, 0o755)
+        else:
+            _write(temp, b"", 0o444)
+        _install(temp, dest)
+        return _Entry(signature, (), ("--ro-bind-try", real, f"/etc/{name}"))
 
-        A copy when it is a file of at most 1 MiB anyone may read, else (a
-        directory, large, odd, gone) a read-only bind, if it exists. Descriptors
-        of copies are appended to ``fds``.
-        """
-        copy = self._look(real)
-        if copy is None:
-            return ["--ro-bind-try", real, dest]
-        fds.append(filter_fd(copy.data))  # a rewound memory file, like the filter's
-        return ["--perms", f"{copy.mode:04o}", "--file", str(fds[-1]), dest]
+
+def own_directory(path: str) -> os.stat_result | None:
+    """``path``'s status if it is a directory (not a link) owned by our user, else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() else None
+
+
+def _identity(path: str) -> tuple[int, ...] | None:
+    """``path``'s identity (:func:`stat_identity`) if it is a directory of ours."""
+    st = own_directory(path)
+    return stat_identity(st) if st is not None else None
+
+
+def _copy_dir(real: str, temp: str, st: os.stat_result) -> tuple[str, ...] | None:
+    """Copy the directory ``real`` (only links and copyable files) to ``temp``; the
+    names of the files copied, or None (it holds more: bind it instead)."""
+    with os.scandir(real) as it:
+        entries = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+    if not all(stat.S_ISLNK(s.st_mode) or _copyable(s) for _, s in entries):
+        return None
+    os.mkdir(temp, 0o700)
+    files = []
+    try:
+        for name, s in entries:
+            path = os.path.join(real, name)
+            if stat.S_ISLNK(s.st_mode):
+                os.symlink(os.readlink(path), os.path.join(temp, name))
+                continue
+            data = _read(path, s)
+            if data is None:
+                raise FileNotFoundError(path)  # changed while copied: try again
+            _write(os.path.join(temp, name), data, stat.S_IMODE(s.st_mode))
+            files.append(name)
+        os.chmod(temp, stat.S_IMODE(st.st_mode))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(temp)
+        raise
+    return tuple(sorted(files))
+
+
+def _spread(
+    top: int, path: str, rel: str, under: list[str], fds: list[int], by_fd: bool
+) -> list[str]:
+    """The mirror's directory ``rel`` shown entry by entry in the sandbox's root (where
+    bwrap can create the mount points ``under``), each part holding none bound whole.
+
+    Files are copies (``--file``), links links, directories without a mount point
+    inside one bind each, the others spread further. ``top`` is the mirror's
+    ``O_PATH`` descriptor, ``path`` its path.
+    """
+    args = ["--dir", f"/etc/{rel}".rstrip("/")] if rel else []
+    for name in sorted(os.listdir(os.path.join(path, rel) if rel else path)):
+        if name.startswith(".new-"):
+            continue
+        part = os.path.join(rel, name)
+        dest = f"/etc/{part}"
+        st = os.stat(part, dir_fd=top, follow_symlinks=False)
+        if stat.S_ISLNK(st.st_mode):
+            args += ["--symlink", os.readlink(part, dir_fd=top), dest]
+        elif stat.S_ISDIR(st.st_mode) and any(inside(u, part) for u in under):
+            args += _spread(top, path, part, under, fds, by_fd)
+        elif stat.S_ISDIR(st.st_mode):
+            if not by_fd:
+                args += ["--ro-bind", os.path.join(path, part), dest]
+                continue
+            flags = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            fds.append(os.open(part, flags, dir_fd=top))
+            args += ["--ro-bind-fd", str(fds[-1]), dest]
+        else:
+            fds.append(os.open(part, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top))
+            args += ["--perms", f"{stat.S_IMODE(st.st_mode):04o}", "--file", str(fds[-1]), dest]
+    return args

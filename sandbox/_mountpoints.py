@@ -8,7 +8,8 @@ and removing a fresh pair at every spawn cost three ``mkdir`` and an ``rmtree``
 on the host's event loop (about 0.5 ms a spawn here, issue 29).
 
 The pair lives in a directory made by :func:`tempfile.mkdtemp` (mode 0700, owned
-by the host's user). Before each use it is checked again without following
+by the host's user), beside the mirrors of ``/etc`` the sandboxes bind
+(:mod:`sandbox._etc`). Before each use it is checked again without following
 symlinks: a directory removed (a ``/tmp`` cleaner) or no longer the one made
 (another owner, mode or inode, a symlink) is never used: a new pair is made. The
 pair is removed when the host exits (not when a backend is collected: a plan
@@ -27,34 +28,34 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
+import shutil
 import tempfile
 import threading
 import weakref
 from typing import final
 
-from ._etc import stat_identity
+from ._etc import own_directory, stat_identity
 
 __all__ = ["MOUNT_POINTS", "MountPoints", "protected_base"]
 
 
 def _identity(path: str) -> tuple[int, ...] | None:
     """``path``'s identity if it is a directory of ours that no one else may enter."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        return None
-    if st.st_mode & 0o077:
+    st = own_directory(path)
+    if st is None or st.st_mode & 0o077:
         return None
     return stat_identity(st)[:3]  # device, inode, mode: its times change with its entries
 
 
 def _remove(paths: list[str], owner: int) -> None:
-    """Remove the (empty) directories ``paths``, deepest first, if made by ``owner``."""
+    """Remove the (empty) directories ``paths``, deepest first, if made by ``owner``,
+    and the /etc mirrors in the first (:mod:`sandbox._etc`)."""
     if os.getpid() != owner:
         return  # a forked child of the host: the pair is its parent's
+    with contextlib.suppress(OSError), os.scandir(paths[0]) as entries:
+        for entry in entries:
+            if entry.name.startswith("etc-") and entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
     for path in reversed(paths):
         with contextlib.suppress(OSError):
             os.rmdir(path)

@@ -301,8 +301,12 @@ def _bwrap_hardening(config: BwrapConfig, cgroups: CgroupManager | None) -> list
         ),
         Feature(
             name="nested user namespaces blocked",
-            ok=config.disable_userns,
-            detail="--disable-userns" if config.disable_userns else "needs bwrap 0.8",
+            ok=config.disable_userns or (config.private_tmpfs and os.geteuid() == 0),
+            detail="the child's user namespace allows only bwrap's"
+            if config.private_tmpfs and os.geteuid() == 0
+            else "--disable-userns"
+            if config.disable_userns
+            else "needs bwrap 0.8",
         ),
         Feature(
             name="grants bound as validated",

@@ -71,6 +71,10 @@ def test_quick_sandbox_bench_sets_corral_beside_plain_bwrap(tmp_path: Path) -> N
         assert {f"corral_share{n}", f"added{n}.view_bwrap", f"corral_share{n}.view"} <= set(rows)
     assert rows["corral_share1"]["target"] == "≤ 1 ms"
     assert rows["corral_share1.view"]["target"] is None
+    for kind in ("corral", "plain", "view", "direct"):
+        assert f"first_output.{kind}" in rows
+    assert rows["first_output.corral_vs_plain"]["target"] == "≤ 1 ms"
+    assert {"first_output.corral_vs_view", "first_output.plain_vs_direct"} <= set(rows)
 
 
 @pytest.mark.slow

@@ -63,9 +63,11 @@ def _popen(plan: LaunchPlan, job: dict[str, Any]) -> subprocess.Popen[bytes] | S
         # The terminal is our stdin and controlling terminal; no new session and no
         # guardian (whose children are in its own session), so only the sandbox's
         # own --new-session stands between it and the extension. Nothing prepared:
-        # this is about the terminal, not the limits.
+        # this is about the terminal, not the limits (nor the namespace the child
+        # makes, which a root host's bwrap checks: it disables them itself here).
+        argv = ["--disable-userns" if a == "--assert-userns-disabled" else a for a in plan.argv]
         return subprocess.Popen(
-            plan.argv,
+            argv,
             stdin=0,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -52,6 +52,14 @@ def _request(tmp_path: Path, **fields: object) -> LaunchRequest:
     return LaunchRequest(**base)  # type: ignore[arg-type]
 
 
+def _etc_shows(plan: LaunchPlan, name: str) -> bool:
+    """Whether the plan's /etc (a bind of corral's mirror, sandbox._etc) holds ``name``."""
+    argv = plan.argv
+    source = argv[argv.index("/etc") - 1]
+    mirror = os.readlink(f"/proc/self/fd/{source}") if source.isdigit() else source
+    return os.path.lexists(os.path.join(mirror, name)) or f"/etc/{name}" in argv
+
+
 @pytest.fixture
 def bwrap() -> BwrapSandbox:
     backend = select_sandbox("required")
@@ -64,8 +72,12 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
     try:
         argv = plan.argv
         for flag in ("--unshare-user", "--unshare-pid", "--unshare-net", "--die-with-parent",
-                     "--new-session", "--disable-userns"):  # fmt: skip
+                     "--new-session"):  # fmt: skip
             assert flag in argv, flag
+        # A root host's child allows only bwrap's namespace (checked by bwrap), else
+        # bwrap disables them in a namespace of its own.
+        checked = plan.tmpfs and os.geteuid() == 0
+        assert ("--assert-userns-disabled" if checked else "--disable-userns") in argv
         assert argv[argv.index("--cap-drop") + 1] == "ALL"
         assert argv[argv.index("--chdir") + 1] == str(tmp_path / "ext")
         assert argv[argv.index("--") + 1 :][-3:] == [sys.executable, "-c", "pass"]
@@ -84,18 +96,53 @@ def test_plan_essentials(bwrap: BwrapSandbox, tmp_path: Path) -> None:
         assert set(bound) >= {str(tmp_path / "ext"), str(tmp_path / "data")}
         copies = [int(argv[i + 1]) for i, a in enumerate(argv) if a == "--file"]
         assert sorted(plan.pass_fds) == sorted([seccomp_fd, *bound.values(), *copies])
-        assert {p.path for p in plan.pins} >= set(bound)
+        # Every grant is pinned; /etc is corral's own mirror (sandbox._etc), checked apart.
+        assert {p.path for p in plan.pins} >= set(bound) - {"/etc"}
         assert plan.sandboxed
         assert plan.backend == "bwrap"
     finally:
         bwrap.cleanup(plan)
 
 
+_NEW_USERNS = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+X86 = os.uname().machine == "x86_64"
+got = {}
+# CLONE_NEWUSER, and for clone SIGCHLD as the exit signal.
+for name, nr, flags in (("unshare", 272 if X86 else 97, 0x10000000),
+                        ("clone", 56 if X86 else 220, 0x10000000 | 17)):
+    ret = libc.syscall(nr, flags, 0, 0, 0, 0)
+    if ret == 0 and name == "clone":
+        os._exit(0)  # the child, in a new user namespace
+    if ret > 0:
+        os.waitpid(ret, 0)
+    got[name] = "made" if ret >= 0 else os.strerror(ctypes.get_errno())
+print(json.dumps(got))
+"""
+
+
+@pytest.mark.parametrize("seccomp", [True, False])
+def test_the_extension_cannot_make_a_user_namespace(
+    bwrap: BwrapSandbox, tmp_path: Path, seccomp: bool
+) -> None:
+    # Two layers, each enough alone: the seccomp filter, and the user namespaces
+    # allowed where bwrap makes the sandbox's (the child's limit, or --disable-userns).
+    backend = BwrapSandbox(msgspec.structs.replace(bwrap.config, seccomp=seccomp))
+    request = _request(tmp_path, argv=[sys.executable, "-c", _NEW_USERNS])
+    code, out, err = run_planned(backend, request)
+    assert code == 0, err
+    got = json.loads(out)
+    assert got.keys() == {"unshare", "clone"}
+    assert "made" not in got.values(), got
+
+
 def test_network_shares_the_host_namespace(bwrap: BwrapSandbox, tmp_path: Path) -> None:
     plan = bwrap.plan(_request(tmp_path, permissions=Permissions(network=True)))
     try:
         assert "--unshare-net" not in plan.argv
-        assert "/etc/resolv.conf" in plan.argv or not os.path.exists("/etc/resolv.conf")
+        assert _etc_shows(plan, "resolv.conf") == os.path.exists("/etc/resolv.conf")
     finally:
         bwrap.cleanup(plan)
 
@@ -127,7 +174,7 @@ def test_a_private_network_keeps_the_grant_inside_and_reaches_nothing_outside(
     try:
         plan = bwrap.plan(request)
         assert "--unshare-net" in plan.argv
-        assert "/etc/resolv.conf" in plan.argv or not os.path.exists("/etc/resolv.conf")
+        assert _etc_shows(plan, "resolv.conf") == os.path.exists("/etc/resolv.conf")
         assert write_end in plan.pass_fds
         bwrap.cleanup(plan)
         os.fstat(write_end)  # the caller's: not closed by the cleanup
