@@ -70,7 +70,7 @@ def identity_of_real(name: str, real: str) -> str:
 
 def quarantine_file(home: str | Path, identity: str) -> Path:
     """Where a quarantine is recorded; it persists until ``ext enable`` or a reload."""
-    return Path(os.path.join(home, "state", "quarantine", f"{identity}.txt"))  # one parse
+    return Path(os.path.join(home, "state", "quarantine", f"{identity}.txt"))
 
 
 def choice_file(home: str | Path, identity: str) -> Path:

@@ -242,8 +242,8 @@ async def reap_group(
         with trio.move_on_at(deadline):
             # First the exit: what escaped the group is an orphan only once it is gone.
             await proc.wait()
-            # Then the guardian's word on whether it left anything (written with the
-            # exit status, or it closes the pipe right after: no sweep needed then).
+            # Then the guardian's word on whether it left anything: the clean record
+            # comes with the exit status; without it, the pipe closes right after.
             await proc.ended()
     # A child that left nothing behind (the guardian says so with its exit) needs no
     # sweep: no round trip to the guardian, no pass over /proc.
