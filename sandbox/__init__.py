@@ -62,6 +62,7 @@ from ._protected import (
     ProtectKind,
     installation_paths,
 )
+from ._regular import open_regular
 from ._report import BackendStatus, Feature, SandboxReport, format_report
 from ._secrets import (
     HOME_STORES,
@@ -126,6 +127,7 @@ __all__ = [
     "installation_paths",
     "is_localhost_name",
     "local_reason",
+    "open_regular",
     "other_homes",
     "parse_allowance",
     "parse_destination",

@@ -37,13 +37,13 @@ tree. The caller must pass the real interpreter (``realpath``, ``sys.executable`
 from __future__ import annotations
 
 import os
-import stat
 from typing import final
 
 import msgspec
 
 from ._exceptions import PlanError
 from ._forbidden import never_problem, path_risk
+from ._regular import open_regular
 from ._within import inside
 
 __all__ = ["LINUX_SYSTEM_DIRS", "RuntimeNeeds", "find_runtime_paths", "program_note"]
@@ -75,15 +75,16 @@ class RuntimeNeeds(msgspec.Struct, frozen=True, kw_only=True):
 def _read_head(path: str, limit: int) -> bytes | None:
     """The first ``limit`` bytes of a regular file; None for anything else or unreadable.
 
-    Non-blocking and regular files only: a FIFO (in a project's venv, say) would hang
-    the host, a device would never end."""
+    Opened only once known to be a regular file (:func:`sandbox._regular.open_regular`):
+    a FIFO (in a project's venv, say) would hang the host, a device would never end
+    or act on its open."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd, _ = open_regular(path)
     except OSError:
         return None
+    if fd < 0:
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         return os.read(fd, limit)
     except OSError:
         return None

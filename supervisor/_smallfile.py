@@ -5,25 +5,18 @@ Whatever a cloned repository or an extension's directory holds is hostile: an
 waits for a writer forever), a link to ``/dev/zero`` (a read never ends) or a sparse
 file of gigabytes. :func:`read_small_file` reads such a file in steps:
 
-* ``open`` with ``O_PATH`` (Linux): the file is found but not opened, so a FIFO
-  does not wait for a writer (nor release one waiting for a reader) and a device's
-  driver is never called (opening ``/dev/watchdog`` arms it);
-* ``fstat`` of what was found (not of the path, which may be swapped at any time):
-  anything but a regular file is refused (a directory, FIFO, socket or device), and
-  so is a file larger than the cap, before it is opened;
-* the very file opened for reading through ``/proc/self/fd`` (no second lookup of
-  the path), with ``O_NONBLOCK`` and ``O_NOCTTY`` all the same;
+* the file is opened for reading only once its ``fstat`` says it is a regular file
+  (:func:`sandbox.open_regular`: found with ``O_PATH``, then that very inode
+  opened), so a FIFO is never waited on and a device's driver never called
+  (opening ``/dev/watchdog`` arms it); anything else is refused, and so is a file
+  larger than the cap, before a byte is read;
 * ``read`` to the end, never past the cap (a file may grow after the ``fstat``, and
   a pseudo-file says size 0), and ``close``.
 
-Where there is no ``O_PATH`` (macOS) or no ``/proc``, the path itself is opened
-with ``O_NONBLOCK`` and ``O_NOCTTY`` and what was opened is checked the same way
-(a FIFO opens at once instead of waiting; a device is opened before it is refused),
-as OpenSSH reads ``authorized_keys``. Six system calls for a file of known size,
-where ``Path.read_bytes`` makes nine. Whether a link at the path is followed is
-the caller's rule; what it leads to is held to the same checks. Refusals are
-:class:`FileRefused`, an :class:`OSError` whose ``strerror`` (and ``reason``) says
-why in words, so an ``except OSError`` that reports ``strerror`` names it too.
+Whether a link at the path is followed is the caller's rule; what it leads to is
+held to the same checks. Refusals are :class:`FileRefused`, an :class:`OSError`
+whose ``strerror`` (and ``reason``) says why in words, so an ``except OSError``
+that reports ``strerror`` names it too.
 """
 
 from __future__ import annotations
@@ -33,14 +26,13 @@ import os
 import stat
 from collections.abc import Callable
 
+from sandbox import open_regular
+
 __all__ = ["SMALL_FILE_MAX", "FileRefused", "describe_size", "read_small_file"]
 
 #: The cap for a manifest or a configuration file (1 MiB): a thousand times a real one.
 SMALL_FILE_MAX = 1 << 20
 
-_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-#: Linux's "find, do not open" (0 where there is none: the path is opened directly).
-_O_PATH: int = getattr(os, "O_PATH", 0)
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -78,39 +70,6 @@ def _not_regular(mode: int) -> str:
     return "is not a regular file"
 
 
-def _open(path: str | os.PathLike[str], flags: int) -> int:
-    try:
-        return os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:  # a socket (or a device without a driver)
-            st = os.stat(path, follow_symlinks=not flags & os.O_NOFOLLOW)
-            raise FileRefused(path, _not_regular(st.st_mode)) from None
-        raise
-
-
-def _open_found(path: str | os.PathLike[str], nofollow: int) -> int:
-    """``path`` found, not opened (``O_PATH``): a descriptor to ``fstat``."""
-    return os.open(path, _O_PATH | os.O_CLOEXEC | nofollow)
-
-
-def _reopen(found: int, path: str | os.PathLike[str], nofollow: int, st: os.stat_result) -> int:
-    """The regular file ``found`` (an ``O_PATH`` descriptor, closed here) opened for
-    reading: through ``/proc/self/fd``, the very inode; without ``/proc``, the path
-    again, and refused unless it is still that file."""
-    try:
-        try:
-            return os.open(f"/proc/self/fd/{found}", _FLAGS)
-        except FileNotFoundError:  # no /proc: the path again, then the same checks
-            fd = _open(path, _FLAGS | nofollow)
-    finally:
-        os.close(found)
-    again = os.fstat(fd)
-    if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
-        os.close(fd)
-        raise FileRefused(path, "changed while it was being opened", errno.EAGAIN)
-    return fd
-
-
 def read_small_file(
     path: str | os.PathLike[str],
     limit: int = SMALL_FILE_MAX,
@@ -134,12 +93,10 @@ def read_small_file(
         FileRefused: not a regular file, larger than ``limit``, or ``check`` refused it.
         OSError: it cannot be opened or read (``FileNotFoundError`` when missing).
     """
-    nofollow = 0 if follow_symlinks else os.O_NOFOLLOW
-    fd = _open_found(path, nofollow) if _O_PATH else _open(path, _FLAGS | nofollow)
+    fd, st = open_regular(path, follow_symlinks=follow_symlinks)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW found the link itself
+        if fd < 0:
+            if stat.S_ISLNK(st.st_mode):  # not followed, as asked
                 raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path))
             raise FileRefused(path, _not_regular(st.st_mode))
         refused = check(st) if check is not None else None
@@ -148,9 +105,6 @@ def read_small_file(
         size = st.st_size
         if size > limit:
             raise FileRefused(path, f"is larger than {describe_size(limit)} ({size} bytes)")
-        if _O_PATH:
-            found, fd = fd, -1
-            fd = _reopen(found, path, nofollow, st)
         data = os.read(fd, size + 1)
         if len(data) != size or not size:
             # It grew or shrank since the fstat, or it is a pseudo-file that says size
