@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import NamedTuple, final
 
+from ._regular import open_regular
 from ._runtime import LINUX_SYSTEM_DIRS
 from ._within import inside
 
@@ -79,11 +80,13 @@ def _copyable(st: os.stat_result) -> bool:
 def _read(path: str, st: os.stat_result) -> bytes | None:
     """The content of the regular file ``path`` if it is still the file ``st`` describes."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd, now = open_regular(path, follow_symlinks=False)
     except OSError:
         return None
+    if fd < 0:
+        return None
     try:
-        if stat_identity(os.fstat(fd)) != stat_identity(st):
+        if stat_identity(now) != stat_identity(st):
             return None
         data = os.read(fd, _MAX_COPY + 1)
         return data if len(data) == st.st_size else None

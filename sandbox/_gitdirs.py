@@ -33,6 +33,8 @@ import os
 import stat
 from typing import NamedTuple
 
+from ._regular import read_head
+
 __all__ = ["GitPath", "ProtectKind", "git_paths"]
 
 #: Git directories looked at, at most, per call (submodules and worktrees included).
@@ -65,18 +67,8 @@ class GitPath(NamedTuple):
 
 def _read(path: str) -> str:
     """The start of the regular file ``path`` ("" if missing, a link, or unreadable)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        return os.read(fd, _MAX_READ).decode("utf-8", "replace")
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
+    head = read_head(path, _MAX_READ, follow_symlinks=False)
+    return "" if head is None else head.decode("utf-8", "replace")
 
 
 def _pointer(path: str, key: str = "gitdir:") -> str | None:

@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 
-__all__ = ["open_regular"]
+__all__ = ["open_regular", "read_head"]
 
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 #: Linux's "find, do not open" (0 where there is none: the path is opened directly).
@@ -64,3 +64,20 @@ def open_regular(
         os.close(fd)
         raise OSError(errno.EAGAIN, "changed while it was being opened", os.fspath(path))
     return fd, st
+
+
+def read_head(path: str, limit: int, *, follow_symlinks: bool = True) -> bytes | None:
+    """The first ``limit`` bytes of the regular file at ``path``; None for anything
+    else (never opened for reading: see :func:`open_regular`) or when unreadable."""
+    try:
+        fd, _ = open_regular(path, follow_symlinks=follow_symlinks)
+    except OSError:
+        return None
+    if fd < 0:
+        return None
+    try:
+        return os.read(fd, limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

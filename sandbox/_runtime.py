@@ -43,7 +43,7 @@ import msgspec
 
 from ._exceptions import PlanError
 from ._forbidden import never_problem, path_risk
-from ._regular import open_regular
+from ._regular import read_head
 from ._within import inside
 
 __all__ = ["LINUX_SYSTEM_DIRS", "RuntimeNeeds", "find_runtime_paths", "program_note"]
@@ -72,29 +72,9 @@ class RuntimeNeeds(msgspec.Struct, frozen=True, kw_only=True):
     aliases: list[tuple[str, str]] = []
 
 
-def _read_head(path: str, limit: int) -> bytes | None:
-    """The first ``limit`` bytes of a regular file; None for anything else or unreadable.
-
-    Opened only once known to be a regular file (:func:`sandbox._regular.open_regular`):
-    a FIFO (in a project's venv, say) would hang the host, a device would never end
-    or act on its open."""
-    try:
-        fd, _ = open_regular(path)
-    except OSError:
-        return None
-    if fd < 0:
-        return None
-    try:
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _read_shebang(path: str) -> str | None:
     """The interpreter line of a script, or None for binaries and unreadable files."""
-    head = _read_head(path, 256)
+    head = read_head(path, 256)
     if head is None or not head.startswith(b"#!"):
         return None
     line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
@@ -104,7 +84,7 @@ def _read_shebang(path: str) -> str | None:
 def _venv_paths(interpreter: str) -> tuple[str, str] | None:
     """The venv directory and its base interpreter's prefix, if it is a venv's python."""
     venv = os.path.dirname(os.path.dirname(interpreter))
-    data = _read_head(os.path.join(venv, "pyvenv.cfg"), 64 * 1024)
+    data = read_head(os.path.join(venv, "pyvenv.cfg"), 64 * 1024)
     if data is None:
         return None
     lines = data.decode("utf-8", "replace").splitlines()
