@@ -12,7 +12,9 @@ and prints one JSON line (the protocol is in ``bench/_sidebyside.py``). Every
 repetition runs every driver once per figure, seconds apart, in an order that
 alternates between repetitions; a figure's value is the median over the
 repetitions, and ``corral_vs_<peer>`` is the median of the per-repetition ratios
-(for ``rss10``, ``corral_minus_<peer>``: the median of the differences, in MiB).
+(for ``rss10``, ``corral_minus_<peer>``: the median of the differences, in MiB);
+against a third implementation, ``bare_vs_<peer>`` too: where a trio + msgspec
+host itself stands.
 Prints one table (a column per driver) with the load average before and after,
 and writes the rows as JSON (``bench/results/sidebyside.json``, ``--json PATH``).
 """
@@ -117,15 +119,19 @@ def measure(
                     )
                 )
                 continue
-            rows.append(
-                Row(
-                    bench="sidebyside",
-                    case=f"{figure}.corral_vs_{peer}",
-                    value=median([a / b for a, b in pairs]),
-                    unit="×",
-                    note=f"paired ratios (corral / {peer}), median of {reps}; {load}",
+            # Against a third implementation, the bare loop's ratio too: the floor of a
+            # trio + msgspec host, which corral's own share is measured over.
+            for ours in ("corral", "bare") if peer != "bare" and "bare" in got else ("corral",):
+                pairs = list(zip(got[ours], got[peer], strict=True))
+                rows.append(
+                    Row(
+                        bench="sidebyside",
+                        case=f"{figure}.{ours}_vs_{peer}",
+                        value=median([a / b for a, b in pairs]),
+                        unit="×",
+                        note=f"paired ratios ({ours} / {peer}), median of {reps}; {load}",
+                    )
                 )
-            )
     return rows
 
 

@@ -36,6 +36,9 @@ def test_side_by_side_measures_each_driver_and_a_plugged_in_one(tmp_path: Path) 
             assert rows[f"{figure}.{name}"]["value"] > 0
     assert rows["ready1.corral_vs_bare"]["unit"] == "×"
     assert "stop1.corral_vs_other" in rows
+    assert rows["stop1.bare_vs_other"]["unit"] == "×"  # the floor against a third one
+    assert "stop1.bare_vs_bare" not in rows
+    assert "rss10.bare_vs_other" not in rows
     assert rows["rss10.corral_minus_bare"]["target"] == "≤ 4"
     head = proc.stdout.splitlines()[0].split()
     assert head == ["figure", "bare", "corral", "other", "corral", "vs", "bare"]
