@@ -15,6 +15,13 @@ symlinks: a directory removed (a ``/tmp`` cleaner) or no longer the one made
 pair is removed when the host exits (not when a backend is collected: a plan
 may still name it).
 
+A host killed before it could remove its pair leaves it behind, /etc mirrors
+included. So the pair's name says whose it is (the host's PID namespace, pid and
+start time), and a host making its first pair removes, in a thread of its own,
+every pair of ours whose host is gone (:func:`sweep_stale`). A pair of another
+user, another PID namespace or a host that lives is never touched, nor is one
+named before names said whose it is.
+
 Between that check and bwrap's bind of the path, the pair must not be swappable:
 a sandbox that may write the temporary directory itself (the agent's ``bash`` run
 in ``/tmp``, an extension granted ``/tmp``) could otherwise rename the pair away
@@ -36,7 +43,9 @@ from typing import final
 
 from ._etc import own_directory, stat_identity
 
-__all__ = ["MOUNT_POINTS", "MountPoints", "protected_base"]
+__all__ = ["MOUNT_POINTS", "MountPoints", "protected_base", "sweep_stale"]
+
+PREFIX = "corral-tmpfs-"
 
 
 def _identity(path: str) -> tuple[int, ...] | None:
@@ -61,6 +70,61 @@ def _remove(paths: list[str], owner: int) -> None:
             os.rmdir(path)
 
 
+def _started(pid: int | str) -> int | None:
+    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22);
+    None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()  # the name (field 2) may hold anything
+    return int(fields[19]) if len(fields) > 19 else None
+
+
+def _whose() -> str:
+    """This process's part of a pair's name: ``<PID namespace>-<pid>-<start time>-``."""
+    try:
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        ns = 0
+    return f"{ns}-{os.getpid()}-{_started('self') or 0}-"
+
+
+def sweep_stale(directory: str) -> list[str]:
+    """Remove the pairs in ``directory`` that hosts now gone left behind; their paths.
+
+    Only directories of ours (not links), mode 0700, named by a host of this PID
+    namespace (see :func:`_whose`) that no longer runs: its pid is free, or taken
+    by a process started at another time. Removal goes by descriptor and never
+    follows a link (:func:`shutil.rmtree` here), so an entry swapped meanwhile is
+    not followed out of the pair. Blocking: call it off the event loop.
+    """
+    mine = _whose().split("-")[0]
+    gone: list[str] = []
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if e.name.startswith(PREFIX)]
+    except OSError:
+        return gone
+    for name in names:
+        parts = name[len(PREFIX) :].split("-")
+        if len(parts) != 4 or parts[0] != mine or not (parts[1] + parts[2]).isdigit():
+            continue  # another namespace's, or named before names said whose
+        if int(parts[1]) == os.getpid() or _started(parts[1]) == int(parts[2]):
+            continue  # its host runs
+        path = os.path.join(directory, name)
+        st = own_directory(path)
+        if st is None or st.st_mode & 0o077:
+            continue
+        try:
+            shutil.rmtree(path)
+        except OSError:
+            continue
+        gone.append(path)
+    return gone
+
+
 @final
 class MountPoints:
     """The two empty directories the child mounts the private tmpfs over. Thread-safe."""
@@ -70,6 +134,8 @@ class MountPoints:
         #: The base, shm and tmp directories with their identities when made.
         self._made: list[tuple[str, tuple[int, ...] | None]] = []
         self._remover: weakref.finalize[[list[str], int], MountPoints] | None = None
+        #: Whether this process looked for pairs that dead hosts left (once).
+        self._swept = False
 
     def _intact(self) -> bool:
         return bool(self._made) and all(
@@ -92,7 +158,11 @@ class MountPoints:
         """
         with self._lock:
             if not self._intact():
-                base = tempfile.mkdtemp(prefix="corral-tmpfs-")
+                base = tempfile.mkdtemp(prefix=PREFIX + _whose())
+                if not self._swept:  # off the spawn's path: a /tmp may hold thousands
+                    self._swept = True
+                    directory = os.path.dirname(base)
+                    threading.Thread(target=sweep_stale, args=(directory,), daemon=True).start()
                 paths = [base, os.path.join(base, "shm"), os.path.join(base, "tmp")]
                 for path in paths[1:]:
                     os.mkdir(path, 0o700)

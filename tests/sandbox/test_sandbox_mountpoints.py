@@ -119,3 +119,67 @@ def test_the_pair_goes_with_the_host(bwrap: BwrapSandbox, tmp_path: Path) -> Non
     made = done.stdout.decode().split()
     assert len(made) == 2, done
     assert not any(os.path.lexists(p) for p in [*made, os.path.dirname(made[0])])
+
+
+#: A host that makes its pair (and an /etc mirror beside it), says where, and is killed
+#: before it can remove it.
+_KILLED_HOST = (
+    "import os, signal\n"
+    "from sandbox._mountpoints import MOUNT_POINTS\n"
+    "base = MOUNT_POINTS.base()\n"
+    "os.mkdir(os.path.join(base, 'etc-x'))\n"
+    "open(os.path.join(base, 'etc-x', 'hosts'), 'w').write('127.0.0.1 x')\n"
+    "print(base, flush=True)\n"
+    "os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+
+#: A host that makes its pair, waits for its sweep of stale pairs, and exits.
+_NEXT_HOST = (
+    "import threading\n"
+    "from sandbox._mountpoints import MOUNT_POINTS\n"
+    "print(MOUNT_POINTS.base(), flush=True)\n"
+    "for t in threading.enumerate():\n"
+    "    if t is not threading.main_thread():\n"
+    "        t.join()\n"
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
+def test_a_pair_left_by_a_killed_host_is_removed_by_the_next(tmp_path: Path) -> None:
+    from sandbox._mountpoints import PREFIX, _whose
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    killed = subprocess.run([sys.executable, "-c", _KILLED_HOST], env=env, capture_output=True)
+    assert killed.returncode == -9, killed.stderr
+    stale = killed.stdout.decode().strip()
+    assert os.path.isdir(os.path.join(stale, "etc-x"))
+    ns, pid, started, _ = _whose().split("-")
+    kept = {  # none of these may go
+        "live": f"{PREFIX}{ns}-{pid}-{started}-live0000",  # this test's own process
+        "other_namespace": f"{PREFIX}1-{pid}-1-otherns0",
+        "unnamed": f"{PREFIX}abcd1234",  # a corral before names said whose
+        "open_mode": f"{PREFIX}{ns}-1-1-openmode",  # others may enter it: not ours
+    }
+    for name in kept.values():
+        (tmp_path / name).mkdir(mode=0o700)
+    (tmp_path / kept["open_mode"]).chmod(0o755)
+    reused = tmp_path / f"{PREFIX}{ns}-{pid}-{int(started) + 1}-reused00"  # pid taken since
+    reused.mkdir(mode=0o700)
+    # A link named like a dead host's pair, to a directory of ours: never followed.
+    target = tmp_path / "precious"
+    target.mkdir(mode=0o700)
+    (target / "keep").write_text("mine")
+    link = tmp_path / f"{PREFIX}{ns}-1-1-linkedxx"
+    link.symlink_to(target)
+
+    nxt = subprocess.run(
+        [sys.executable, "-c", _NEXT_HOST], env=env, capture_output=True, check=True
+    )
+    made = nxt.stdout.decode().strip()
+    assert not os.path.lexists(stale)
+    assert not reused.exists()
+    for name in kept.values():
+        assert (tmp_path / name).is_dir(), name
+    assert link.is_symlink()
+    assert (target / "keep").read_text() == "mine"
+    assert not os.path.lexists(made)  # the next host removed its own pair as it exited
