@@ -14,7 +14,8 @@ process has exited. :func:`check_sandbox` and :func:`format_report` are
 both it and the file tools follow inside the workspace (what must stay read-only
 because it runs later as the user), and :func:`credential_paths` the one list of
 credential stores no sandboxed child may read. :func:`host_environment` is the
-allowlisted environment everything corral starts begins with.
+allowlisted environment everything corral starts begins with. :func:`start_time`
+tells a live process from a later one that took its pid.
 
 Network grants: :func:`check_network` validates a ``permissions.network`` list of
 destinations, :class:`Destinations` matches a request against it (the egress
@@ -55,6 +56,7 @@ from ._network import (
 from ._permissions import Limits, Permissions
 from ._pin import PathKind, Pin, carry_pins, changed_pins
 from ._plan import LaunchPlan, LaunchRequest, Sandbox, SandboxMode
+from ._proc import start_time
 from ._protected import (
     Protected,
     ProtectedPaths,
@@ -137,6 +139,7 @@ __all__ = [
     "select_sandbox",
     "spawn",
     "start_guardian",
+    "start_time",
     "stores_around",
     "submit_spawn",
     "sweep_orphans",

@@ -42,6 +42,7 @@ import weakref
 from typing import final
 
 from ._etc import own_directory, stat_identity
+from ._proc import start_time
 
 __all__ = ["MOUNT_POINTS", "MountPoints", "protected_base", "sweep_stale"]
 
@@ -70,25 +71,13 @@ def _remove(paths: list[str], owner: int) -> None:
             os.rmdir(path)
 
 
-def _started(pid: int | str) -> int | None:
-    """When ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat`` field 22);
-    None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()  # the name (field 2) may hold anything
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def _whose() -> str:
     """This process's part of a pair's name: ``<PID namespace>-<pid>-<start time>-``."""
     try:
         ns = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         ns = 0
-    return f"{ns}-{os.getpid()}-{_started('self') or 0}-"
+    return f"{ns}-{os.getpid()}-{start_time('self') or 0}-"
 
 
 def sweep_stale(directory: str) -> list[str]:
@@ -111,7 +100,7 @@ def sweep_stale(directory: str) -> list[str]:
         parts = name[len(PREFIX) :].split("-")
         if len(parts) != 4 or parts[0] != mine or not (parts[1] + parts[2]).isdigit():
             continue  # another namespace's, or named before names said whose
-        if int(parts[1]) == os.getpid() or _started(parts[1]) == int(parts[2]):
+        if int(parts[1]) == os.getpid() or start_time(parts[1]) == int(parts[2]):
             continue  # its host runs
         path = os.path.join(directory, name)
         st = own_directory(path)

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 
 import trio
 
-from sandbox import sweep_orphans
+from sandbox import start_time, sweep_orphans
 from sandbox.log import get_logger
 
 from ._spawn import INSTANCE_VAR
@@ -75,18 +75,6 @@ def signal_group(pgid: int, sig: signal.Signals) -> bool:
     return True
 
 
-def _start_time(pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks (``/proc/<pid>/stat`` field 22)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) is in parentheses and may contain anything.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def claim(found: Iterable[tuple[int, int | None]]) -> list[Claimed]:
     """Claim processes found as ``(pid, start time)``; skips those already gone.
 
@@ -106,7 +94,7 @@ def claim(found: Iterable[tuple[int, int | None]]) -> list[Claimed]:
             continue  # gone already
         try:
             signal.pidfd_send_signal(fd, 0)
-            same = started is None or _start_time(pid) == started
+            same = started is None or start_time(pid) == started
             signal.pidfd_send_signal(fd, 0)
         except OSError:
             same = False
@@ -135,7 +123,7 @@ def _scan_proc(wanted: set[bytes], pgids: set[int], me: int) -> list[tuple[int, 
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         pid = int(entry.name)
-        started = _start_time(pid)
+        started = start_time(pid)
         if started is None:
             continue
         if pgids:
