@@ -100,6 +100,8 @@ def sweep_stale(directory: str) -> list[str]:
         parts = name[len(PREFIX) :].split("-")
         if len(parts) != 4 or parts[0] != mine or not (parts[1] + parts[2]).isdigit():
             continue  # another namespace's, or named before names said whose
+        if mine == "0" or parts[2] == "0":
+            continue  # named without /proc: whether its host runs cannot be told
         if int(parts[1]) == os.getpid() or start_time(parts[1]) == int(parts[2]):
             continue  # its host runs
         path = os.path.join(directory, name)

@@ -159,6 +159,7 @@ def test_a_pair_left_by_a_killed_host_is_removed_by_the_next(tmp_path: Path) -> 
         "other_namespace": f"{PREFIX}1-{pid}-1-otherns0",
         "unnamed": f"{PREFIX}abcd1234",  # a corral before names said whose
         "open_mode": f"{PREFIX}{ns}-1-1-openmode",  # others may enter it: not ours
+        "no_proc": f"{PREFIX}{ns}-1-0-noproc00",  # named without /proc: cannot tell
     }
     for name in kept.values():
         (tmp_path / name).mkdir(mode=0o700)
