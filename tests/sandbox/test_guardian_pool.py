@@ -226,6 +226,12 @@ _CAPS = (
 )
 
 
+def _guardian() -> int:
+    guardian = start_guardian()
+    assert guardian is not None
+    return guardian
+
+
 def _capped_backend() -> BwrapSandbox:
     backend = select_sandbox("required", cgroups=False)
     if not isinstance(backend, BwrapSandbox) or not backend.config.private_tmpfs:
@@ -281,9 +287,7 @@ def test_the_pool_makes_the_namespaces_of_a_sandboxed_spawn_before_its_order(
     # costs it about 0.4 ms: the pool's spares make them, for the caps of such a
     # spawn, before their order comes. Only a spawn with exactly those caps is
     # handed such a spare; the caps are always the spawn's own.
-    backend = _capped_backend()
-    guardian = start_guardian()
-    assert guardian is not None
+    backend, guardian = _capped_backend(), _guardian()
     _run_capped(backend, tmp_path, 3)  # from now on the pool has spares made for 3 MiB
     spares = _spares_for(guardian, 3)
     pid, caps = _run_capped(backend, tmp_path, 3)
@@ -302,9 +306,7 @@ def test_spawns_of_alternating_shapes_each_take_a_spare_prepared_for_theirs(
     # children, or two caps: the pool keeps spares for each of the last shapes, so a
     # spawn of one no longer lets the other's spares go, and each order is handed a
     # spare prepared for its own shape (or for none), never another's.
-    backend = _capped_backend()
-    guardian = start_guardian()
-    assert guardian is not None
+    backend, guardian = _capped_backend(), _guardian()
     plain = _plan(tmp_path, "pass")
 
     def run_plain() -> int:
