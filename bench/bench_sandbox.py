@@ -29,7 +29,10 @@ alternating repetitions of one spawn planned like the lean extension
 (interpreter, SDK, extension and data directories), against the same spawn
 under plain bubblewrap and under the view; medians of the per-repetition
 differences. No interpreter starts, so the figure is bubblewrap's and corral's
-alone.
+alone. Each spawn comes 25 ms after the last one ended, as spawns outside a burst
+do: the guardian has parked a spare for each kind by then (it forks spares once no
+spawn came for 20 ms), so every kind is measured from the same start (back to
+back, which kind found a spare depended on how long the previous spawn took).
 
 That baseline binds the host's whole root at once: a minimal root (``/usr``, a
 dozen /etc entries, the interpreter, the SDK, the extension), what corral shows,
@@ -148,6 +151,7 @@ def _first_output(rows: Rows, root: Path, bwrap: Sandbox, none: Sandbox, reps: i
     wraps = {"plain": PLAIN_BWRAP, "view": VIEW_BWRAP, "direct": None}
 
     def once(kind: str) -> float:
+        time.sleep(0.025)  # outside a burst: the guardian's spares are parked (see above)
         t0 = time.perf_counter()
         backend = bwrap if kind == "corral" else none
         plan = backend.plan(request)

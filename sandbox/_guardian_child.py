@@ -266,7 +266,7 @@ def spare(
     """A child parked in its cgroups before anyone needs it, then given its order.
 
     Joining a cgroup costs a grace period; a spare pays it while nothing waits
-    (see ``Guardian.park`` in _guardian_main.py), so the spawn that takes it starts at
+    (see ``Pool.park`` in _guardian_pool.py), so the spawn that takes it starts at
     once. So does all of a prepared launch that does not depend on its order (spares
     serve only those): nothing of the guardian's open, death with the guardian, child
     subreaper, and (``tmpfs``: the guardian hands it only orders with exactly these)

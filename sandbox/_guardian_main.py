@@ -55,28 +55,17 @@ if TYPE_CHECKING:
     from typing import Any
 
     from sandbox import _guardian_child as child
+    from sandbox import _guardian_pool as pool
 else:
     # What a child does between fork and exec lives beside this file (standard
     # library only too). ``-I`` leaves this directory off sys.path: it goes last, so
     # that nothing here can shadow the standard library.
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     import _guardian_child as child
+    import _guardian_pool as pool
 
 #: How long the last clean-up may take before the guardian gives up and exits.
 CLEANUP_LIMIT = 10.0
-#: Milliseconds without a spawn order after which spares are parked for the next prepared
-#: spawns into no cgroup (a burst of spawns forks each child instead of waiting for one).
-SPARE_AFTER_IDLE = 20
-#: At most this many spares in no cgroup: as many as the last burst of such spawns took
-#: (a host that started ten at once may well do it again: a reload, restarts), at least one.
-POOL_MAX = 8
-#: Seconds without a spawn order after which the pool goes back to one spare.
-POOL_SHRINK_AFTER = 2.0
-
-#: Which orders a spare can take: the cgroups it joined, and the capped tmpfs it mounted
-#: in a user and mount namespace of its own before its order (none: it mounts what
-#: its order says, if anything, after it came).
-Key = tuple[tuple[str, ...], tuple[tuple[str, int, int], ...]]
 
 
 def record(tag: bytes, value: int, step: str = "") -> bytes:
@@ -92,8 +81,9 @@ CLEAN = record(b"c", 0)
 # --- the guardian ----------------------------------------------------------------------
 
 
-class Guardian:
-    """The guardian's state: its children, their status pipes and their cgroups."""
+class Guardian(pool.Pool):
+    """The guardian's state: its children, their status pipes and their cgroups, and its
+    spares (:class:`_guardian_pool.Pool`)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -102,22 +92,7 @@ class Guardian:
         self.children: dict[int, tuple[int, list[str]]] = {}
         #: exec pipe read end -> pid, until the program started or failed to
         self.starting: dict[int, int] = {}
-        #: Spare children by what they prepared (:data:`Key`): pid and the socket of their
-        #: order, oldest first (one per cgroup set the host parks in; a pool for no cgroup).
-        self.spares: dict[Key, list[tuple[int, socket.socket]]] = {}
-        #: The tmpfs of the last prepared spawn into no cgroup: what the pool's spares
-        #: mount before their order (see :meth:`tend_pool`).
-        self.shape: tuple[tuple[str, int, int], ...] = ()
-        #: The tmpfs the pool's spares mounted.
-        self.parked: tuple[tuple[str, int, int], ...] = ()
-        #: Their pids.
-        self.spare_set: set[int] = set()
-        #: How many spares in no cgroup to keep parked (see :meth:`tend_pool`).
-        self.pool = 1
-        #: Prepared spawns into no cgroup since the pool was last sized.
-        self.burst = 0
-        #: Spares let go (they exit), until reaped: ours still, not orphans.
-        self.released: set[int] = set()
+        super().__init__()
         #: When the last request came (monotonic seconds).
         self.asked = time.monotonic()
         self.poller = select.poll()
@@ -157,54 +132,6 @@ class Guardian:
                 elif fd in self.starting:
                     self.started(fd)
             self.reap()
-
-    def tend_pool(self) -> int:
-        """Park or release one spare in no cgroup, as the demand says, while the host is
-        quiet; returns the poll's timeout (ms) until the next step (-1: none due).
-
-        Spares are forked only once no spawn was ordered for ``SPARE_AFTER_IDLE``: a
-        burst of spawns forks its children back to back and never waits for a spare.
-        The pool is sized by the last burst (at least one, at most ``POOL_MAX``), one
-        fork per step (a request that comes meanwhile is served first), and goes back
-        to one after ``POOL_SHRINK_AFTER`` without a spawn.
-
-        The pool's spares mount the capped tmpfs of the last such spawn before their
-        order (its namespaces cost a sandboxed spawn about 0.4 ms): a spawn with other
-        caps (or none) forks its child. Spares made for other caps are let go.
-        """
-        if self.shape != self.parked:
-            self.release(self.spares.pop(((), self.parked), []))
-            self.parked = self.shape
-        pool = self.spares.get(((), self.shape), [])
-        quiet = time.monotonic() - self.asked
-        if len(pool) < self.pool or self.burst:
-            if quiet < SPARE_AFTER_IDLE / 1000:
-                return int((SPARE_AFTER_IDLE / 1000 - quiet) * 1000) + 1
-            if self.waiting.poll(0):
-                return 0  # a request came (a starved guardian is not a quiet host)
-            if self.burst:
-                self.pool = max(self.pool, min(self.burst, POOL_MAX))
-                self.burst = 0
-            if len(pool) < self.pool:
-                try:
-                    self.fork_spare(((), self.shape))
-                except OSError:  # no room for more now: the next spawns fork
-                    self.pool = len(pool)
-                return 0
-        if len(pool) > 1 or self.pool > 1:
-            if quiet < POOL_SHRINK_AFTER:
-                return int((POOL_SHRINK_AFTER - quiet) * 1000) + 1
-            self.pool = 1
-            self.release(pool[1:])
-            del pool[1:]
-        return -1
-
-    def release(self, spares: list[tuple[int, socket.socket]]) -> None:
-        """Let spares go: each exits, and is reaped like any child."""
-        for pid, sock in spares:
-            sock.close()
-            self.spare_set.discard(pid)
-            self.released.add(pid)
 
     def woken(self) -> bool:
         """Drain the signal wake-up pipe; True on SIGTERM (end everything, like EOF)."""
@@ -255,64 +182,6 @@ class Guardian:
                 os.close(fd)
         return True
 
-    def park(self, cgroups: list[str]) -> dict[str, Any]:
-        """Fork a spare child into ``cgroups`` now, for a later spawn into them (one)."""
-        key: Key = (tuple(cgroups), ())
-        if self.spares.get(key):
-            return {"pid": self.spares[key][0][0]}
-        return {"pid": self.fork_spare(key)}
-
-    def fork_spare(self, key: Key) -> int:
-        """Fork one more spare that prepares what ``key`` says; its pid."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            pid = os.fork()
-        except OSError:
-            ours.close()
-            theirs.close()
-            raise
-        if pid == 0:
-            ours.close()
-            try:
-                child.spare(theirs, list(key[0]), list(key[1]), self.pid)
-            finally:
-                os._exit(127)
-        theirs.close()
-        self.spares.setdefault(key, []).append((pid, ours))
-        self.spare_set.add(pid)
-        return pid
-
-    def _use_spare(
-        self, order: dict[str, Any], msg: memoryview, fds: list[int], exec_w: int
-    ) -> int | None:
-        """Hand a prepared order (``msg``, as the host sent it) to the spare parked in its
-        cgroups, if one is alive; its pid."""
-        if not order.get("prepare"):
-            return None  # a spare dies with the guardian: only prepared children may
-        cgroups = tuple(order.get("cgroups", ()))
-        key: Key = (cgroups, ())
-        if not order.get("egress"):  # (its namespaces are made with the listener's)
-            shape = tuple(map(tuple, order.get("tmpfs", ())))
-            if not cgroups:
-                self.shape = shape  # the next spares' (see tend_pool)
-            if self.spares.get((cgroups, shape)):
-                key = (cgroups, shape)
-        pool = self.spares.get(key)
-        if not pool:
-            return None
-        pid, sock = pool.pop(0)
-        self.spare_set.discard(pid)
-        if not pool:
-            del self.spares[key]
-        sent = struct.pack(f"{len(fds) + 1}i", *fds, exec_w)
-        try:
-            sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, sent)])
-        except OSError:
-            return None  # it died (it could not join its cgroups): fork a child instead
-        finally:
-            sock.close()
-        return pid
-
     def spawn(
         self, order: dict[str, Any], fds: list[int], msg: memoryview
     ) -> tuple[dict[str, Any], list[int]]:
@@ -323,7 +192,7 @@ class Guardian:
             os.close(status_r)
             os.close(status_w)
             raise
-        pid = self._use_spare(order, msg, fds, exec_w)
+        pid = self.use_spare(order, msg, fds, exec_w)
         if pid is None:
             try:
                 pid = os.fork()
@@ -337,8 +206,6 @@ class Guardian:
         self.children[pid] = (status_w, list(order.get("cgroups", ())))
         self.starting[exec_r] = pid
         self.poller.register(exec_r, select.POLLIN)
-        if order.get("prepare") and not order.get("cgroups"):
-            self.burst += 1  # the pool is sized by it once no spawn is ordered
         try:  # (the pidfd's process is this child: only we reap it)
             return {"pid": pid}, [status_r, os.pidfd_open(pid)]
         except (AttributeError, OSError):  # no pidfds here
@@ -398,17 +265,6 @@ class Guardian:
                 os.close(entry[0])
             if pid in self.spare_set:  # a spare that could not join its cgroups
                 self.drop_spare(pid)
-
-    def drop_spare(self, pid: int) -> None:
-        self.spare_set.discard(pid)
-        for key, pool in list(self.spares.items()):
-            for spare, sock in pool:
-                if spare == pid:
-                    sock.close()
-                    pool.remove((spare, sock))
-                    if not pool:
-                        del self.spares[key]
-                    return
 
     def adopted(self) -> int | None:
         """How many of our children we did not fork (orphans we adopted); None where

@@ -27,6 +27,9 @@ from sandbox import (
     sweep_orphans,
 )
 from sandbox._bwrap import BwrapSandbox
+from sandbox._guardian_main import pool
+
+POOL_MAX = pool.POOL_MAX
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
@@ -170,12 +173,10 @@ def test_a_burst_of_spawns_leaves_as_many_spares_then_idle_leaves_one(tmp_path: 
 
 
 def test_the_pool_is_bounded(tmp_path: Path) -> None:
-    from sandbox import _guardian_main
-
     _wait_for_spares(1, set())
-    _burst(tmp_path, _guardian_main.POOL_MAX + 4)
+    _burst(tmp_path, POOL_MAX + 4)
     time.sleep(0.5)  # quiet: the pool is parked (more than this would be a bug)
-    assert len(_wait_for_spares(_guardian_main.POOL_MAX, set())) == _guardian_main.POOL_MAX
+    assert len(_wait_for_spares(POOL_MAX, set())) == POOL_MAX
     _wait_for_spares(1, set())  # and back to one, as the next test expects
 
 
@@ -203,7 +204,7 @@ def test_every_child_starts_with_default_signals_and_dies_with_the_guardian(
         f'echo $name $value;; esac; done </proc/self/status; exec {sys.executable} -c "$0"'
     )
     plan = msgspec.structs.replace(_plan(tmp_path, ""), argv=["/bin/sh", "-c", script, _PRCTL])
-    n = __import__("sandbox._guardian_main", fromlist=["POOL_MAX"]).POOL_MAX + 2
+    n = POOL_MAX + 2
     orders = [
         submit_spawn(msgspec.structs.replace(plan), stdin=subprocess.DEVNULL) for _ in range(n)
     ]
@@ -219,50 +220,159 @@ def test_every_child_starts_with_default_signals_and_dies_with_the_guardian(
         assert out == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16, "9", "1"]
 
 
-def test_the_pool_makes_the_namespaces_of_the_last_sandboxed_spawn_before_its_order(
-    tmp_path: Path,
-) -> None:
-    # A sandboxed spawn's user and mount namespace with its capped /tmp and /dev/shm
-    # costs it about 0.4 ms: the pool's spares make them, for the caps of the last
-    # such spawn, before their order comes. Only a spawn with exactly those caps is
-    # handed such a spare; the caps are always the spawn's own.
+_CAPS = (
+    "import os; t, s = os.statvfs('/tmp'), os.statvfs('/dev/shm'); "
+    "print(t.f_files, t.f_blocks * t.f_frsize, s.f_files, s.f_blocks * s.f_frsize)"
+)
+
+
+def _guardian() -> int:
+    guardian = start_guardian()
+    assert guardian is not None
+    return guardian
+
+
+def _capped_backend() -> BwrapSandbox:
     backend = select_sandbox("required", cgroups=False)
     if not isinstance(backend, BwrapSandbox) or not backend.config.private_tmpfs:
         pytest.skip("no capped tmpfs made by corral's child here")
-    code = (
-        "import os; t, s = os.statvfs('/tmp'), os.statvfs('/dev/shm'); "
-        "print(t.f_files, t.f_blocks * t.f_frsize, s.f_files, s.f_blocks * s.f_frsize)"
-    )
+    return backend
 
-    def run(tmp_mb: int) -> tuple[int, list[int]]:
-        plan = backend.plan(_request(tmp_path, code, Permissions(limits=Limits(tmp_mb=tmp_mb))))
-        try:
-            child = spawn(plan, stdin=subprocess.DEVNULL)
-            out, err = child.communicate(timeout=60)
-            assert child.returncode == 0, err
-        finally:
-            backend.cleanup(plan)
-        return child.pid, [int(n) for n in out.split()]
 
-    def new_spare(old: set[int]) -> int:
-        deadline = time.monotonic() + 30
-        while not (new := _spares(old)):
-            assert time.monotonic() < deadline, "no spare parked"
-            time.sleep(0.01)
-        return min(new)
+def _run_capped(backend: BwrapSandbox, tmp_path: Path, tmp_mb: int) -> tuple[int, list[int]]:
+    """A sandboxed spawn with /tmp and /dev/shm capped at ``tmp_mb``: its pid, and the
+    inodes and bytes of both as it saw them."""
+    plan = backend.plan(_request(tmp_path, _CAPS, Permissions(limits=Limits(tmp_mb=tmp_mb))))
+    try:
+        child = spawn(plan, stdin=subprocess.DEVNULL)
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+    finally:
+        backend.cleanup(plan)
+    return child.pid, [int(n) for n in out.split()]
 
-    guardian = start_guardian()
+
+def _prepared_for(guardian: int, spares: set[int], tmp_mb: int | None) -> set[int]:
+    """Which of ``spares`` (the guardian's) made, before any order, a user namespace of
+    their own with /tmp and /dev/shm capped at ``tmp_mb`` mounted (None: made nothing)."""
     own = os.readlink(f"/proc/{guardian}/ns/user")
-    run(3)  # from now on the pool's spares are made for 3 MiB
-    spare = new_spare(set())
-    # Made before any order: a user namespace of its own, the capped tmpfs mounted.
-    assert os.readlink(f"/proc/{spare}/ns/user") != own
-    mounts = Path(f"/proc/{spare}/mountinfo").read_text()
-    assert mounts.count("size=3072k,nr_inodes=3072") == 2, mounts
-    pid, caps = run(3)
-    assert pid == spare
+    cap = f"size={(tmp_mb or 0) * 1024}k,nr_inodes={(tmp_mb or 0) * 1024}"
+    found = set()
+    for pid in spares:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/user") == own:
+                if tmp_mb is None:
+                    found.add(pid)
+            elif tmp_mb and Path(f"/proc/{pid}/mountinfo").read_text().count(cap) == 2:
+                found.add(pid)
+        except OSError:
+            continue  # gone
+    return found
+
+
+def _spares_for(guardian: int, tmp_mb: int | None, old: frozenset[int] = frozenset()) -> set[int]:
+    """The pool's spares prepared for ``tmp_mb`` (see :func:`_prepared_for`), once there
+    is one not in ``old``; bounded."""
+    deadline = time.monotonic() + 30
+    while not (found := _prepared_for(guardian, _spares(set(old)), tmp_mb)):
+        assert time.monotonic() < deadline, f"no spare parked for {tmp_mb} MiB"
+        time.sleep(0.01)
+    return found
+
+
+def test_the_pool_makes_the_namespaces_of_a_sandboxed_spawn_before_its_order(
+    tmp_path: Path,
+) -> None:
+    # A sandboxed spawn's user and mount namespace with its capped /tmp and /dev/shm
+    # costs it about 0.4 ms: the pool's spares make them, for the caps of such a
+    # spawn, before their order comes. Only a spawn with exactly those caps is
+    # handed such a spare; the caps are always the spawn's own.
+    backend, guardian = _capped_backend(), _guardian()
+    _run_capped(backend, tmp_path, 3)  # from now on the pool has spares made for 3 MiB
+    spares = _spares_for(guardian, 3)
+    pid, caps = _run_capped(backend, tmp_path, 3)
+    assert pid in spares
     assert caps == [3072, 3 << 20] * 2
-    other = new_spare({spare})
-    pid, caps = run(5)  # other caps: not that spare, and its own caps
-    assert pid != other
+    others = _spares_for(guardian, 3, frozenset(spares))
+    pid, caps = _run_capped(backend, tmp_path, 5)  # other caps: not those, and its own caps
+    assert pid not in others
     assert caps == [5120, 5 << 20] * 2
+
+
+def test_spawns_of_alternating_shapes_each_take_a_spare_prepared_for_theirs(
+    tmp_path: Path,
+) -> None:
+    # A host mixing sandboxed extensions (capped tmpfs) with unsandboxed prepared
+    # children, or two caps: the pool keeps spares for each of the last shapes, so a
+    # spawn of one no longer lets the other's spares go, and each order is handed a
+    # spare prepared for its own shape (or for none), never another's.
+    backend, guardian = _capped_backend(), _guardian()
+    plain = _plan(tmp_path, "pass")
+
+    def run_plain() -> int:
+        child = spawn(msgspec.structs.replace(plain), stdin=subprocess.DEVNULL)
+        child.communicate(timeout=60)
+        assert child.returncode == 0
+        return child.pid
+
+    _run_capped(backend, tmp_path, 3)
+    _run_capped(backend, tmp_path, 5)
+    run_plain()
+    for _ in range(3):
+        for tmp_mb in (3, None, 5):
+            parked = {mb: _spares_for(guardian, mb) for mb in (3, 5, None)}
+            if tmp_mb is None:
+                assert run_plain() in parked[None]
+            else:
+                pid, caps = _run_capped(backend, tmp_path, tmp_mb)
+                assert pid in parked[tmp_mb], parked
+                assert caps == [tmp_mb << 10, tmp_mb << 20] * 2
+
+
+_HOST = """
+import subprocess, sys, time
+from pathlib import Path
+from sandbox import LaunchRequest, Limits, Permissions, select_sandbox, spawn, start_guardian
+
+ext = Path(sys.argv[1])
+backend = select_sandbox("required", cgroups=False)
+for tmp_mb in (3, None):
+    request = LaunchRequest(
+        name="pool", argv=[sys.executable, "-c", "pass"], env={"PATH": "/usr/bin:/bin"},
+        ext_dir=str(ext), data_dir=None, interpreter=sys.executable,
+        permissions=Permissions(limits=Limits(tmp_mb=tmp_mb or 1)),
+    )
+    sandbox = backend if tmp_mb else select_sandbox("off")
+    plan = sandbox.plan(request)
+    child = spawn(plan, stdin=subprocess.DEVNULL)
+    child.communicate(timeout=60)
+    sandbox.cleanup(plan)
+print(start_guardian(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_no_spare_of_any_shape_outlives_the_host(tmp_path: Path) -> None:
+    # A host that made spares of two shapes parked (one in namespaces of its own)
+    # exits: its guardian ends, and every spare with it.
+    _capped_backend()
+    ext = tmp_path / "ext"
+    ext.mkdir()
+    host = subprocess.Popen(
+        [sys.executable, "-c", _HOST, str(ext)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert host.stdout is not None
+        guardian = psutil.Process(int(host.stdout.readline()))
+        deadline = time.monotonic() + 30
+        while True:  # spares of both shapes parked: one capped at 3 MiB, one bare
+            spares = {p.pid: p for p in guardian.children()}
+            capped = _prepared_for(guardian.pid, set(spares), 3)
+            if capped and _prepared_for(guardian.pid, set(spares), None):
+                break
+            assert time.monotonic() < deadline, "no spares of both shapes parked"
+            time.sleep(0.01)
+    finally:
+        host.communicate(b"", timeout=60)
+    _, alive = psutil.wait_procs([guardian, *spares.values()], timeout=10)
+    assert not alive
