@@ -29,10 +29,12 @@ alternating repetitions of one spawn planned like the lean extension
 (interpreter, SDK, extension and data directories), against the same spawn
 under plain bubblewrap and under the view; medians of the per-repetition
 differences. No interpreter starts, so the figure is bubblewrap's and corral's
-alone. Each spawn comes 25 ms after the last one ended, as spawns outside a burst
-do: the guardian has parked a spare for each kind by then (it forks spares once no
-spawn came for 20 ms), so every kind is measured from the same start (back to
-back, which kind found a spare depended on how long the previous spawn took).
+alone. It runs first, before the load the ready phases leave (which slowed plain
+bubblewrap's spawn more than corral's). Each spawn comes 25 ms after the last one
+ended, as spawns outside a burst do: the guardian has parked a spare for each kind
+by then (it forks spares once no spawn came for 20 ms), so every kind is measured
+from the same start (back to back, which kind found a spare depended on how long
+the previous spawn took).
 
 That baseline binds the host's whole root at once: a minimal root (``/usr``, a
 dozen /etc entries, the interpreter, the SDK, the extension), what corral shows,
@@ -91,6 +93,11 @@ def measure(quick: bool) -> list[Row]:
         paths = lean_dirs(root, [f"sb{i}" for i in range(10)])
         for sb in variants.values():  # warm-up: probes, imports, the guardian
             trio.run(_ready, paths[:1], root / "home", sb)
+        if shutil.which("bwrap") and variants["bwrap"].backend == "bwrap":
+            # First, while the machine is calm: right after the bursts below, the load
+            # they leave slowed plain bwrap's spawn more than corral's (the row read
+            # 0.5-1.1 ms there against 2.1-2.2 ms alone).
+            _first_output(rows, root, variants["bwrap"], variants["none"], 20 if quick else 200)
         for n in (1, 10):
             times: dict[str, list[float]] = {name: [] for name in variants}
             direct: list[float] = []
@@ -128,8 +135,6 @@ def measure(quick: bool) -> list[Row]:
                 )
             if plain:
                 _share(rows, n, times, direct, plain, view, load_note)
-        if shutil.which("bwrap") and variants["bwrap"].backend == "bwrap":
-            _first_output(rows, root, variants["bwrap"], variants["none"], 20 if quick else 200)
     return rows.rows
 
 
