@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import NamedTuple, final
 
-from ._regular import open_regular
+from ._regular import read_head
 from ._runtime import LINUX_SYSTEM_DIRS
 from ._within import inside
 
@@ -79,19 +79,11 @@ def _copyable(st: os.stat_result) -> bool:
 
 def _read(path: str, st: os.stat_result) -> bytes | None:
     """The content of the regular file ``path`` if it is still the file ``st`` describes."""
-    try:
-        fd, now = open_regular(path, follow_symlinks=False)
-    except OSError:
-        return None
-    if fd < 0:
-        return None
-    try:
-        if stat_identity(now) != stat_identity(st):
-            return None
-        data = os.read(fd, _MAX_COPY + 1)
-        return data if len(data) == st.st_size else None
-    finally:
-        os.close(fd)
+    same = stat_identity(st)
+    data = read_head(
+        path, _MAX_COPY + 1, follow_symlinks=False, check=lambda now: stat_identity(now) == same
+    )
+    return data if data is not None and len(data) == st.st_size else None
 
 
 def _write(path: str, data: bytes, mode: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 
 __all__ = ["open_regular", "read_head"]
 
@@ -66,16 +67,25 @@ def open_regular(
     return fd, st
 
 
-def read_head(path: str, limit: int, *, follow_symlinks: bool = True) -> bytes | None:
+def read_head(
+    path: str,
+    limit: int,
+    *,
+    follow_symlinks: bool = True,
+    check: Callable[[os.stat_result], bool] | None = None,
+) -> bytes | None:
     """The first ``limit`` bytes of the regular file at ``path``; None for anything
-    else (never opened for reading: see :func:`open_regular`) or when unreadable."""
+    else (never opened for reading: see :func:`open_regular`), when unreadable, or
+    when ``check`` refuses the status of what was opened."""
     try:
-        fd, _ = open_regular(path, follow_symlinks=follow_symlinks)
+        fd, st = open_regular(path, follow_symlinks=follow_symlinks)
     except OSError:
         return None
     if fd < 0:
         return None
     try:
+        if check is not None and not check(st):
+            return None
         return os.read(fd, limit)
     except OSError:
         return None
