@@ -419,9 +419,10 @@ class Extension(Door):
         self._started_at = inc.started_at
         self._lifecycle.move(S.STARTING)  # STOPPED/BACKOFF -> STARTING
         sandboxed = "sandboxed" if plan.sandboxed else "UNSANDBOXED"
-        self._stderr.note(f"started pid {proc.pid} ({plan.backend}, {sandboxed})")
-        for note in plan.notes:
-            self._stderr.note(f"sandbox: {note}")
+        self._stderr.note(
+            f"started pid {proc.pid} ({plan.backend}, {sandboxed})",
+            *(f"sandbox: {note}" for note in plan.notes),
+        )
         log.info("extension_spawned", pid=proc.pid, backend=plan.backend, sandboxed=plan.sandboxed)
         if self._stop_requested:
             self._stop_incarnation()

@@ -43,9 +43,9 @@ class StderrLog:
             self._fd = os.open(self.path, flags, 0o600)
         self._size = os.fstat(self._fd).st_size
 
-    def note(self, text: str) -> None:
-        """Write a host-side line (start, exit, refusal) into the log."""
-        self._write(f"[corral] {text}\n".encode())
+    def note(self, *texts: str) -> None:
+        """Write host-side lines (start, exit, refusal) into the log, in one write."""
+        self._write("".join(f"[corral] {text}\n" for text in texts).encode())
 
     def feed(self, chunk: bytes) -> None:
         """Record a chunk of stderr."""

@@ -333,19 +333,18 @@ class ExtensionProtocol(ChildProtocol):
 
     async def _registration(self, reader: LineReader) -> None:
         cfg = self._config
-        cap = trio.current_time() + cfg.ready_cap
-        last = trio.current_time()
-        while not self._ready:
-            item: bytes | Oversize | None = None
-            with trio.move_on_at(min(cap, last + cfg.ready_quiet)) as scope:
+        now = trio.current_time()
+        cap = now + cfg.ready_cap
+        # One scope for the whole registration, its deadline moved after each frame.
+        with trio.CancelScope(deadline=min(cap, now + cfg.ready_quiet)) as scope:
+            while not self._ready:
                 item = await reader.next()
-            if scope.cancelled_caught:
-                self._mark_ready("quiet period" if trio.current_time() < cap else "cap")
-                return
-            if item is None:
-                return
-            self._handle(item)
-            last = trio.current_time()
+                if item is None:
+                    return
+                self._handle(item)
+                scope.deadline = min(cap, trio.current_time() + cfg.ready_quiet)
+            return
+        self._mark_ready("quiet period" if trio.current_time() < cap else "cap")
 
     def _mark_ready(self, how: str) -> None:
         if not self._ready:
