@@ -332,18 +332,27 @@ class ExtensionProtocol(ChildProtocol):
         return True
 
     async def _registration(self, reader: LineReader) -> None:
+        # What came with the hello first, without a wait (an SDK announces hello,
+        # registrations and ready in one write): then no deadline is needed.
+        while (item := reader.next_nowait()) is not MORE:
+            if item is None:
+                return
+            self._handle(item)
+            if self._ready:
+                return
         cfg = self._config
         now = trio.current_time()
         cap = now + cfg.ready_cap
-        # One scope for the whole registration, its deadline moved after each frame.
+        # One scope for the rest, its deadline moved after each frame.
         with trio.CancelScope(deadline=min(cap, now + cfg.ready_quiet)) as scope:
-            while not self._ready:
+            while True:
                 item = await reader.next()
                 if item is None:
                     return
                 self._handle(item)
+                if self._ready:
+                    return
                 scope.deadline = min(cap, trio.current_time() + cfg.ready_quiet)
-            return
         self._mark_ready("quiet period" if trio.current_time() < cap else "cap")
 
     def _mark_ready(self, how: str) -> None:
