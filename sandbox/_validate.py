@@ -28,7 +28,7 @@ from ._exceptions import PermissionsError
 from ._forbidden import env_risk, never_problem, path_risk
 from ._network import check_network
 from ._permissions import Limits, Permissions
-from ._pin import Pin, walk
+from ._pin import Pin, real_path, walk
 from ._within import inside
 
 __all__ = ["Checked", "check_permissions", "validate_permissions"]
@@ -240,11 +240,15 @@ def check_permissions(perms: Permissions, ext_dir: str, *, home: str, corral_hom
     if perms.read_only or perms.read_write:  # only grants are checked against them
         home = os.path.realpath(home) if home else ""
         corral_home = os.path.realpath(corral_home) if corral_home else ""
-    ext_real = os.path.realpath(ext_dir)
+    ext_real = real_path(ext_dir)
     try:
-        ext_walked = walk(ext_real, keep_fd=False)
+        # Its ancestors matter only below a writable grant (the structure rules):
+        # without one, one openat2 refusing every symlink does the walk's check.
+        ext_walked = walk(ext_real, ancestors=bool(perms.read_write))
     except OSError as exc:
         raise PermissionsError("", f"the extension's directory {ext_dir}: {exc.strerror}") from None
+    if ext_walked.fd >= 0:
+        os.close(ext_walked.fd)
     ext = _Grant(
         "", ext_dir, False, ext_real, [], ext_walked.pin(os.path.abspath(ext_dir), ext_real),
         ext_walked.ancestors,

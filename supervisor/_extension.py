@@ -24,10 +24,12 @@ happens next.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import typing
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import msgspec
 import trio
@@ -38,7 +40,7 @@ from sandbox.log import bound_contextvars, get_logger
 from . import _frames as f
 from ._api import EgressRefused, Quarantined
 from ._calls import CallKind, PendingCalls
-from ._config import SupervisorConfig, log_file, quarantine_file
+from ._config import SupervisorConfig, log_path, quarantine_path
 from ._door import Door
 from ._egress import egress_of
 from ._incarnation import Incarnation
@@ -89,7 +91,7 @@ class Extension(Door):
         self._sandbox = sandbox
         self._host = host
         self._lifecycle = Lifecycle(spec.name)
-        self._quarantine_path = quarantine_file(config.home, spec.identity)
+        self._quarantine_path = quarantine_path(config.home, spec.identity)
         self._problem = ""
         self._pid: int | None = None
         self._plan: LaunchPlan | None = None
@@ -110,7 +112,7 @@ class Extension(Door):
             },
         )
         self._stderr = StderrLog(
-            log_file(config.home, spec.identity),
+            log_path(config.home, spec.identity),
             config.log_max_bytes,
             config.stderr_tail_lines,
         )
@@ -246,8 +248,9 @@ class Extension(Door):
             if not self._spec.manifest.enabled:
                 self._lifecycle.move(S.DISABLED)  # STOPPED -> DISABLED
                 return
-            if self._quarantine_path.exists():
-                self._quarantine(self._quarantine_path.read_text(errors="replace").strip(), None)
+            recorded = self._recorded_quarantine()
+            if recorded is not None:
+                self._quarantine(recorded, None)
                 return
             self._stderr.open()
             try:
@@ -258,6 +261,12 @@ class Extension(Door):
             # Also when no run began: whoever follows the session (a relay's next()) learns
             # that none is coming.
             self._session.closed(self._problem)
+
+    def _recorded_quarantine(self) -> str | None:
+        """The reason of a quarantine recorded by an earlier run; None when there is none."""
+        if not os.path.exists(self._quarantine_path):
+            return None
+        return Path(self._quarantine_path).read_text(errors="replace").strip()
 
     async def _incarnations(self) -> None:
         """Spawn, serve and restart by the policy until the run ends."""
@@ -410,9 +419,10 @@ class Extension(Door):
         self._started_at = inc.started_at
         self._lifecycle.move(S.STARTING)  # STOPPED/BACKOFF -> STARTING
         sandboxed = "sandboxed" if plan.sandboxed else "UNSANDBOXED"
-        self._stderr.note(f"started pid {proc.pid} ({plan.backend}, {sandboxed})")
-        for note in plan.notes:
-            self._stderr.note(f"sandbox: {note}")
+        self._stderr.note(
+            f"started pid {proc.pid} ({plan.backend}, {sandboxed})",
+            *(f"sandbox: {note}" for note in plan.notes),
+        )
         log.info("extension_spawned", pid=proc.pid, backend=plan.backend, sandboxed=plan.sandboxed)
         if self._stop_requested:
             self._stop_incarnation()
@@ -540,8 +550,9 @@ class Extension(Door):
 
     def _record_quarantine(self, reason: str, crashes: int) -> None:
         """Record a quarantine (it outlives this process) and announce it."""
-        self._quarantine_path.parent.mkdir(parents=True, exist_ok=True)
-        self._quarantine_path.write_text(reason + "\n")
+        record = Path(self._quarantine_path)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(reason + "\n")
         self._host.publish(Quarantined(extension=self.name, reason=reason, crashes=crashes))
 
     def _quarantine(self, reason: str, crashes: int | None) -> None:

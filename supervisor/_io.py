@@ -12,7 +12,6 @@ import contextlib
 import os
 import time
 import typing
-from pathlib import Path
 
 import trio
 
@@ -25,8 +24,8 @@ _CHUNK = 65536
 class StderrLog:
     """An extension's stderr: appended to its log file and kept as a short tail."""
 
-    def __init__(self, path: Path, max_bytes: int, tail_lines: int) -> None:
-        self.path = path
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int, tail_lines: int) -> None:
+        self.path = os.fspath(path)
         self._max = max_bytes
         self.tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._partial = b""
@@ -36,13 +35,17 @@ class StderrLog:
 
     def open(self) -> None:
         """Open the log for appending (creating its directory)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            self._fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError:  # the first start: its directory first
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._fd = os.open(self.path, flags, 0o600)
         self._size = os.fstat(self._fd).st_size
 
-    def note(self, text: str) -> None:
-        """Write a host-side line (start, exit, refusal) into the log."""
-        self._write(f"[corral] {text}\n".encode())
+    def note(self, *texts: str) -> None:
+        """Write host-side lines (start, exit, refusal) into the log, in one write."""
+        self._write("".join(f"[corral] {text}\n" for text in texts).encode())
 
     def feed(self, chunk: bytes) -> None:
         """Record a chunk of stderr."""
@@ -88,7 +91,7 @@ class StderrLog:
             # Two writers share the log while a reload overlaps two generations of one
             # extension: when the other one rotated first, only reopen.
             if os.stat(self.path).st_ino == mine:
-                os.replace(self.path, self.path.with_name(self.path.name + ".1"))
+                os.replace(self.path, self.path + ".1")
         self._fd = None
         self.open()
 

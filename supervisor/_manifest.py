@@ -31,7 +31,7 @@ import msgspec
 
 from sandbox import Permissions, PermissionsError, Pin, check_permissions
 
-from ._config import RestartPolicy, choice_file, identity_of_real
+from ._config import RestartPolicy, choice_path, identity_of_real
 from ._exceptions import ManifestError
 from ._runners import PYTHON_NAMES, corral_python, find_on_path, project_roots, runner_note
 from ._smallfile import SMALL_FILE_MAX, FileRefused, read_small_file
@@ -186,12 +186,11 @@ def load_manifest(
     Raises:
         ManifestError: naming the file and the field at fault.
     """
-    p = Path(path).expanduser().absolute()
-    if p.is_dir():
-        p = p / MANIFEST_NAME
-    where = str(p)
+    where = _absolute(path)
+    if os.path.isdir(where):
+        where = os.path.join(where, MANIFEST_NAME)
     try:  # a FIFO, a device or a huge file is refused, never waited on or read whole
-        raw = read_small_file(p, MANIFEST_MAX)
+        raw = read_small_file(where, MANIFEST_MAX)
     except FileNotFoundError:
         raise ManifestError(where, "", "no extension.json here") from None
     except FileRefused as exc:
@@ -218,14 +217,11 @@ def load_manifest(
         raise ManifestError(
             where, "name", f"{manifest.name!r} is not a valid name (letters, digits, . _ -)"
         )
-    ext_dir = p.parent
+    ext_dir = os.path.dirname(where)
     exec_path, lookup = _exec_path(manifest, ext_dir, where, project=source == "project")
     try:
         checked = check_permissions(
-            manifest.permissions,
-            str(ext_dir),
-            home=str(Path.home()),
-            corral_home=home or "",
+            manifest.permissions, ext_dir, home=_user_home(), corral_home=home or ""
         )
     except PermissionsError as exc:
         raise ManifestError(where, exc.field, exc.message) from None
@@ -233,29 +229,49 @@ def load_manifest(
     identity = identity_of_real(manifest.name, checked.pins[0].real)  # the directory's pin
     if home:
         try:  # the user's `ext enable`/`ext disable` wins over the manifest
-            choice = read_small_file(choice_file(home, identity), 64).strip()
+            choice = read_small_file(choice_path(home, identity), 64).strip()
         except OSError:
             choice = b""
         if choice in (b"true", b"false"):
             manifest = msgspec.structs.replace(manifest, enabled=choice == b"true")
     return ExtensionSpec(
         manifest=manifest,
-        dir=str(ext_dir),
+        dir=ext_dir,
         manifest_path=where,
         source=source,
-        exec_path=str(exec_path),
+        exec_path=exec_path,
         identity=identity,
         manifest_sha256=hashlib.sha256(raw).hexdigest(),
         unknown_fields=sorted(set(data) - _KNOWN_FIELDS),
         pins=checked.pins,
         exec_lookup=lookup,
-        exec_note=runner_note(str(exec_path), manifest.args, checked.permissions),
+        exec_note=runner_note(exec_path, manifest.args, checked.permissions),
     )
 
 
+def _absolute(path: str | os.PathLike[str]) -> str:
+    """``str(Path(path).expanduser().absolute())`` without building a Path (a start
+    reads a manifest): ``~`` expanded, made absolute, and normalised as pathlib does
+    (no empty or ``.`` component, no trailing ``/``; ``..`` is left to the kernel)."""
+    p = os.path.expanduser(os.fspath(path))
+    if not p.startswith("/"):
+        p = os.path.join(os.getcwd(), p)
+    if p.startswith("//") and not p.startswith("///"):
+        return str(Path(p))  # POSIX leaves a leading // to the system: pathlib's rules
+    if "//" in p or "/." in p or p.endswith("/"):
+        return "/" + "/".join(c for c in p.split("/") if c and c != ".")
+    return p
+
+
+def _user_home() -> str:
+    """The user's home directory; "" when unknown (a ``~`` grant is then refused)."""
+    home = os.path.expanduser("~")
+    return home if home.startswith("/") else ""
+
+
 def _exec_path(
-    manifest: Manifest, ext_dir: Path, where: str, *, project: bool
-) -> tuple[Path, ExecLookup]:
+    manifest: Manifest, ext_dir: str, where: str, *, project: bool
+) -> tuple[str, ExecLookup]:
     """The program to run, checked against the kind: ``exec``, or a runner's directory.
 
     A bare name (no ``/``) that is no file in the directory is looked up on ``PATH``
@@ -267,46 +283,44 @@ def _exec_path(
     if host and manifest.runtime is not None:
         if manifest.exec:
             raise ManifestError(where, "exec", "a tool host has either runtime or exec, not both")
-        return ext_dir.absolute(), ""  # the runner is corral's; it runs in the directory
+        return ext_dir, ""  # the runner is corral's; it runs in the directory
     if not manifest.exec.strip():
         hint = ' (or "runtime": "python" / "node" for a tool host)' if host else ""
         raise ManifestError(where, "exec", "is required and must not be empty" + hint)
-    exec_path = Path(manifest.exec)
-    if not exec_path.is_absolute():
-        exec_path = ext_dir / exec_path
-    exec_path = exec_path.absolute()
-    if exec_path.is_file():
+    exec_path = _absolute(os.path.join(ext_dir, manifest.exec))  # (an absolute exec as is)
+    if os.path.isfile(exec_path):
         return exec_path, ""
     name = manifest.exec
     if "/" in name or name in (".", ".."):
         raise ManifestError(where, "exec", f"{name!r} does not exist ({exec_path})")
     if PYTHON_NAMES.match(name):
-        return Path(corral_python()), "python"
-    found, ignored = find_on_path(name, project_roots(str(ext_dir), project))
+        return corral_python(), "python"
+    found, ignored = find_on_path(name, project_roots(ext_dir, project))
     if found is not None:
-        return Path(found), "path"
+        return found, "path"
     why = f"; ignored: {', '.join(ignored)}" if ignored else ""
     raise ManifestError(
         where, "exec", f"{name!r} is neither a file in {ext_dir} nor a program on PATH{why}"
     )
 
 
-def _scan(root: Path) -> list[Path]:
+def _scan(root: str) -> list[str]:
     try:
-        entries = sorted(root.iterdir())
+        names = sorted(os.listdir(root))
     except OSError:
         return []
-    return [e for e in entries if e.is_dir() and (e / MANIFEST_NAME).exists()]
+    entries = [os.path.join(root, name) for name in names]
+    return [e for e in entries if os.path.isdir(e) and os.path.exists(e + "/" + MANIFEST_NAME)]
 
 
-def _directory_of(path: Path) -> tuple[int, int] | None:
+def _directory_of(path: str) -> tuple[int, int] | None:
     """The device and inode of the extension directory ``path`` names (itself, or the
     directory holding the manifest it names); None if it cannot be looked at (its
     manifest's load then says why)."""
     try:
-        st = os.stat(path.expanduser())
+        st = os.stat(os.path.expanduser(path))
         if not stat.S_ISDIR(st.st_mode):
-            st = os.stat(path.expanduser().absolute().parent)
+            st = os.stat(os.path.dirname(_absolute(path)))
     except (OSError, ValueError):
         return None
     return st.st_dev, st.st_ino
@@ -327,12 +341,12 @@ def discover(
         home: corral's home; ``<home>/extensions`` holds global ones.
         include_installed: scan project-local and global directories too.
     """
-    candidates: list[tuple[Path, Source]] = [(Path(p), "cli") for p in ext_paths]
+    candidates: list[tuple[str, Source]] = [(p, "cli") for p in ext_paths]
     if include_installed:
         if project_dir is not None:
-            local = Path(project_dir) / ".corral" / "extensions"
+            local = os.path.join(project_dir, ".corral", "extensions")
             candidates += [(d, "project") for d in _scan(local)]
-        candidates += [(d, "global") for d in _scan(Path(home) / "extensions")]
+        candidates += [(d, "global") for d in _scan(os.path.join(home, "extensions"))]
 
     specs: list[ExtensionSpec] = []
     problems: list[ManifestError] = []

@@ -332,20 +332,28 @@ class ExtensionProtocol(ChildProtocol):
         return True
 
     async def _registration(self, reader: LineReader) -> None:
-        cfg = self._config
-        cap = trio.current_time() + cfg.ready_cap
-        last = trio.current_time()
-        while not self._ready:
-            item: bytes | Oversize | None = None
-            with trio.move_on_at(min(cap, last + cfg.ready_quiet)) as scope:
-                item = await reader.next()
-            if scope.cancelled_caught:
-                self._mark_ready("quiet period" if trio.current_time() < cap else "cap")
-                return
+        # What came with the hello first, without a wait (an SDK announces hello,
+        # registrations and ready in one write): then no deadline is needed.
+        while (item := reader.next_nowait()) is not MORE:
             if item is None:
                 return
             self._handle(item)
-            last = trio.current_time()
+            if self._ready:
+                return
+        cfg = self._config
+        now = trio.current_time()
+        cap = now + cfg.ready_cap
+        # One scope for the rest, its deadline moved after each frame.
+        with trio.CancelScope(deadline=min(cap, now + cfg.ready_quiet)) as scope:
+            while True:
+                item = await reader.next()
+                if item is None:
+                    return
+                self._handle(item)
+                if self._ready:
+                    return
+                scope.deadline = min(cap, trio.current_time() + cfg.ready_quiet)
+        self._mark_ready("quiet period" if trio.current_time() < cap else "cap")
 
     def _mark_ready(self, how: str) -> None:
         if not self._ready:

@@ -35,8 +35,7 @@ from sandbox import (
 )
 from sandbox.log import get_logger
 
-from ._config import SupervisorConfig
-from ._config import data_dir as data_dir_of
+from ._config import SupervisorConfig, data_path
 from ._frames import PROTOCOL_VERSION
 from ._manifest import ChildKind, ExtensionSpec, Runtime
 
@@ -217,7 +216,7 @@ def launch_request(
     data_dir: str | None = None
     if spec.manifest.permissions.data_dir:
         # Keyed by identity: an extension named like another never gets its data.
-        data_dir = str(data_dir_of(config.home, spec.identity))
+        data_dir = data_path(config.home, spec.identity)
     token = f"{spec.name}:{secrets.token_hex(8)}"
     argv = interpreter_argv(spec, config)
     request = LaunchRequest(

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ._api import EgressRefused, SupervisorEvent
 from ._calls import PendingCalls
-from ._config import HostInfo, SupervisorConfig, ui_file
-from ._config import data_dir as data_dir_of
+from ._config import HostInfo, SupervisorConfig, data_path, ui_file
 from ._hoststate import HostSession
 from ._manifest import ChildKind, ExtensionSpec
 from ._netguard import NetGuard
@@ -110,7 +109,7 @@ def open_talk(
                 config=config,
                 host=host,
                 extension_dir=spec.dir,
-                data_dir=str(data_dir_of(config.home, spec.identity)) if data else "",
+                data_dir=data_path(config.home, spec.identity) if data else "",
             )
         case ChildKind.TOOL_HOST:
             assert isinstance(session, HostSession)

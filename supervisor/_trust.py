@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import enum
+import functools
 import os
 import shlex
 import typing
@@ -261,11 +262,26 @@ class TrustStore:
     """
 
     def __init__(self, home: str | os.PathLike[str], limits: DigestLimits | None = None) -> None:
-        self.dir = Path(home) / "state"
-        self.path = self.dir / "trust.json"
-        # ``trust.lock``, not ``trust.json.lock``: the lock every corral has taken.
-        self._file = StateFile(self.path, lock=self.dir / "trust.lock", limit=_STORE_MAX)
+        self._home = home
         self.limits = limits or DigestLimits()
+
+    # Made when first used (a Path costs more than the rest of a supervisor's set-up,
+    # and an extension named by --ext never needs the store).
+
+    @functools.cached_property
+    def dir(self) -> Path:
+        """``<home>/state``, where the store lives."""
+        return Path(self._home) / "state"
+
+    @functools.cached_property
+    def path(self) -> Path:
+        """The store, ``<home>/state/trust.json``."""
+        return self.dir / "trust.json"
+
+    @functools.cached_property
+    def _file(self) -> StateFile:
+        # ``trust.lock``, not ``trust.json.lock``: the lock every corral has taken.
+        return StateFile(self.path, lock=self.dir / "trust.lock", limit=_STORE_MAX)
 
     def __repr__(self) -> str:
         return f"<TrustStore {str(self.path)!r}>"

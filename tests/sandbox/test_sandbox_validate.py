@@ -137,6 +137,59 @@ def test_validation_pins_what_it_checked(layout: dict[str, Path]) -> None:
     assert notes.declared == "~/link-to-notes"
 
 
+@pytest.mark.parametrize("grants", [{}, {"read_write": ["~/notes"]}])
+def test_the_extension_directory_is_pinned_by_its_real_path(
+    layout: dict[str, Path], grants: dict[str, list[str]]
+) -> None:
+    # Without a writable grant its ancestors are not needed and one openat2 pins it;
+    # with one, the walk records them: the same pin either way.
+    (layout["tmp"] / "link").symlink_to(layout["ext"].parent)
+    named = layout["tmp"] / "link" / "demo"
+    checked = check_permissions(
+        Permissions(**grants),  # type: ignore[arg-type]
+        str(named),
+        home=str(layout["home"]),
+        corral_home=str(layout["corral"]),
+    )
+    st = os.stat(layout["ext"])
+    pin = checked.pins[0]
+    assert (pin.path, pin.real) == (str(named), os.path.realpath(named))
+    assert (pin.dev, pin.ino, pin.kind) == (st.st_dev, st.st_ino, PathKind.DIR)
+
+
+@pytest.mark.parametrize("grants", [{}, {"read_write": ["~/notes"]}])
+def test_a_missing_extension_directory_is_refused(
+    layout: dict[str, Path], grants: dict[str, list[str]]
+) -> None:
+    with pytest.raises(PermissionsError) as info:
+        check_permissions(
+            Permissions(**grants),  # type: ignore[arg-type]
+            str(layout["tmp"] / "gone"),
+            home=str(layout["home"]),
+            corral_home=str(layout["corral"]),
+        )
+    assert info.value.message.startswith(f"the extension's directory {layout['tmp'] / 'gone'}")
+
+
+def test_a_writable_parent_of_the_extension_directory_still_counts(tmp_path: Path) -> None:
+    # With a writable grant the walk records the extension directory's ancestors: a
+    # writable parent makes the directory writable, and a link planted in it is refused.
+    ext = tmp_path / "work" / "demo"
+    ext.mkdir(parents=True)
+    (tmp_path / "notes").mkdir()
+    (ext / "notes").symlink_to(tmp_path / "notes")
+    parent = str(tmp_path / "work")
+    with pytest.raises(PermissionsError) as info:
+        validate_permissions(
+            Permissions(read_write=[parent], unsafe=[parent], read_only=["notes"]),
+            str(ext),
+            home=str(tmp_path / "home"),
+            corral_home="",
+        )
+    assert info.value.field == "permissions.read_only[0]"
+    assert "which the extension can write" in info.value.message
+
+
 @pytest.mark.parametrize(
     ("fields", "culprit"),
     [

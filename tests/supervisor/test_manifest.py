@@ -47,6 +47,36 @@ def test_valid_manifest_loads(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "spelling",
+    ["{d}", "{d}/", "{d}//", "{d}/.", "{d}/./extension.json", "{rel}", "./{rel}/", "~/{home_rel}"],
+)
+def test_a_manifest_path_is_made_absolute_as_pathlib_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    # Made absolute with strings (every start reads a manifest), spelled as
+    # Path(...).expanduser().absolute() spells it: the same dir and manifest path.
+    d = _write(tmp_path / "user" / "exts" / "ok", {"name": "ok", "exec": "./run.sh"})
+    (d / "run.sh").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.chdir(tmp_path / "user")
+    named = spelling.format(d=d, rel="exts/ok", home_rel="exts//ok/")
+    spec = load_manifest(named)
+    assert (spec.dir, spec.manifest_path) == (str(d), str(d / "extension.json"))
+    assert spec.exec_path == str(d / "run.sh")
+
+
+def test_a_directory_reached_through_a_link_keeps_its_spelling_and_real_identity(
+    tmp_path: Path,
+) -> None:
+    d = _write(tmp_path / "real" / "ok", _ok())
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    spec = load_manifest(tmp_path / "link" / "ok")
+    assert spec.dir == str(tmp_path / "link" / "ok")  # where it was named
+    assert spec.pins[0].real == os.path.realpath(d)  # what is bound, and keys its state
+    assert spec.identity == load_manifest(d).identity
+
+
+@pytest.mark.parametrize(
     ("content", "field", "words"),
     [
         ({"exec": str(CHAOS)}, "name", "required"),
