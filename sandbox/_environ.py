@@ -35,26 +35,11 @@ ALLOWED_ENV = (
 )  # fmt: skip
 
 
-#: Each allowed name with its key in the bytes ``os.environ`` keeps (see below).
-_ALLOWED_KEYS = tuple((name, os.fsencode(name)) for name in ALLOWED_ENV)
-
-
 def host_environment(extra: Iterable[str] = ()) -> dict[str, str]:
     """The allowlisted part of the host's environment (:data:`ALLOWED_ENV`), plus the
-    variables named in ``extra`` (a manifest's ``permissions.env``), where set.
-
-    Read at every call (the process environment may change between spawns), from
-    the bytes ``os.environ`` reads through, decoded as it decodes them: one dict
-    lookup per name, not five calls of the mapping's machinery (a tenth of the
-    time; every start asks).
-    """
-    data = getattr(os.environ, "_data", None)
-    if not isinstance(data, dict):  # an interpreter without it: the mapping itself
-        get = os.environ.get
-        return {name: value for name in (*ALLOWED_ENV, *extra) if (value := get(name)) is not None}
-    keys = (*_ALLOWED_KEYS, *((name, os.fsencode(name)) for name in extra))
-    decode = os.fsdecode
-    return {name: decode(value) for name, key in keys if (value := data.get(key)) is not None}
+    variables named in ``extra`` (a manifest's ``permissions.env``), where set."""
+    get = os.environ.get  # one lookup per name (each start asks)
+    return {name: value for name in (*ALLOWED_ENV, *extra) if (value := get(name)) is not None}
 
 
 def sandbox_env(
