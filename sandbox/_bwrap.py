@@ -14,11 +14,12 @@ network unless granted) on an empty root that holds only what it needs:
   is opened without following symlinks, checked against the identity recorded
   when it was validated (:mod:`sandbox._pin`) and handed to bwrap as a descriptor
   (``--bind-fd``), which bwrap checks again after mounting;
-* a fresh ``/proc`` showing only its own processes, a minimal ``/dev``, and private
-  tmpfs on ``/tmp`` and ``/dev/shm`` limited in size and in inodes (the child
-  mounts them in a namespace of its own, see :mod:`sandbox._preexec`); the root
-  and ``/dev`` themselves are remounted read-only, since an unlimited tmpfs is a
-  way to eat memory.
+* a fresh ``/proc`` showing only its own processes, a minimal read-only ``/dev``,
+  and private tmpfs on ``/tmp`` and ``/dev/shm`` limited in size and in inodes: the
+  child builds ``/dev`` (bwrap's six device nodes, its links and a new ``devpts``)
+  and mounts both tmpfs in a namespace of its own (see
+  :mod:`sandbox._guardian_child`), bwrap binds them in one piece each; the root is
+  remounted read-only, since an unlimited tmpfs is a way to eat memory.
 
 Every capability is dropped (``--cap-drop ALL``): when the host runs as root, the
 sandboxed process is root of its user namespace and, with capabilities, could
@@ -50,7 +51,7 @@ from ._mountpoints import MOUNT_POINTS
 from ._network import EGRESS_PORT, proxy_env
 from ._permissions import Limits
 from ._pin import Pin, real_path, walk
-from ._plan import LaunchPlan, LaunchRequest
+from ._plan import DEV, LaunchPlan, LaunchRequest
 from ._preexec import rlimits_for
 from ._protected import ProtectedPaths, protect_args, release_placeholders
 from ._runtime import LINUX_SYSTEM_DIRS, RuntimeNeeds, find_runtime_paths, program_note
@@ -160,7 +161,7 @@ def _system_args() -> tuple[str, ...]:
     return tuple(args)
 
 
-def _filesystem_args(shm: list[str], tmp: list[str], etc: list[str]) -> list[str]:
+def _filesystem_args(dev: list[str], tmp: list[str], etc: list[str]) -> list[str]:
     """The sandbox's mounts up to the grants, in the order bwrap must create them."""
     args = ["--hostname", "corral", "--proc", "/proc"]
     # Sysctl permissions are checked against the effective uid alone: a host running
@@ -169,7 +170,7 @@ def _filesystem_args(shm: list[str], tmp: list[str], etc: list[str]) -> list[str
     # capability. Likewise for pressure-stall triggers.
     args += ["--ro-bind", "/proc/sys", "/proc/sys"]
     args += ["--ro-bind-try", "/proc/pressure", "/proc/pressure"]
-    args += ["--dev", "/dev", *shm, "--remount-ro", "/dev", *tmp]
+    args += [*dev, *tmp]
     return [*args, *_system_args(), *etc]
 
 
@@ -277,7 +278,7 @@ class BwrapSandbox:
         held: list[tuple[int, int, str, bool]] = []  # protected directories, locked
         try:
             self._want_binds(request, binds, notes)
-            shm, tmp, tmpfs = self._tmp_args(perms.limits, notes)
+            dev, tmp, tmpfs = self._tmp_args(perms.limits, notes)
             args = [
                 self.config.bwrap,
                 *self.namespace_args(
@@ -286,7 +287,7 @@ class BwrapSandbox:
                 ),
                 # A list needs the TLS trust stores too (name resolution is the proxy's).
                 *_filesystem_args(
-                    shm,
+                    dev,
                     tmp,
                     _ETC.args(
                         bool(perms.network), fds, by_fd=self.config.bind_fd, under=binds.entries
@@ -454,18 +455,24 @@ class BwrapSandbox:
     def _tmp_args(
         self, limits: Limits, notes: list[str]
     ) -> tuple[list[str], list[str], list[tuple[str, int, int]]]:
-        """``/dev/shm`` and ``/tmp``: capped tmpfs the child mounts, or bwrap's own."""
+        """``/dev`` (with ``/dev/shm``) and ``/tmp``: what the child builds and mounts
+        (the plan's ``tmpfs``: see :data:`sandbox.LaunchPlan.tmpfs`), or bwrap's own."""
         size = limits.tmp_mb * _MIB
         if not self.config.private_tmpfs:
             notes.append("the private /tmp has no inode cap (the cgroup's memory limit, if any)")
             plain = ["--size", str(size), "--tmpfs"]
-            return [*plain, "/dev/shm"], [*plain, "/tmp"], []
-        shm, tmp = MOUNT_POINTS.get()
+            own = ["--dev", "/dev", *plain, "/dev/shm", "--remount-ro", "/dev"]
+            return own, [*plain, "/tmp"], []
+        # bwrap's own /dev cost it about 1.2 ms a spawn: a bind and a read of the whole
+        # mount table per device node, then another for the read-only remount. The
+        # child (a spare, before its order) builds the same one without either; bwrap
+        # binds it as it is (with its device nodes: --dev-bind).
+        dev, tmp = MOUNT_POINTS.get()
         inodes = limits.tmp_mb * _INODES_PER_MIB
         return (
-            ["--bind", shm, "/dev/shm"],
+            ["--dev-bind", dev, "/dev"],
             ["--bind", tmp, "/tmp"],
-            [(shm, size, inodes), (tmp, size, inodes)],
+            [(dev, DEV, DEV), (os.path.join(dev, "shm"), size, inodes), (tmp, size, inodes)],
         )
 
     def namespace_args(self, network: bool, child_tmpfs: bool = False) -> list[str]:

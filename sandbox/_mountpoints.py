@@ -1,9 +1,9 @@
-"""Where the child mounts a sandbox's capped ``/tmp`` and ``/dev/shm``: one pair of
-empty directories per host process, not per spawn.
+"""Where the child builds a sandbox's ``/dev`` (with its capped ``/dev/shm``) and mounts
+its capped ``/tmp``: one pair of empty directories per host process, not per spawn.
 
-The child mounts each tmpfs in a mount namespace of its own (see
-:mod:`sandbox._preexec`), so the host's directories stay empty and any number of
-sandboxes can mount over the same two at once, each seeing only its own. Making
+The child mounts them in a mount namespace of its own (see
+:mod:`sandbox._guardian_child`), so the host's directories stay empty and any number
+of sandboxes can mount over the same two at once, each seeing only its own. Making
 and removing a fresh pair at every spawn cost three ``mkdir`` and an ``rmtree``
 on the host's event loop (about 0.5 ms a spawn here, issue 29).
 
@@ -118,11 +118,12 @@ def sweep_stale(directory: str) -> list[str]:
 
 @final
 class MountPoints:
-    """The two empty directories the child mounts the private tmpfs over. Thread-safe."""
+    """The two empty directories the child builds ``/dev`` and mounts ``/tmp`` over.
+    Thread-safe."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        #: The base, shm and tmp directories with their identities when made.
+        #: The base, dev and tmp directories with their identities when made.
         self._made: list[tuple[str, tuple[int, ...] | None]] = []
         self._remover: weakref.finalize[[list[str], int], MountPoints] | None = None
         #: Whether this process looked for pairs that dead hosts left (once).
@@ -142,7 +143,7 @@ class MountPoints:
         return os.path.dirname(self.get()[0])
 
     def get(self) -> tuple[str, str]:
-        """The ``/dev/shm`` and ``/tmp`` mount points, made (again) when needed.
+        """The ``/dev`` and ``/tmp`` mount points, made (again) when needed.
 
         Raises:
             OSError: they cannot be made.
@@ -154,7 +155,7 @@ class MountPoints:
                     self._swept = True
                     directory = os.path.dirname(base)
                     threading.Thread(target=sweep_stale, args=(directory,), daemon=True).start()
-                paths = [base, os.path.join(base, "shm"), os.path.join(base, "tmp")]
+                paths = [base, os.path.join(base, "dev"), os.path.join(base, "tmp")]
                 for path in paths[1:]:
                     os.mkdir(path, 0o700)
                 if self._remover is not None:

@@ -31,7 +31,11 @@ import msgspec
 from ._permissions import Permissions
 from ._pin import Pin
 
-__all__ = ["LaunchPlan", "LaunchRequest", "Sandbox", "SandboxMode"]
+__all__ = ["DEV", "LaunchPlan", "LaunchRequest", "Sandbox", "SandboxMode"]
+
+#: The bytes and inodes of a :attr:`LaunchPlan.tmpfs` entry that is a ``/dev`` the child
+#: builds, not a tmpfs of that size (the guardian's child knows it as ``DEV`` too).
+DEV = 0
 
 
 class SandboxMode(enum.StrEnum):
@@ -123,7 +127,9 @@ class LaunchPlan(msgspec.Struct, frozen=True, kw_only=True):
     pins: list[Pin] = []
     #: ``(directory, bytes, inodes)``: a tmpfs the child mounts over each directory,
     #: in a user and mount namespace of its own, before it runs bwrap (which binds
-    #: them as ``/tmp`` and ``/dev/shm``): bwrap cannot cap a tmpfs's inodes.
+    #: them as ``/tmp`` and ``/dev``): bwrap cannot cap a tmpfs's inodes. An entry
+    #: of :data:`DEV` bytes and inodes is a read-only ``/dev`` the child builds there
+    #: (bwrap's device nodes, links and ``devpts``), in the order listed.
     tmpfs: list[tuple[str, int, int]] = []
     #: The destinations of a network list (canonical entries of ``permissions.network``),
     #: which corral's egress proxy lets the child reach; [] without one.

@@ -1,5 +1,5 @@
-"""The private /tmp and /dev/shm: mounted over one pair of host directories per
-backend, each sandbox seeing only its own tmpfs, a tampered pair never used."""
+"""The private /dev (with /dev/shm) and /tmp: built and mounted over one pair of host
+directories per backend, each sandbox seeing only its own, a tampered pair never used."""
 
 from __future__ import annotations
 
@@ -38,10 +38,15 @@ def _request(tmp_path: Path, code: str) -> LaunchRequest:
     )
 
 
+def _pair(targets: list[str]) -> list[str]:
+    """The host's directories among a plan's tmpfs targets (``/dev/shm``'s lies in /dev's)."""
+    return [t for t in targets if not any(t.startswith(o + "/") for o in targets)]
+
+
 def _mount_points(bwrap: BwrapSandbox, tmp_path: Path) -> list[str]:
     plan = bwrap.plan(_request(tmp_path, "pass"))
     bwrap.cleanup(plan)
-    return [target for target, _, _ in plan.tmpfs]
+    return _pair([target for target, _, _ in plan.tmpfs])
 
 
 def _writes(mark: str, then: str = "") -> str:
@@ -72,7 +77,7 @@ def test_every_plan_mounts_over_the_same_pair_which_stays_empty(
     finally:
         bwrap.cleanup(waiting)
     assert (proc.returncode, out) == (0, b"one one\n"), err
-    assert [target for target, _, _ in waiting.tmpfs] == first
+    assert _pair([target for target, _, _ in waiting.tmpfs]) == first
     # The host's directories stay empty, and the next plan uses them again.
     for path in first:
         assert os.listdir(path) == []
@@ -80,8 +85,8 @@ def test_every_plan_mounts_over_the_same_pair_which_stays_empty(
 
 
 def test_a_tampered_pair_is_never_used(bwrap: BwrapSandbox, tmp_path: Path) -> None:
-    shm, _ = _mount_points(bwrap, tmp_path)
-    base = os.path.dirname(shm)
+    dev, _ = _mount_points(bwrap, tmp_path)
+    base = os.path.dirname(dev)
     os.chmod(base, 0o755)  # others may enter it now
     again = _mount_points(bwrap, tmp_path)
     assert os.path.dirname(again[0]) != base
@@ -113,7 +118,7 @@ def test_the_pair_goes_with_the_host(bwrap: BwrapSandbox, tmp_path: Path) -> Non
         "plan = backend.plan(LaunchRequest(name='demo', argv=[sys.executable], env={},\n"
         f"    ext_dir={str(tmp_path)!r}, data_dir=None, interpreter=sys.executable))\n"
         "backend.cleanup(plan)\n"
-        "print(*(target for target, _, _ in plan.tmpfs))\n"
+        "print(*(target for target, _, _ in plan.tmpfs if not target.endswith('/dev/shm')))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
     made = done.stdout.decode().split()
