@@ -463,10 +463,11 @@ class BwrapSandbox:
             plain = ["--size", str(size), "--tmpfs"]
             own = ["--dev", "/dev", *plain, "/dev/shm", "--remount-ro", "/dev"]
             return own, [*plain, "/tmp"], []
-        # bwrap's own /dev cost it about 1.2 ms a spawn: a bind and a read of the whole
-        # mount table per device node, then another for the read-only remount. The
-        # child (a spare, before its order) builds the same one without either; bwrap
-        # binds it as it is (with its device nodes: --dev-bind).
+        # bwrap's own /dev costs it a bind and a read of the whole mount table per
+        # device node, then another for the read-only remount. The child (a spare,
+        # before its order) builds the same one without either; bwrap binds it as it
+        # is (with its device nodes: --dev-bind). A sandboxed spawn's first output
+        # came 0.2 ms sooner for it here (issue 29).
         dev, tmp = MOUNT_POINTS.get()
         inodes = limits.tmp_mb * _INODES_PER_MIB
         return (

@@ -116,9 +116,9 @@ def test_the_dev_the_child_builds_is_bwraps_read_only(tmp_path: Path) -> None:
 
 
 def test_bwrap_binds_the_dev_the_child_built_in_one_piece(tmp_path: Path) -> None:
-    # bwrap's own --dev cost about 1 ms a spawn (a bind and a read of the whole mount
-    # table per node, another for the read-only remount): the child builds it, a
-    # spare before its order, and bwrap binds it whole, with its device nodes.
+    # bwrap's own --dev costs a bind and a read of the whole mount table per node,
+    # another for the read-only remount: the child builds it, a spare before its
+    # order, and bwrap binds it whole, with its device nodes.
     backend = _backend(True)
     plan = backend.plan(_request(tmp_path, "pass"))
     backend.cleanup(plan)
