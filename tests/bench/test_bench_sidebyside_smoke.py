@@ -6,6 +6,7 @@ It asserts nothing about speed (that is what the full benchmark is for)."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,25 @@ def test_a_driver_that_breaks_the_protocol_is_named(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "false stop1: exit 1" in proc.stderr
+
+
+def test_a_run_that_fails_once_is_repeated_and_shown(tmp_path: Path) -> None:
+    mark = tmp_path / "failed-once"
+    flaky = (
+        "import json, os, sys\n"
+        f"if not os.path.exists({str(mark)!r}):\n"
+        f"    open({str(mark)!r}, 'w').close(); sys.exit('lost an extension')\n"
+        "print(json.dumps({'value': 2.0}))"
+    )
+    out = tmp_path / "x.json"
+    proc = _sidebyside(
+        "--only", "stop1", "--reps", "1", "--json", str(out),
+        "--driver", f"flaky={sys.executable} -c {shlex.quote(flaky)}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["case"]: r for r in json.loads(out.read_text())}
+    assert rows["stop1.flaky"]["value"] == 2.0
+    assert "a run failed (exit 1), repeated: lost an extension" in proc.stdout
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the guardian")
