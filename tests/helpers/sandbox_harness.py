@@ -247,6 +247,23 @@ class World:
         return json.loads(report["stdout"].splitlines()[-1])
 
 
+def code_request(tmp_path: Path, code: str) -> Any:
+    """A launch request running ``python -c code`` from an extension directory in
+    ``tmp_path``, with no data directory."""
+    from sandbox import LaunchRequest
+
+    ext = tmp_path / "ext"
+    ext.mkdir(exist_ok=True)
+    return LaunchRequest(
+        name="demo",
+        argv=[sys.executable, "-c", code],
+        env={"PATH": "/usr/bin:/bin"},
+        ext_dir=str(ext),
+        data_dir=None,
+        interpreter=sys.executable,
+    )
+
+
 def run_planned(backend: Any, request: Any) -> tuple[int, bytes, bytes]:
     """Plan ``request`` with ``backend``, run it to completion, clean up: exit, out, err."""
     from sandbox import spawn

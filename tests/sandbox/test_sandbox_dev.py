@@ -8,14 +8,13 @@ it read-only. Both must look and behave the same from inside.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
-from helpers.sandbox_harness import run_planned
+from helpers.sandbox_harness import code_request, run_planned
 
-from sandbox import LaunchRequest, select_sandbox
+from sandbox import select_sandbox
 from sandbox._bwrap import BwrapSandbox
 from sandbox._plan import DEV
 
@@ -58,21 +57,8 @@ def _backend(built_by_child: bool) -> BwrapSandbox:
     return BwrapSandbox(config)
 
 
-def _request(tmp_path: Path, code: str) -> LaunchRequest:
-    ext = tmp_path / "ext"
-    ext.mkdir(exist_ok=True)
-    return LaunchRequest(
-        name="demo",
-        argv=[sys.executable, "-c", code],
-        env={"PATH": "/usr/bin:/bin"},
-        ext_dir=str(ext),
-        data_dir=None,
-        interpreter=sys.executable,
-    )
-
-
 def _look(backend: BwrapSandbox, tmp_path: Path) -> dict[str, object]:
-    code, out, err = run_planned(backend, _request(tmp_path, _LOOK))
+    code, out, err = run_planned(backend, code_request(tmp_path, _LOOK))
     assert code == 0, err
     seen: dict[str, object] = json.loads(out)
     return seen
@@ -120,7 +106,7 @@ def test_bwrap_binds_the_dev_the_child_built_in_one_piece(tmp_path: Path) -> Non
     # another for the read-only remount: the child builds it, a spare before its
     # order, and bwrap binds it whole, with its device nodes.
     backend = _backend(True)
-    plan = backend.plan(_request(tmp_path, "pass"))
+    plan = backend.plan(code_request(tmp_path, "pass"))
     backend.cleanup(plan)
     dev, tmp = (target for target, _, _ in plan.tmpfs if not target.endswith("/shm"))
     assert plan.tmpfs[0] == (dev, DEV, DEV)

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.sandbox_harness import run_planned
+from helpers.sandbox_harness import code_request, run_planned
 
-from sandbox import LaunchRequest, select_sandbox, spawn
+from sandbox import select_sandbox, spawn
 from sandbox._bwrap import BwrapSandbox
 
 
@@ -25,26 +25,13 @@ def bwrap() -> BwrapSandbox:
     return backend
 
 
-def _request(tmp_path: Path, code: str) -> LaunchRequest:
-    ext = tmp_path / "ext"
-    ext.mkdir(exist_ok=True)
-    return LaunchRequest(
-        name="demo",
-        argv=[sys.executable, "-c", code],
-        env={"PATH": "/usr/bin:/bin"},
-        ext_dir=str(ext),
-        data_dir=None,
-        interpreter=sys.executable,
-    )
-
-
 def _pair(targets: list[str]) -> list[str]:
     """The host's directories among a plan's tmpfs targets (``/dev/shm``'s lies in /dev's)."""
     return [t for t in targets if not any(t.startswith(o + "/") for o in targets)]
 
 
 def _mount_points(bwrap: BwrapSandbox, tmp_path: Path) -> list[str]:
-    plan = bwrap.plan(_request(tmp_path, "pass"))
+    plan = bwrap.plan(code_request(tmp_path, "pass"))
     bwrap.cleanup(plan)
     return _pair([target for target, _, _ in plan.tmpfs])
 
@@ -68,10 +55,10 @@ def test_every_plan_mounts_over_the_same_pair_which_stays_empty(
     # Two sandboxes at once, each writing its own /tmp and /dev/shm: the first
     # still sees only what it wrote once the second wrote the same names.
     show = "print(*(open(d + '/mine').read() for d in ('/tmp', '/dev/shm')))"
-    waiting = bwrap.plan(_request(tmp_path, _writes("one", "input()\n" + show)))
+    waiting = bwrap.plan(code_request(tmp_path, _writes("one", "input()\n" + show)))
     try:
         proc = spawn(waiting, stdin=subprocess.PIPE)
-        code, _, err = run_planned(bwrap, _request(tmp_path, _writes("two")))
+        code, _, err = run_planned(bwrap, code_request(tmp_path, _writes("two")))
         assert code == 0, err
         out, err = proc.communicate(b"\n", timeout=30)
     finally:
@@ -101,7 +88,7 @@ def test_a_tampered_pair_is_never_used(bwrap: BwrapSandbox, tmp_path: Path) -> N
     assert os.path.dirname(third[1]) != os.path.dirname(again[1])
     _remove(os.path.dirname(again[1]))
     code, out, err = run_planned(
-        bwrap, _request(tmp_path, "import os; print(os.listdir('/dev/shm'))")
+        bwrap, code_request(tmp_path, "import os; print(os.listdir('/dev/shm'))")
     )
     assert (code, out) == (0, b"[]\n"), err
     # A pair removed (a /tmp cleaner) is made again.
