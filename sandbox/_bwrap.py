@@ -278,7 +278,7 @@ class BwrapSandbox:
         held: list[tuple[int, int, str, bool]] = []  # protected directories, locked
         try:
             self._want_binds(request, binds, notes)
-            dev, tmp, tmpfs = self._tmp_args(perms.limits, notes)
+            dev, tmp, tmpfs = self.tmp_args(perms.limits, notes)
             args = [
                 self.config.bwrap,
                 *self.namespace_args(
@@ -452,7 +452,7 @@ class BwrapSandbox:
             paths=list(runtime.paths), notes=list(runtime.notes), aliases=list(runtime.aliases)
         )
 
-    def _tmp_args(
+    def tmp_args(
         self, limits: Limits, notes: list[str]
     ) -> tuple[list[str], list[str], list[tuple[str, int, int]]]:
         """``/dev`` (with ``/dev/shm``) and ``/tmp``: what the child builds and mounts

@@ -278,7 +278,7 @@ def _join(cgroups: list[str]) -> None:
 
 
 #: The signals the guardian catches (it ignores none): ``exec`` resets them to their
-#: default, so a child need not (see :func:`catch_signals`).
+#: default (see :func:`catch_signals`), and a child does first (:func:`default_signals`).
 CAUGHT = (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM)
 
 
@@ -298,6 +298,17 @@ def catch_signals(guardian: int) -> None:
     for sig in CAUGHT:
         signal.signal(sig, caught)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def default_signals() -> None:
+    """In a child, first thing: the default disposition of every signal the guardian
+    catches. Its handler runs only between two steps of Python, and the last step,
+    ``execve`` converting its arguments, would lose a signal that came during it (the
+    stop's SIGTERM of a child just starting); the kernel's default loses none. One
+    caught before this runs here (``signal.signal`` runs what is pending first)."""
+    signal.set_wakeup_fd(-1)  # nor may one write the guardian's wake-up byte
+    for sig in CAUGHT:
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def bind_calls(fd_end: int) -> None:
@@ -329,7 +340,7 @@ def spare(
     the capped tmpfs in a user and mount namespace of its own. Its order then places
     its descriptors, sets its session, working directory and limits, and executes.
     """
-    signal.set_wakeup_fd(-1)  # the guardian's signal handlers do the default in a child
+    default_signals()
     _place_fds([], [], [0, 1, 2, sock.fileno()])  # nothing of the guardian's while it waits
     try:
         _die_with(guardian)
@@ -382,9 +393,8 @@ def _child(
     until ``exec``) and their teardown at ``exec``: what does not depend on the order
     is done once in the guardian (:func:`catch_signals`) or in a spare before its order.
     """
-    # The signals' dispositions go back to their default at exec (see catch_signals);
-    # one before it must not write the guardian's wake-up byte into a descriptor of ours.
-    signal.set_wakeup_fd(-1)
+    if not ready:  # (a spare did when it was forked)
+        default_signals()
     if order.get("session", True):
         os.setsid()
     _place_fds(fds, order["targets"], [exec_w])

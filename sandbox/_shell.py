@@ -24,8 +24,9 @@ an extension rewrote must not plant an extension or touch the user's dotfiles. S
   grant rules use) are replaced by empty read-only directories (files: by an
   empty file), unless one holds the workspace; ``/run`` (D-Bus, Docker and other
   sockets) by an empty tmpfs;
-* a fresh ``/proc`` (``/proc/sys`` read-only), a minimal ``/dev``, private
-  size-limited ``/tmp`` and ``/dev/shm``; no network (its own loopback only), or
+* a fresh ``/proc`` (``/proc/sys`` read-only), an extension's ``/dev`` (minimal,
+  read-only, built by corral's child) and its private ``/tmp`` and ``/dev/shm``,
+  capped in size and in inodes; no network (its own loopback only), or
   with ``network`` TCP to those destinations through corral's egress proxy; the
   same namespaces, dropped capabilities, seccomp filter, cgroup and rlimits as an
   extension, from the same :class:`~sandbox._bwrap.BwrapSandbox` (its probe, its
@@ -52,7 +53,6 @@ from ._within import inside
 
 __all__ = ["ShellRequest", "plan_shell"]
 
-_MIB = 1024 * 1024
 _CORRAL_WHY = "corral's project-local extensions"
 #: Hidden already: an empty tmpfs replaces /run (and /var/run leads there).
 _RUN = ("/run", "/var/run")
@@ -118,7 +118,11 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         notes.append(egress_note(listed))
     held: list[tuple[int, int, str, bool]] = []  # protected directories, locked
     try:
-        mounts = _mounts(request, fds, held)
+        # /dev and the capped /tmp and /dev/shm, as an extension gets them (the child
+        # builds /dev and mounts them, with an inode cap: a command cannot fill the
+        # kernel's memory with empty files).
+        dev, tmp, tmpfs = sandbox.tmp_args(request.limits, notes)
+        mounts = _mounts(request, [*dev, *tmp], fds, held)
         cgroups = _cgroups(sandbox, request.limits, notes)
         manager = sandbox.cgroups
         memory_done = bool(cgroups) and manager is not None and manager.limits_memory()
@@ -129,7 +133,7 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
             sandbox.config.bwrap,
             # A network list: the child made the network namespace (and the proxy's
             # listener in it); bwrap shares it.
-            *sandbox.namespace_args(bool(listed)),
+            *sandbox.namespace_args(bool(listed), child_tmpfs=bool(tmpfs)),
             *mounts,
             "--chdir",
             request.workspace,
@@ -162,18 +166,21 @@ def plan_shell(sandbox: Sandbox, request: ShellRequest) -> LaunchPlan | None:
         notes=notes,
         pass_fds=fds,
         placeholders=held,
+        tmpfs=tmpfs,
         egress=listed,
         egress_port=EGRESS_PORT if listed else 0,
     )
 
 
 def _mounts(
-    request: ShellRequest, fds: list[int], held: list[tuple[int, int, str, bool]]
+    request: ShellRequest,
+    private: list[str],
+    fds: list[int],
+    held: list[tuple[int, int, str, bool]],
 ) -> list[str]:
-    size = str(request.limits.tmp_mb * _MIB)
+    """The shell's mounts; ``private``: its /dev, /tmp and /dev/shm (``tmp_args``)."""
     args = ["--ro-bind", "/", "/", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
-    args += ["--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
-    args += ["--size", size, "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    args += [*private, "--tmpfs", "/run"]
     # Read-only last: bwrap may still need to create mount points in them.
     remount = ["--remount-ro", "/run"]
     try:

@@ -220,6 +220,21 @@ def test_every_child_starts_with_default_signals_and_dies_with_the_guardian(
         assert out == ["SigBlk:", "0" * 16, "SigIgn:", "0" * 16, "9", "1"]
 
 
+def test_a_parked_spare_leaves_every_signal_to_the_kernels_default() -> None:
+    # The guardian's handlers run only between two steps of Python: a SIGTERM that came
+    # while a child's execve converted its arguments would be lost when the program
+    # replaced it. A spare sets the defaults when forked, long before its order.
+    spares = _wait_for_spares(1, set())
+    for pid in spares:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().split("\n")
+        except OSError:
+            continue  # it took an order meanwhile
+        fields = dict(line.split(":\t", 1) for line in status if ":\t" in line)
+        assert fields["SigCgt"] == "0" * 16, pid
+        assert fields["SigIgn"] == "0" * 16, pid
+
+
 _CAPS = (
     "import os; t, s = os.statvfs('/tmp'), os.statvfs('/dev/shm'); "
     "print(t.f_files, t.f_blocks * t.f_frsize, s.f_files, s.f_blocks * s.f_frsize)"

@@ -6,6 +6,7 @@ own; the last tests read the real ``/etc`` through a real bwrap.
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import sys
@@ -18,7 +19,7 @@ from helpers.sandbox_harness import run_planned
 
 from sandbox import LaunchRequest, Permissions, select_sandbox
 from sandbox._bwrap import BwrapSandbox
-from sandbox._etc import EtcMirror
+from sandbox._etc import _RECHECK, EtcMirror
 
 
 class Etc:
@@ -115,6 +116,55 @@ def test_a_file_swapped_by_rename_is_noticed(tmp_path: Path) -> None:
     assert etc.see("hosts")[1]["hosts"] == (b"swapd", 0o644)
     f.unlink()  # gone: gone from the mirror too
     assert etc.see("hosts")[1] == {}
+
+
+def test_an_entry_copied_through_a_link_to_elsewhere_is_looked_at_every_time(
+    tmp_path: Path,
+) -> None:
+    # Nothing watches where the link leads: an edit there reaches the next spawn all the
+    # same, however soon after the last.
+    etc = Etc(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "resolv.conf").write_bytes(b"nameserver 127.0.0.53\n")
+    (etc.src / "resolv.conf").symlink_to(run / "resolv.conf")
+    (etc.src / "hosts").write_bytes(b"127.0.0.1 localhost\n")
+    assert etc.see("hosts", "resolv.conf")[1]["resolv.conf"] == (b"nameserver 127.0.0.53\n", 0o644)
+    (run / "resolv.conf").write_bytes(b"nameserver 192.0.2.1\n")
+    assert etc.see("hosts", "resolv.conf")[1]["resolv.conf"] == (b"nameserver 192.0.2.1\n", 0o644)
+
+
+def test_directories_on_the_way_made_or_swapped_later_are_noticed(tmp_path: Path) -> None:
+    etc = Etc(tmp_path)
+    assert etc.see("default/locale")[1] == {}
+    (etc.src / "default").mkdir()
+    (etc.src / "default" / "locale").write_bytes(b"LANG=C.UTF-8\n")
+    assert etc.see("default/locale")[1]["default/locale"] == (b"LANG=C.UTF-8\n", 0o644)
+    # The directory renamed away and another made in its place, with a file of the
+    # same size and times: the old directory's watch must not be what is trusted.
+    st = (etc.src / "default" / "locale").stat()
+    (etc.src / "default").rename(etc.src / "default.old")
+    (etc.src / "default").mkdir()
+    (etc.src / "default" / "locale").write_bytes(b"LANG=de_DE.U8\n")
+    os.utime(etc.src / "default" / "locale", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert etc.see("default/locale")[1]["default/locale"] == (b"LANG=de_DE.U8\n", 0o644)
+
+
+def test_a_write_through_a_shared_mapping_reaches_the_mirror_within_a_second(
+    tmp_path: Path,
+) -> None:
+    # The kernel reports no change for it (only its times tell): every entry is looked
+    # at again at least once a second.
+    etc = Etc(tmp_path)
+    f = etc.src / "hosts"
+    f.write_bytes(b"127.0.0.1 old\n")
+    # (Opened before the watch starts: its close for writing would be reported.)
+    with f.open("r+b") as fh, mmap.mmap(fh.fileno(), 0) as mapped:
+        assert etc.see("hosts")[1]["hosts"] == (b"127.0.0.1 old\n", 0o644)
+        time.sleep(0.05)  # past the file system's timestamp granularity
+        mapped[10:13] = b"new"
+        time.sleep(_RECHECK + 0.05)
+        assert etc.see("hosts")[1]["hosts"] == (b"127.0.0.1 new\n", 0o644)
 
 
 def test_a_directory_of_files_and_links_is_copied_and_kept_in_step(tmp_path: Path) -> None:

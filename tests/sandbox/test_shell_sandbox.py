@@ -26,6 +26,8 @@ from agent import TextContent
 from agent._tools.base import ToolRunResult
 from agent._tools.bash import BashTool
 from agent._tools.confine import Workspace
+from sandbox import Limits
+from sandbox._bwrap import BwrapSandbox
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
 
@@ -185,6 +187,25 @@ async def test_bash_cannot_touch_dotfiles_or_see_secrets(box: Box) -> None:
     assert not ok
     assert out.startswith(f"plain notes\n{box.home}\n")
     assert "Read-only file system" in out
+
+
+async def test_tmp_and_shm_are_capped_in_inodes_and_dev_is_read_only(box: Box) -> None:
+    # As an extension's: empty files cost the kernel memory that a size cap does not
+    # count, and a prompt-injected command could make millions of them.
+    tool = box.bash()
+    backend = sandbox.select_sandbox("auto")
+    assert isinstance(backend, BwrapSandbox)
+    if not backend.config.private_tmpfs:
+        pytest.skip("no capped tmpfs made by corral's child here")
+    ok, out = await sh(tool, "stat -f -c %c /tmp /dev/shm; echo x > /tmp/t && cat /tmp/t")
+    assert ok, out
+    assert out.split() == [str(Limits().tmp_mb * 1024)] * 2 + ["x"]
+    ok, out = await sh(tool, "touch /dev/x")
+    assert not ok
+    assert "Read-only file system" in out
+    ok, out = await sh(tool, "echo sink > /dev/null && head -c 4 /dev/urandom | wc -c")
+    assert ok, out
+    assert out.split() == ["4"]
 
 
 @pytest.mark.parametrize("where", ["home", "corral_home"])
