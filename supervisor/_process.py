@@ -80,12 +80,17 @@ class ChildProcess:
         return self._status.guardian_lost
 
     async def _until(self, done: typing.Callable[[], bool]) -> None:
-        async with self._lock:
+        # One reader of the status pipe at a time (another may wait on it): a free
+        # lock is taken without a scheduler pass, and an answer already there needs none.
+        await _take(self._lock)
+        try:
             status = self._status
             status.read()
             while not done():
                 await trio.lowlevel.wait_readable(status.fileno())
                 status.read()
+        finally:
+            self._lock.release()
 
     async def started(self) -> None:
         """Wait until the program runs.
@@ -188,7 +193,8 @@ async def _answered(pending: PendingSpawn) -> None:
         lock = trio.Lock()
         _GUARDIAN_READER.set(lock)
     while not pending.answered():
-        async with lock:
+        await _take(lock)
+        try:
             if pending.answered():
                 return
             fd = pending.fileno()
@@ -197,6 +203,17 @@ async def _answered(pending: PendingSpawn) -> None:
                     await trio.lowlevel.wait_readable(fd)
                 else:
                     await trio.sleep_forever()
+        finally:
+            lock.release()
+
+
+async def _take(lock: trio.Lock) -> None:
+    """Acquire ``lock``: at once when it is free (no scheduler pass: the caller waits for
+    a descriptor next, or has its answer already), else waiting in line."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
 
 
 async def spawn_child(
