@@ -26,6 +26,7 @@ conversation, not another lifecycle.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 import typing
@@ -42,7 +43,7 @@ from ._exceptions import ExtensionGone, ExtensionStopping
 from ._io import BESIDE, StderrBeside, StderrLog
 from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
-from ._reap import reap_group, signal_group
+from ._reap import reap_group, reaps_at_once, signal_group
 from ._restart import describe_exit
 from ._seams import Conversation
 
@@ -233,19 +234,25 @@ class Incarnation:
                     with self._calls.timer_in(nursery), self._wait_scope:
                         await proc.exited()
                 finally:
-                    with trio.CancelScope(shield=True):
-                        if not proc.gone:
-                            await self._ladder(conversation)
-                        # Frames written just before exit are still in the pipe: let
-                        # the reader reach EOF, but not forever (a grandchild may
-                        # hold stdout).
-                        if not reader_done.is_set():
-                            with trio.move_on_after(_EOF_AFTER_EXIT):
-                                await reader_done.wait()
-                    nursery.cancel_scope.cancel()
+                    # (A stop whose child left at once, with its stdout read to the
+                    # end, has nothing to wait for here: no scope.)
+                    if not proc.gone or not reader_done.is_set():
+                        with trio.CancelScope(shield=True):
+                            if not proc.gone:
+                                await self._ladder(conversation)
+                            # Frames written just before exit are still in the pipe:
+                            # let the reader reach EOF, but not forever (a grandchild
+                            # may hold stdout).
+                            if not reader_done.is_set():
+                                with trio.move_on_after(_EOF_AFTER_EXIT):
+                                    await reader_done.wait()
+                    if nursery.child_tasks:
+                        nursery.cancel_scope.cancel()
                     self._writer.cancel()  # also when it has no task: nothing is sent now
         finally:
-            with trio.CancelScope(shield=True):
+            # Shielded, unless the reap has nothing to wait for (no checkpoint in it).
+            at_once = reaps_at_once(proc, sweep=self._sweep_into is None)
+            with contextlib.nullcontext() if at_once else trio.CancelScope(shield=True):
                 await self._reap()
         rc = proc.returncode
         assert rc is not None

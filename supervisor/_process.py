@@ -71,8 +71,10 @@ class ChildProcess:
         """It exited and left no process behind (the guardian adopted none of its
         orphans): there is nothing of it to sweep. False while it runs, or when it may
         have (or the guardian has not said so yet: reads what it wrote, never blocks)."""
-        self._status.read()
-        return self._status.left_nothing
+        status = self._status
+        if not status.said_all:  # (then it writes nothing more: no read)
+            status.read()
+        return status.left_nothing
 
     @property
     def guardian_lost(self) -> bool:
@@ -109,8 +111,10 @@ class ChildProcess:
     def ended_now(self) -> bool:
         """The guardian has said all about the child (its exit status, whether it left
         anything): what :meth:`ended` waits for, read now, never blocking."""
-        self._status.read()
-        return self._status.said_all
+        status = self._status
+        if not status.said_all:
+            status.read()
+        return status.said_all
 
     async def ended(self) -> None:
         """Wait until the guardian said all about the child: its exit status, and
