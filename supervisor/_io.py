@@ -192,5 +192,7 @@ class StderrBeside:
             await trio.lowlevel.wait_readable(self._fd)
 
     def close(self) -> None:
-        """Close the epoll descriptor (nobody waits for it any more)."""
-        self._epoll.close()
+        """Close the epoll descriptor (the reader is done with it)."""
+        if not self._epoll.closed:
+            trio.lowlevel.notify_closing(self._epoll.fileno())
+            self._epoll.close()
