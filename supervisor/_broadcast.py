@@ -61,6 +61,11 @@ class Broadcast:
                     send.send_nowait(started_event(ext))
         return recv
 
+    @property
+    def listened(self) -> bool:
+        """Someone subscribed (an event made for nobody need not be made)."""
+        return bool(self._subscribers)
+
     def publish(self, event: SupervisorEvent) -> None:
         """Send ``event`` to every subscriber; a full one loses it (counted, logged)."""
         for chan in list(self._subscribers):
@@ -80,13 +85,17 @@ class Broadcast:
             return
         first = ext.name not in self._announced
         self._announced[ext.name] = ext.pid
+        listened = self.listened  # no event is made for nobody
         if not first:
-            self.publish(ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts))
+            if listened:
+                event = ExtensionRestarted(extension=ext.name, pid=ext.pid, restarts=ext.restarts)
+                self.publish(event)
             return
         plan = ext.plan
         if plan is not None and not plan.sandboxed:
             log.warning("extension_unsandboxed", extension=ext.name, why=plan.notes)
-        self.publish(started_event(ext))
+        if listened:
+            self.publish(started_event(ext))
 
     def swapped(self, swap: Swap[Extension]) -> None:
         """Events of a reload's swap: the retired stopped, the new started, the kept kept."""
@@ -106,7 +115,8 @@ class Broadcast:
     def stopped(self, name: str) -> None:
         """``name`` was stopped and forgotten: a later start is a first one again."""
         self._announced.pop(name, None)
-        self.publish(ExtensionStopped(extension=name))
+        if self._subscribers:
+            self.publish(ExtensionStopped(extension=name))
 
     def close(self) -> None:
         """End every subscriber's channel (the supervisor is closed)."""

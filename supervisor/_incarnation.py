@@ -2,9 +2,11 @@
 
 An :class:`Incarnation` holds one spawned process of an extension, its pipes and
 its exit, from spawn to reaped. :meth:`Incarnation.serve` runs, in one nursery,
-the stderr drain, the writer, the reader (the :class:`~supervisor._seams.Conversation` spoken over
-stdio), the deadline timer of the calls in flight and, for a network list, the
-egress proxy (:mod:`supervisor._egress`), and waits for the process to exit. It
+the reader (the :class:`~supervisor._seams.Conversation` spoken over stdio; on
+Linux it drains stderr too, elsewhere a task of its own does), the writer task
+once a line has to wait, the deadline timer of the calls in flight and, for a
+network list, the egress proxy (:mod:`supervisor._egress`), and waits for the
+process to exit. It
 always ends the same way, shielded and bounded, as trio's ``run_process`` does:
 
 1. if the process is still running (:meth:`stop`, or the owner was cancelled), the
@@ -24,6 +26,7 @@ conversation, not another lifecycle.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 import typing
@@ -37,10 +40,10 @@ from ._calls import PendingCalls
 from ._config import SupervisorConfig
 from ._egress import Egress
 from ._exceptions import ExtensionGone, ExtensionStopping
-from ._io import StderrLog
+from ._io import BESIDE, StderrBeside, StderrLog
 from ._lines import LineReader, LineWriter, Unsent
 from ._process import ChildProcess
-from ._reap import reap_group, signal_group
+from ._reap import reap_group, reaps_at_once, signal_group
 from ._restart import describe_exit
 from ._seams import Conversation
 
@@ -103,6 +106,10 @@ class Incarnation:
         self._sweep_into: list[str] | None = None
         #: The stderr pipe reached its end (everything the extension said is logged).
         self._stderr_done = trio.Event()
+        #: stderr served by the reader task (see :class:`~supervisor._io.StderrBeside`),
+        #: where one descriptor can watch both pipes (from :meth:`serve` on); else its
+        #: own task drains it.
+        self._beside: StderrBeside | None = None
         #: What :meth:`serve` speaks (None until it runs).
         self._conversation: Conversation | None = None
         #: The part of the goodbye the pipe did not take (None: not said yet).
@@ -213,9 +220,12 @@ class Incarnation:
         reader_done = trio.Event()
         self._conversation = conversation
         try:
+            if BESIDE:
+                self._beside = StderrBeside(self._stderr, self._stderr_pipe, self._stdout.fileno())
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._drain_stderr)
-                nursery.start_soon(self._writer.run)
+                if self._beside is None:
+                    nursery.start_soon(self._drain_stderr)
+                self._writer.run_in(nursery)  # a task only once a line has to wait
                 nursery.start_soon(self._read_loop, conversation, reader_done)
                 listener = proc.egress_listener
                 if self._egress is not None and listener is not None:
@@ -224,18 +234,25 @@ class Incarnation:
                     with self._calls.timer_in(nursery), self._wait_scope:
                         await proc.exited()
                 finally:
-                    with trio.CancelScope(shield=True):
-                        if not proc.gone:
-                            await self._ladder(conversation)
-                        # Frames written just before exit are still in the pipe: let
-                        # the reader reach EOF, but not forever (a grandchild may
-                        # hold stdout).
-                        if not reader_done.is_set():
-                            with trio.move_on_after(_EOF_AFTER_EXIT):
-                                await reader_done.wait()
-                    nursery.cancel_scope.cancel()
+                    # (A stop whose child left at once, with its stdout read to the
+                    # end, has nothing to wait for here: no scope.)
+                    if not proc.gone or not reader_done.is_set():
+                        with trio.CancelScope(shield=True):
+                            if not proc.gone:
+                                await self._ladder(conversation)
+                            # Frames written just before exit are still in the pipe:
+                            # let the reader reach EOF, but not forever (a grandchild
+                            # may hold stdout).
+                            if not reader_done.is_set():
+                                with trio.move_on_after(_EOF_AFTER_EXIT):
+                                    await reader_done.wait()
+                    if nursery.child_tasks:
+                        nursery.cancel_scope.cancel()
+                    self._writer.cancel()  # also when it has no task: nothing is sent now
         finally:
-            with trio.CancelScope(shield=True):
+            # Shielded, unless the reap has nothing to wait for (no checkpoint in it).
+            at_once = reaps_at_once(proc, sweep=self._sweep_into is None)
+            with contextlib.nullcontext() if at_once else trio.CancelScope(shield=True):
                 await self._reap()
         rc = proc.returncode
         assert rc is not None
@@ -258,6 +275,8 @@ class Incarnation:
         self._writer.close()
         log.debug("incarnation_reaped", pid=proc.pid, returncode=proc.returncode)
         self._reaped = True  # from here on the pipes may be closed
+        if self._beside is not None:
+            self._beside.close()
         proc.close()  # no checkpoint: a stop of many ends each one in fewer steps
         self._sandbox.cleanup(self._plan)
         self._fail_calls()
@@ -344,20 +363,28 @@ class Incarnation:
     # --- the pipes ---------------------------------------------------------------------
 
     async def _read_loop(self, conversation: Conversation, done: trio.Event) -> None:
-        reader = LineReader(self._stdout, self._config.max_frame_bytes)
+        beside = self._beside
+        reader = LineReader(self._stdout, self._config.max_frame_bytes, beside=beside)
         try:
             await conversation.converse(reader)
         finally:
             done.set()
-        if self._stopping:
-            return  # the ladder failed the calls, and its reap fails what came since
-        # EOF: the extension is going away; nothing pending can be answered now. Its
-        # exit usually comes with the EOF, and its last words (why it crashed) are
-        # in the stderr pipe: wait for both (briefly) so that errors carry them.
-        with trio.move_on_after(_EOF_AFTER_EXIT):
-            await self._proc.wait()
-            await self._stderr_done.wait()
-        self._fail_calls()
+        if not self._stopping:  # (else the ladder failed the calls, and its reap what came since)
+            # EOF: the extension is going away; nothing pending can be answered now. Its
+            # exit usually comes with the EOF, and its last words (why it crashed) are
+            # in the stderr pipe: wait for both (briefly) so that errors carry them.
+            with trio.move_on_after(_EOF_AFTER_EXIT):
+                if beside is not None:
+                    await self._stderr_rest(beside)
+                await self._proc.wait()
+                await self._stderr_done.wait()
+            self._fail_calls()
+        if beside is not None:  # the rest of stderr, until its end (or the incarnation's)
+            await self._stderr_rest(beside)
+
+    async def _stderr_rest(self, beside: StderrBeside) -> None:
+        await beside.rest()
+        self._stderr_done.set()
 
     async def _drain_stderr(self) -> None:
         try:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import select
 import time
 import typing
 
 import trio
 
-__all__ = ["StderrLog"]
+__all__ = ["BESIDE", "StderrBeside", "StderrLog"]
 
 _CHUNK = 65536
 
@@ -119,15 +120,79 @@ class StderrLog:
                 return
             self.feed(bytes(chunk))
 
-    def feed_pending(self, stream: trio.lowlevel.FdStream) -> None:
+    def feed_pending(self, stream: trio.lowlevel.FdStream) -> bool:
         """Feed what ``stream`` holds right now, without waiting (the drain may be
         parked): once the process has exited, everything it wrote is in the pipe,
-        so a crash report gets its real last line."""
+        so a crash report gets its real last line. False once the pipe ended (or
+        was closed)."""
+        fd = stream.fileno()
         while True:
             try:
-                chunk = os.read(stream.fileno(), _CHUNK)
-            except OSError:  # nothing more now (EAGAIN), or the pipe is gone
-                return
+                chunk = os.read(fd, _CHUNK)
+            except BlockingIOError:  # nothing more now
+                return True
+            except OSError:  # the pipe is gone
+                return False
             if not chunk:
-                return
+                return False
             self.feed(chunk)
+
+
+#: The reader of a child's stdout serves its stderr too where one descriptor can
+#: watch both (Linux's epoll); elsewhere stderr has a task of its own.
+BESIDE = hasattr(select, "epoll")
+
+
+@typing.final
+class StderrBeside:
+    """A child's stderr, drained by the task that reads its stdout (no task of its own).
+
+    One epoll descriptor watches both pipes: the reader waits for it instead of its
+    pipe, and after each wake logs what stderr holds before it reads stdout (see
+    :class:`~supervisor._lines.LineReader`), so what the child wrote to stderr before
+    a frame is in its log when the frame is handled. Only where :data:`BESIDE`.
+    """
+
+    def __init__(self, log: StderrLog, stderr: trio.lowlevel.FdStream, stdout_fd: int) -> None:
+        self._log = log
+        self._stderr = stderr
+        self._fd = stderr.fileno()
+        self._epoll = select.epoll()
+        self._epoll.register(stdout_fd, select.EPOLLIN)
+        self._epoll.register(self._fd, select.EPOLLIN)
+        #: stderr reached its end (everything the child said is logged).
+        self.ended = False
+
+    def __repr__(self) -> str:
+        return f"<StderrBeside ended={self.ended}>"
+
+    def fileno(self) -> int:
+        """What the reader waits for: readable when stdout or stderr is."""
+        return self._epoll.fileno()
+
+    def drain(self) -> bool:
+        """Log what stderr holds now, if anything (one look at both pipes, never
+        blocks); False once it ended."""
+        if self.ended:
+            return False
+        for fd, _ in self._epoll.poll(0):
+            if fd == self._fd and not self._log.feed_pending(self._stderr):
+                self.ended = True
+        return not self.ended
+
+    async def rest(self) -> None:
+        """Log stderr until its end, waiting for it alone (stdout ended).
+
+        Cancellation: stops; what was read is logged.
+        """
+        while not self.ended:
+            if not self._log.feed_pending(self._stderr):
+                self.ended = True
+                return
+            await trio.lowlevel.wait_readable(self._fd)
+
+    def close(self) -> None:
+        """Close the epoll descriptor (the reader is done with it)."""
+        if not self._epoll.closed:
+            trio.lowlevel.notify_closing(self._epoll.fileno())
+            self._epoll.close()

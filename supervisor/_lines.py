@@ -18,8 +18,9 @@ finds nothing queued and nothing being written goes straight to the stream's
 non-blocking file descriptor (no task switch; on trio one costs about as much as a
 round trip to a child); anything else, and whatever the descriptor does not take
 at once, goes through one writer task, which writes everything queued with one
-system call. A caller that knows more lines will follow in the same scheduler pass
-(many calls in flight) asks for that batching with ``coalesce=True``.
+system call (started only when first needed, for a writer given a nursery). A
+caller that knows more lines will follow in the same scheduler pass (many calls in
+flight) asks for that batching with ``coalesce=True``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import typing
 
 import trio
 
-__all__ = ["MORE", "LineReader", "LineWriter", "Oversize", "Unsent"]
+__all__ = ["MORE", "Beside", "LineReader", "LineWriter", "Oversize", "Unsent"]
 
 _CHUNK = 65536
 #: Bytes of an oversize line kept for the caller (to find its id).
@@ -61,11 +62,37 @@ class _More(enum.Enum):
 MORE = _More.MORE
 
 
+class Beside(typing.Protocol):
+    """Another pipe served by the task that reads the lines, while it waits for them."""
+
+    def fileno(self) -> int:
+        """A descriptor readable when the line pipe or the other one is (what to wait for)."""
+        ...
+
+    def drain(self) -> bool:
+        """Serve the other pipe if it holds something now (never waits); False once it
+        ended."""
+        ...
+
+
 @typing.final
 class LineReader:
-    """Lines from a byte stream, never buffering more than ``limit`` bytes of one line."""
+    """Lines from a byte stream, never buffering more than ``limit`` bytes of one line.
 
-    def __init__(self, stream: trio.abc.ReceiveStream, limit: int, chunk: int = _CHUNK) -> None:
+    Over a pipe, ``beside`` lets the waiting reader serve another pipe too (a child's
+    stderr): it waits for ``beside``'s descriptor, readable when either pipe is, and
+    after each wake serves the other pipe (when it holds something) before reading
+    its own; once the other pipe ended, the reader waits for its own alone.
+    """
+
+    def __init__(
+        self,
+        stream: trio.abc.ReceiveStream,
+        limit: int,
+        chunk: int = _CHUNK,
+        *,
+        beside: Beside | None = None,
+    ) -> None:
         self._stream = stream
         #: The pipe (or socket) to read directly, else None: a regular file (the RPC
         #: server's stdin may be one) cannot be waited for, only read.
@@ -82,6 +109,7 @@ class LineReader:
         self._eof = False
         #: The last read came back short: the pipe is (most likely) empty.
         self._drained = True
+        self._beside = beside if self._pipe is not None else None
 
     def __repr__(self) -> str:
         return f"<LineReader buffered={len(self._buf) - self._pos} limit={self._limit}>"
@@ -194,7 +222,14 @@ class LineReader:
             fd = pipe.fileno()
             if fd < 0:
                 raise trio.ClosedResourceError("the stream was closed")
-            await trio.lowlevel.wait_readable(fd)
+            beside = self._beside
+            if beside is None:
+                await trio.lowlevel.wait_readable(fd)
+            else:
+                await trio.lowlevel.wait_readable(beside.fileno())
+                # The other pipe first: what it said before these lines is served first.
+                if not beside.drain():
+                    self._beside = None  # it ended: wait for this pipe alone
             # Someone else (a caller spinning for its answer) may have read it first.
             if self.read_nowait() or self._eof:
                 return
@@ -227,7 +262,8 @@ class Unsent(enum.Enum):
 class LineWriter:
     """Ordered lines to a send stream (see the module docstring).
 
-    Start :meth:`run` as a task; :meth:`close` lets it write what is queued and end.
+    Start :meth:`run` as a task, or let :meth:`run_in` start it when a line first has
+    to wait; :meth:`close` lets it write what is queued and end.
     """
 
     def __init__(self, stream: trio.abc.SendStream, backlog: int, batch: int = 64) -> None:
@@ -245,6 +281,10 @@ class LineWriter:
         #: Tasks in :meth:`write` waiting for room in the backlog.
         self._room = trio.lowlevel.ParkingLot()
         self._scope: trio.CancelScope | None = None
+        #: Where to start :meth:`run` when a line first has to wait (see :meth:`run_in`).
+        self._nursery: trio.Nursery | None = None
+        #: :meth:`run` was started (it may not have run yet).
+        self._running = False
         #: The stream broke: a write failed because the reader went away.
         self.broken = False
 
@@ -293,6 +333,9 @@ class LineWriter:
         if self._idle is not None:  # (_wake, inlined: once per queued line)
             task, self._idle = self._idle, None
             trio.lowlevel.reschedule(task)
+        elif not self._running and self._nursery is not None:
+            self._running = True
+            self._nursery.start_soon(self.run)
         return None
 
     async def write(self, data: bytes) -> None:
@@ -343,10 +386,21 @@ class LineWriter:
         self._wake()
         self._room.unpark_all()
 
+    def run_in(self, nursery: trio.Nursery) -> None:
+        """Start :meth:`run` in ``nursery`` only once a line has to wait (the stream
+        did not take it at once, or it was queued to ``coalesce``): a writer whose
+        lines all go straight to the pipe never costs a task. Before ``nursery``
+        closes, :meth:`cancel` (or :meth:`close`, and :meth:`run` ends by itself)."""
+        self._nursery = nursery
+
     def cancel(self) -> None:
-        """Stop :meth:`run` now, even in the middle of a write (see :attr:`busy`)."""
+        """Stop :meth:`run` now, even in the middle of a write (see :attr:`busy`); with
+        no writer task running, nothing more is written from now on."""
         if self._scope is not None:
             self._scope.cancel()
+        elif self._nursery is not None:
+            self._nursery = None
+            self._end()
 
     def _break(self) -> None:
         self.broken = True
@@ -363,11 +417,19 @@ class LineWriter:
         self._idle = trio.lowlevel.current_task()
         await trio.lowlevel.wait_task_rescheduled(self._abort)
 
+    def _end(self) -> None:
+        """Nothing more is written (the writer task ends, or none will run)."""
+        self._fd = -1
+        self._closed = True
+        self._queue.clear()
+        self._room.unpark_all()
+
     async def run(self) -> None:
         """The writer task: write queued lines, batched, until closed, cancelled or broken.
 
         Cancellation: returns (through :meth:`cancel` too); queued lines are dropped.
         """
+        self._running = True
         with trio.CancelScope() as self._scope:
             try:
                 while True:
@@ -392,8 +454,6 @@ class LineWriter:
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 self._break()
             finally:
-                self._fd = -1
-                self._closed = True
-                self._queue.clear()
-                self._room.unpark_all()
+                self._end()
         self._scope = None
+        self._nursery = None

@@ -71,8 +71,10 @@ class ChildProcess:
         """It exited and left no process behind (the guardian adopted none of its
         orphans): there is nothing of it to sweep. False while it runs, or when it may
         have (or the guardian has not said so yet: reads what it wrote, never blocks)."""
-        self._status.read()
-        return self._status.left_nothing
+        status = self._status
+        if not status.said_all:  # (then it writes nothing more: no read)
+            status.read()
+        return status.left_nothing
 
     @property
     def guardian_lost(self) -> bool:
@@ -80,12 +82,17 @@ class ChildProcess:
         return self._status.guardian_lost
 
     async def _until(self, done: typing.Callable[[], bool]) -> None:
-        async with self._lock:
+        # One reader of the status pipe at a time (another may wait on it): a free
+        # lock is taken without a scheduler pass, and an answer already there needs none.
+        await _take(self._lock)
+        try:
             status = self._status
             status.read()
             while not done():
                 await trio.lowlevel.wait_readable(status.fileno())
                 status.read()
+        finally:
+            self._lock.release()
 
     async def started(self) -> None:
         """Wait until the program runs.
@@ -104,8 +111,10 @@ class ChildProcess:
     def ended_now(self) -> bool:
         """The guardian has said all about the child (its exit status, whether it left
         anything): what :meth:`ended` waits for, read now, never blocking."""
-        self._status.read()
-        return self._status.said_all
+        status = self._status
+        if not status.said_all:
+            status.read()
+        return status.said_all
 
     async def ended(self) -> None:
         """Wait until the guardian said all about the child: its exit status, and
@@ -188,7 +197,8 @@ async def _answered(pending: PendingSpawn) -> None:
         lock = trio.Lock()
         _GUARDIAN_READER.set(lock)
     while not pending.answered():
-        async with lock:
+        await _take(lock)
+        try:
             if pending.answered():
                 return
             fd = pending.fileno()
@@ -197,6 +207,17 @@ async def _answered(pending: PendingSpawn) -> None:
                     await trio.lowlevel.wait_readable(fd)
                 else:
                     await trio.sleep_forever()
+        finally:
+            lock.release()
+
+
+async def _take(lock: trio.Lock) -> None:
+    """Acquire ``lock``: at once when it is free (no scheduler pass: the caller waits for
+    a descriptor next, or has its answer already), else waiting in line."""
+    try:
+        lock.acquire_nowait()
+    except trio.WouldBlock:
+        await lock.acquire()
 
 
 async def spawn_child(

@@ -49,6 +49,7 @@ __all__ = [
     "kill_and_wait",
     "leftovers",
     "reap_group",
+    "reaps_at_once",
     "signal_group",
 ]
 
@@ -206,6 +207,13 @@ async def kill_and_wait(claimed: list[Claimed]) -> None:
         for c in claimed:
             if c.fd >= 0:
                 os.close(c.fd)
+
+
+def reaps_at_once(proc: ChildProcess, *, sweep: bool = True) -> bool:
+    """:func:`reap_group` of ``proc`` would not wait (it has no checkpoint then): the
+    guardian already said all about it, and it left nothing to sweep now. A caller
+    need not shield it then, even while it is being cancelled."""
+    return proc.ended_now() and proc.returncode is not None and (not sweep or proc.left_nothing)
 
 
 async def reap_group(

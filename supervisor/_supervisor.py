@@ -321,8 +321,9 @@ class _Supervisor:
         cfg = self.config
         with trio.move_on_after(cfg.shutdown_grace + cfg.term_grace + 5):
             await self._stop_all([*self._exts, *self._incoming])
-        for ext in self._exts:
-            self.publish(ExtensionStopped(extension=ext.name))
+        if self._broadcast.listened:
+            for ext in self._exts:
+                self.publish(ExtensionStopped(extension=ext.name))
         self._broadcast.close()
 
     # --- requests (Backend) --------------------------------------------------------------

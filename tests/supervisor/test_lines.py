@@ -221,3 +221,37 @@ async def test_lines_nowait_takes_every_whole_line_and_leaves_the_rest() -> None
     assert items[0] == b"ok"
     assert items[1] == Oversize(13, b"much too long")
     assert items[2] == b"fine"
+
+
+async def test_a_writer_run_in_a_nursery_starts_its_task_only_when_a_line_must_wait() -> None:
+    r, w = os.pipe()
+    reader, out, out2 = (trio.lowlevel.FdStream(fd) for fd in (r, w, os.dup(w)))
+    writer = LineWriter(out, backlog=100)
+    big = b"z" * 65536 + b"\n"  # more than the pipe holds: the rest must wait
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            writer.run_in(nursery)
+            assert writer.write_nowait(b"direct\n") is None
+            assert nursery.child_tasks == frozenset()  # straight to the pipe
+            assert writer.write_nowait(big) is None
+            assert writer.write_nowait(b"after\n") is None  # queued behind the rest
+            assert [t.name.rsplit(".", 1)[-1] for t in nursery.child_tasks] == ["run"]
+            got = b""
+            while not got.endswith(b"after\n"):
+                got += await reader.receive_some(1 << 20)
+            assert got == b"direct\n" + big + b"after\n"  # in order, nothing lost
+            writer.close()  # the task ends by itself
+        assert writer.write_nowait(b"late\n") is Unsent.CLOSED
+        # Never needed: no task ever ran, and cancel() ends the writer all the same,
+        # before its nursery closes (so a late line never starts a task there).
+        idle = LineWriter(out2, backlog=100)
+        async with trio.open_nursery() as nursery:
+            idle.run_in(nursery)
+            assert idle.write_nowait(b"one\n") is None
+            idle.cancel()
+            assert idle.write_nowait(b"two\n") is Unsent.CLOSED
+            assert idle.write_nowait(big) is Unsent.CLOSED
+            assert nursery.child_tasks == frozenset()
+        assert await reader.receive_some(100) == b"one\n"
+        for stream in (reader, out, out2):
+            await stream.aclose()
