@@ -247,20 +247,21 @@ class World:
         return json.loads(report["stdout"].splitlines()[-1])
 
 
-def code_request(tmp_path: Path, code: str) -> Any:
+def code_request(tmp_path: Path, code: str, *, name: str = "demo", permissions: Any = None) -> Any:
     """A launch request running ``python -c code`` from an extension directory in
-    ``tmp_path``, with no data directory."""
-    from sandbox import LaunchRequest
+    ``tmp_path``, with no data directory (``permissions``: the defaults if None)."""
+    from sandbox import LaunchRequest, Permissions
 
     ext = tmp_path / "ext"
     ext.mkdir(exist_ok=True)
     return LaunchRequest(
-        name="demo",
+        name=name,
         argv=[sys.executable, "-c", code],
         env={"PATH": "/usr/bin:/bin"},
         ext_dir=str(ext),
         data_dir=None,
         interpreter=sys.executable,
+        permissions=permissions or Permissions(),
     )
 
 

@@ -18,8 +18,9 @@ import pytest
 import trio
 from helpers.cancelkit import cancel_at_step
 from helpers.procs import open_fds
+from helpers.sandbox_harness import code_request
 
-from sandbox import LaunchRequest, Permissions, select_sandbox
+from sandbox import Permissions, select_sandbox
 from supervisor import NetGuard
 from supervisor.lowlevel import Egress, open_child
 
@@ -30,14 +31,7 @@ async def test_a_cancelled_sandboxed_child_leaves_no_descriptor(tmp_path: Path) 
     backend = select_sandbox("auto")
     if backend.backend != "bwrap":
         pytest.skip("no bwrap backend here")
-    request = LaunchRequest(
-        name="child",
-        argv=[sys.executable, "-c", "print('hi')"],
-        env={"PATH": "/usr/bin:/bin"},
-        ext_dir=str(tmp_path),
-        data_dir=None,
-        interpreter=sys.executable,
-    )
+    request = code_request(tmp_path, "print('hi')", name="child")
 
     async def run() -> None:
         async with open_child(backend, request) as child:
@@ -71,14 +65,8 @@ async def test_a_child_with_a_network_list_is_served_and_its_errors_stay_its_own
         "s.sendall(b'CONNECT 127.0.0.1:9 HTTP/1.1\\r\\n\\r\\n')\n"
         "print(s.recv(64).decode().split()[1], flush=True)\n"
     )
-    request = LaunchRequest(
-        name="child",
-        argv=[sys.executable, "-c", code],
-        env={"PATH": "/usr/bin:/bin"},
-        ext_dir=str(tmp_path),
-        data_dir=None,
-        interpreter=sys.executable,
-        permissions=Permissions(network=["example.org"]),
+    request = code_request(
+        tmp_path, code, name="child", permissions=Permissions(network=["example.org"])
     )
     egress = Egress("child", ["example.org"], NetGuard(), grant="a test")
     answers: list[bytes] = []

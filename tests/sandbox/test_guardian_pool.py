@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import psutil
 import pytest
+from helpers.sandbox_harness import code_request
 
 from sandbox import (
     LaunchPlan,
@@ -35,17 +36,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ne
 
 
 def _request(tmp_path: Path, code: str, permissions: Permissions | None = None) -> LaunchRequest:
-    ext = tmp_path / "ext"
-    ext.mkdir(exist_ok=True)
-    return LaunchRequest(
-        name="pool",
-        argv=[sys.executable, "-c", code],
-        env={"PATH": "/usr/bin:/bin"},
-        ext_dir=str(ext),
-        data_dir=None,
-        interpreter=sys.executable,
-        permissions=permissions or Permissions(),
-    )
+    request: LaunchRequest = code_request(tmp_path, code, name="pool", permissions=permissions)
+    return request
 
 
 def _plan(tmp_path: Path, code: str) -> LaunchPlan:
