@@ -117,3 +117,11 @@ def test_bwrap_binds_the_dev_the_child_built_in_one_piece(tmp_path: Path) -> Non
     assert "--dev" not in argv
     assert [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"] == ["/"]
     assert ["--bind", tmp, "/tmp"] == argv[argv.index(tmp) - 1 : argv.index(tmp) + 2]
+
+
+def test_the_plan_and_the_guardians_child_agree_on_what_marks_a_dev() -> None:
+    # The guardian's program imports nothing of the package, so it has its own copy of
+    # the mark. Were they to differ, the child would mount a tmpfs of size 0: no cap.
+    from sandbox._guardian_main import child
+
+    assert child.DEV == DEV
