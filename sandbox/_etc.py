@@ -369,9 +369,14 @@ class EtcMirror:
                         return self._placeholder(dest, temp, name, real, st, None)
                     _write(temp, data, stat.S_IMODE(st.st_mode))
                 elif stat.S_ISDIR(st.st_mode):
-                    files = _copy_dir(real, temp, st)
-                    if files is None:
+                    copied = _copy_dir(real, temp, st)
+                    if copied is None:
                         return self._placeholder(dest, temp, name, real, st, signature)
+                    # What _signature will say of it while nothing changes: the
+                    # directory's and, taken before each was read, its files'.
+                    files = tuple(f for f, _ in copied)
+                    if signature is not None:
+                        signature = (*signature[:3], *(ident for _, ident in copied))
                     entry = _Entry(signature, files, ())
                 else:
                     return self._placeholder(dest, temp, name, real, st, signature)
@@ -416,15 +421,16 @@ def _identity(path: str) -> tuple[int, ...] | None:
     return stat_identity(st) if st is not None else None
 
 
-def _copy_dir(real: str, temp: str, st: os.stat_result) -> tuple[str, ...] | None:
+def _copy_dir(real: str, temp: str, st: os.stat_result) -> list[tuple[str, tuple[int, ...]]] | None:
     """Copy the directory ``real`` (only links and copyable files) to ``temp``; the
-    names of the files copied, or None (it holds more: bind it instead)."""
+    files copied, by name, each with its identity before it was read, or None (it
+    holds more: bind it instead)."""
     with os.scandir(real) as it:
         entries = [(e.name, e.stat(follow_symlinks=False)) for e in it]
     if not all(stat.S_ISLNK(s.st_mode) or _copyable(s) for _, s in entries):
         return None
     os.mkdir(temp, 0o700)
-    files = []
+    files: list[tuple[str, tuple[int, ...]]] = []
     try:
         for name, s in entries:
             path = os.path.join(real, name)
@@ -435,13 +441,13 @@ def _copy_dir(real: str, temp: str, st: os.stat_result) -> tuple[str, ...] | Non
             if data is None:
                 raise FileNotFoundError(path)  # changed while copied: try again
             _write(os.path.join(temp, name), data, stat.S_IMODE(s.st_mode))
-            files.append(name)
+            files.append((name, stat_identity(s)))
         os.chmod(temp, stat.S_IMODE(st.st_mode))
     except BaseException:
         with contextlib.suppress(OSError):
             shutil.rmtree(temp)
         raise
-    return tuple(sorted(files))
+    return sorted(files)
 
 
 def _spread(

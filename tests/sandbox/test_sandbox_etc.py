@@ -193,6 +193,26 @@ def test_a_directory_of_files_and_links_is_copied_and_kept_in_step(tmp_path: Pat
     ]
 
 
+def test_a_copied_directory_is_not_copied_again_while_nothing_in_it_changes(
+    tmp_path: Path,
+) -> None:
+    # Each copy of /etc/alternatives (hundreds of links) cost a spawn ~30-240 ms here:
+    # one was taken again at the first full look after the first copy, for nothing.
+    etc = Etc(tmp_path)
+    d = etc.src / "ld.so.conf.d"
+    d.mkdir()
+    (d / "a.conf").write_bytes(b"/opt/a\n")
+    (d / "b.conf").symlink_to("/nowhere/b.conf")
+    (etc.src / "hosts").write_bytes(b"127.0.0.1 old\n")
+    etc.see("ld.so.conf.d", "hosts")
+    copied = (etc.base / "etc-0" / "ld.so.conf.d").stat().st_ino
+    (etc.src / "hosts").write_bytes(b"127.0.0.1 new\n")  # a change: every entry is looked at
+    assert etc.see("ld.so.conf.d", "hosts")[1]["hosts"] == (b"127.0.0.1 new\n", 0o644)
+    assert (etc.base / "etc-0" / "ld.so.conf.d").stat().st_ino == copied
+    (d / "a.conf").write_bytes(b"/opt/A\n")  # and a change inside it still is copied
+    assert etc.see("ld.so.conf.d", "hosts")[1]["ld.so.conf.d/a.conf"] == (b"/opt/A\n", 0o644)
+
+
 def test_what_cannot_be_copied_is_bound_over_an_empty_placeholder(tmp_path: Path) -> None:
     etc = Etc(tmp_path)
     private = etc.src / "private"
