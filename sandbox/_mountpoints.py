@@ -9,7 +9,10 @@ on the host's event loop (about 0.5 ms a spawn here, issue 29).
 
 The pair lives in a directory made by :func:`tempfile.mkdtemp` (mode 0700, owned
 by the host's user), beside the mirrors of ``/etc`` the sandboxes bind
-(:mod:`sandbox._etc`). Before each use it is checked again without following
+(:mod:`sandbox._etc`), in memory where it can be (:func:`where`): a mirror holds
+hundreds of links (``/etc/alternatives``), which took the first sandboxed spawn of
+every host ~250 ms to make on the ext4 ``/tmp`` of the machine this was measured
+on, and 2 ms on a tmpfs. Before each use it is checked again without following
 symlinks: a directory removed (a ``/tmp`` cleaner) or no longer the one made
 (another owner, mode or inode, a symlink) is never used: a new pair is made. The
 pair is removed when the host exits (not when a backend is collected: a plan
@@ -36,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import weakref
@@ -44,7 +48,7 @@ from typing import final
 from ._etc import own_directory, stat_identity
 from ._proc import start_time
 
-__all__ = ["MOUNT_POINTS", "MountPoints", "protected_base", "sweep_stale"]
+__all__ = ["MOUNT_POINTS", "MountPoints", "protected_base", "sweep_stale", "where"]
 
 PREFIX = "corral-tmpfs-"
 
@@ -55,6 +59,26 @@ def _identity(path: str) -> tuple[int, ...] | None:
     if st is None or st.st_mode & 0o077:
         return None
     return stat_identity(st)[:3]  # device, inode, mode: its times change with its entries
+
+
+def where() -> str:
+    """The directory the pair is made in: the temporary directory when ``TMPDIR``
+    names it; else the user's runtime directory (``XDG_RUNTIME_DIR``: a directory of
+    ours no one else may enter, in memory on systemd's machines); else ``/dev/shm``
+    (in memory, open to all with the sticky bit, as ``/tmp``); else the temporary
+    directory. No grant ever reaches ``/dev`` or ``/run`` (:mod:`sandbox._forbidden`)."""
+    if os.environ.get("TMPDIR"):
+        return tempfile.gettempdir()
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime) and _identity(runtime) is not None:
+        return runtime
+    try:
+        shm = os.lstat("/dev/shm")
+    except OSError:
+        return tempfile.gettempdir()
+    if stat.S_ISDIR(shm.st_mode) and stat.S_IMODE(shm.st_mode) == 0o1777:
+        return "/dev/shm"
+    return tempfile.gettempdir()
 
 
 def _remove(paths: list[str], owner: int) -> None:
@@ -150,7 +174,10 @@ class MountPoints:
         """
         with self._lock:
             if not self._intact():
-                base = tempfile.mkdtemp(prefix=PREFIX + _whose())
+                try:
+                    base = tempfile.mkdtemp(prefix=PREFIX + _whose(), dir=where())
+                except OSError:  # (a full /dev/shm, one mounted read-only)
+                    base = tempfile.mkdtemp(prefix=PREFIX + _whose())
                 if not self._swept:  # off the spawn's path: a /tmp may hold thousands
                     self._swept = True
                     directory = os.path.dirname(base)
@@ -170,13 +197,16 @@ MOUNT_POINTS = MountPoints()
 
 
 def protected_base(workspace: str) -> str | None:
-    """The pair's directory when the writable ``workspace`` holds the temporary
-    directory it is made in (made now, so that it is protected from the first
-    command on), else None."""
-    temp = os.path.realpath(tempfile.gettempdir())
-    if os.path.commonpath([temp, workspace]) != workspace:
+    """The pair's directory when the writable ``workspace`` holds the directory it is
+    made in (made now, so that it is protected from the first command on), else None."""
+    if not any(_holds(workspace, d) for d in (where(), tempfile.gettempdir())):
         return None
     try:
-        return MOUNT_POINTS.base()
+        base = MOUNT_POINTS.base()
     except OSError:
         return None  # none can be made: no sandbox will mount over one either
+    return base if _holds(workspace, os.path.dirname(base)) else None
+
+
+def _holds(workspace: str, directory: str) -> bool:
+    return os.path.commonpath([os.path.realpath(directory), workspace]) == workspace

@@ -176,3 +176,39 @@ def test_a_pair_left_by_a_killed_host_is_removed_by_the_next(tmp_path: Path) -> 
     assert link.is_symlink()
     assert (target / "keep").read_text() == "mine"
     assert not os.path.lexists(made)  # the next host removed its own pair as it exited
+
+
+_WHERE = "from sandbox._mountpoints import MOUNT_POINTS\nprint(MOUNT_POINTS.base())\n"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="bwrap backend")
+@pytest.mark.parametrize("mode", [0o700, 0o755], ids=["private", "open"])
+def test_the_pair_is_made_in_the_runtime_directory_when_it_is_private(
+    tmp_path: Path, mode: int
+) -> None:
+    # In memory where it can be (the /etc mirror beside it makes hundreds of links);
+    # a runtime directory others may enter (or TMPDIR, named) is not used.
+    run = tmp_path / "run"
+    run.mkdir(mode=mode)
+    run.chmod(mode)
+    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "XDG_RUNTIME_DIR")}
+    made = subprocess.run(
+        [sys.executable, "-c", _WHERE],
+        env={**env, "XDG_RUNTIME_DIR": str(run)},
+        capture_output=True,
+        check=True,
+    )
+    parent = os.path.dirname(made.stdout.decode().strip())
+    assert (parent == str(run)) is (mode == 0o700), parent
+    if mode != 0o700:
+        shm = os.lstat("/dev/shm") if os.path.isdir("/dev/shm") else None
+        if shm is not None and shm.st_mode & 0o7777 == 0o1777:
+            assert parent == "/dev/shm"
+    named = subprocess.run(  # TMPDIR, when set, wins: the user chose where
+        [sys.executable, "-c", _WHERE],
+        env={**env, "XDG_RUNTIME_DIR": str(run), "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        check=True,
+    )
+    assert os.path.dirname(named.stdout.decode().strip()) == str(tmp_path)
+    assert list(run.iterdir()) == []  # each host removed its pair as it exited

@@ -30,11 +30,17 @@ ATTACKS = (
 )
 
 
-def test_bash_in_the_temp_dir_cannot_swap_the_private_tmp_mount_points(tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["TMPDIR", "XDG_RUNTIME_DIR"])
+def test_bash_in_the_temp_dir_cannot_swap_the_private_tmp_mount_points(
+    tmp_path: Path, where: str
+) -> None:
+    # The pair is made in the temporary directory TMPDIR names, or else in the
+    # user's runtime directory: bash run in either must not reach it.
     if sandbox.select_sandbox("auto").backend != "bwrap":
         pytest.skip("no bwrap backend here")
     temp = tmp_path / "temp"
-    temp.mkdir()
+    temp.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k not in ("TMPDIR", "XDG_RUNTIME_DIR")}
     command = "b=$(echo corral-tmpfs-*); " + "; ".join(f"({a})" for a in ATTACKS) + "; echo DONE"
     request = {
         "tool": "bash",
@@ -46,7 +52,7 @@ def test_bash_in_the_temp_dir_cannot_swap_the_private_tmp_mount_points(tmp_path:
     }
     out = subprocess.run(
         [sys.executable, str(DRIVER), json.dumps(request)],
-        env={**os.environ, "TMPDIR": str(temp)},
+        env={**env, where: str(temp)},
         capture_output=True,
         timeout=120,
     )
