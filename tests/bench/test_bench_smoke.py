@@ -75,6 +75,7 @@ def test_quick_sandbox_bench_sets_corral_beside_plain_bwrap(tmp_path: Path) -> N
         assert f"first_output.{kind}" in rows
     assert rows["first_output.corral_vs_plain"]["target"] == "≤ 1 ms"
     assert {"first_output.corral_vs_view", "first_output.plain_vs_direct"} <= set(rows)
+    assert {"first1.auto", "first1.off", "first1.added"} <= set(rows)
 
 
 @pytest.mark.slow
