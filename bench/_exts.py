@@ -7,11 +7,14 @@
 * :func:`start_stop`: enter ``open_supervisor`` until every extension is ready,
   then leave it (all stopped), timing both;
 * :func:`direct_lean`: the same lean extensions started without corral, as a
-  host would with ``subprocess.Popen``: the baseline of "ready" and "stop".
+  host would with ``subprocess.Popen``: the baseline of "ready" and "stop";
+* :func:`first_start`: the first start in a fresh host process, with corral (its
+  guardian starts too; a sandbox mode) or directly.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +42,7 @@ __all__ = [
     "child_env",
     "config",
     "direct_lean",
+    "first_start",
     "lean_dirs",
     "running",
     "start_stop",
@@ -190,3 +194,31 @@ def direct_lean(paths: list[str], wrap: list[str] | None = None) -> tuple[float,
         assert p.stdout is not None
         p.stdout.close()
     return ready[0], stop[0]
+
+
+#: A fresh host process: its first start of the extensions, or the same started directly.
+_FIRST = """\
+import json, sys, logging
+sys.path.insert(0, sys.argv[1])
+import structlog, trio
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+from _exts import direct_lean, start_stop, config
+from pathlib import Path
+paths, root, how = json.loads(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
+if how == "direct":
+    print(json.dumps(direct_lean(paths)[0]))
+else:
+    run = trio.run(start_stop, paths, config(root, sandbox=how))
+    assert run.running == len(paths), run
+    print(json.dumps(run.ready_s))
+"""
+
+
+def first_start(paths: list[str], root: Path, how: str) -> float:
+    """Seconds until ``paths`` are ready in a fresh host process: ``how`` is ``direct``
+    (no corral) or the sandbox mode corral starts them with (``off``, ``auto``)."""
+    argv = [sys.executable, "-c", _FIRST, str(Path(__file__).parent), json.dumps(paths), str(root)]
+    out = subprocess.run(
+        [*argv, how], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
+    return float(json.loads(out.stdout.strip().splitlines()[-1]))

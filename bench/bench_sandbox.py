@@ -63,7 +63,7 @@ from pathlib import Path
 import msgspec
 import trio
 from _common import Row, Rows, main, median
-from _exts import PLAIN_BWRAP, VIEW_BWRAP, direct_lean, lean_dirs, wrapped
+from _exts import PLAIN_BWRAP, VIEW_BWRAP, direct_lean, first_start, lean_dirs, wrapped
 
 from agent._cli.logs import configure_logging
 from sandbox import LaunchRequest, Sandbox, check_sandbox, select_sandbox, spawn
@@ -83,34 +83,13 @@ async def _ready(paths: list[str], home: Path, sandbox: Sandbox) -> float:
     return ready
 
 
-#: A fresh host process: seconds to its first start of one extension, sandbox argv[4].
-_FIRST = """\
-import sys, time
-sys.path.insert(0, sys.argv[1])
-from agent._cli.logs import configure_logging
-configure_logging(level="error")
-import trio
-from supervisor import SupervisorConfig, open_supervisor
-async def first():
-    cfg = SupervisorConfig(home=sys.argv[3], sandbox=sys.argv[4])
-    t0 = time.perf_counter()
-    async with open_supervisor(cfg, ext_paths=[sys.argv[2]], discover=False) as c:
-        took = time.perf_counter() - t0
-        assert [i.state for i in await c.list_extensions()] == ["running"]
-    return took
-print(trio.run(first))
-"""
-
-
-def _first_start(rows: Rows, path: str, home: Path, reps: int) -> None:
+def _first_start(rows: Rows, paths: list[str], root: Path, reps: int) -> None:
     """``first1.*``: a fresh host's first start, sandbox ``auto`` against ``off``."""
     got: dict[str, list[float]] = {"auto": [], "off": []}
     load = os.getloadavg()[0]
     for i in range(reps):
         for mode in ("auto", "off") if i % 2 else ("off", "auto"):
-            argv = [sys.executable, "-c", _FIRST, str(Path(__file__).parent), path, str(home), mode]
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True)
-            got[mode].append(float(out.stdout.strip().splitlines()[-1]) * 1000)
+            got[mode].append(first_start(paths, root, mode) * 1000)
     note = f"paired, median of {reps}; load {load:.2f} before, {os.getloadavg()[0]:.2f} after"
     for mode, what in (("auto", "--sandbox auto"), ("off", "--sandbox off")):
         rows.add(f"first1.{mode}", median(got[mode]), "ms", note=f"fresh host, {what}; {note}")
@@ -140,7 +119,7 @@ def measure(quick: bool) -> list[Row]:
             # 0.5-1.1 ms there against 2.1-2.2 ms alone).
             _first_output(rows, root, variants["bwrap"], variants["none"], 20 if quick else 200)
         with rows.guard("first1"):
-            _first_start(rows, paths[0], root / "home-first", 5 if quick else 11)
+            _first_start(rows, paths[:1], root / "first", 5 if quick else 11)
         for n in (1, 10):
             times: dict[str, list[float]] = {name: [] for name in variants}
             direct: list[float] = []

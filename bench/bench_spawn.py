@@ -17,39 +17,12 @@ ratios.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import trio
-from _common import ROOT, Row, Rows, main, median, quiet_logging
-from _exts import StartStop, config, direct_lean, lean_dirs, start_stop
-
-#: A fresh host process: time its first start of one extension (guardian included),
-#: then the same extension started directly (a fresh interpreter for both).
-FIRST = """\
-import json, sys, time, logging
-sys.path.insert(0, sys.argv[1])
-import structlog, trio
-structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-from _exts import direct_lean, start_stop, config
-from pathlib import Path
-paths, root, order = json.loads(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
-if order == "direct":
-    print(json.dumps(direct_lean(paths)[0]))
-else:
-    print(json.dumps(trio.run(start_stop, paths, config(root)).ready_s))
-"""
-
-
-def _first(paths: list[str], root: Path, order: str) -> float:
-    argv = [sys.executable, "-c", FIRST, str(Path(__file__).parent), json.dumps(paths), str(root)]
-    out = subprocess.run(
-        [*argv, order], cwd=ROOT, capture_output=True, text=True, timeout=120, check=True
-    )
-    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+from _common import Row, Rows, main, median, quiet_logging
+from _exts import StartStop, config, direct_lean, first_start, lean_dirs, start_stop
 
 
 def _ratio_rows(
@@ -114,8 +87,8 @@ def measure(quick: bool) -> list[Row]:
         with rows.guard("ready1_first"):
             ours_f, theirs_f = [], []
             for _ in range(reps):
-                ours_f.append(_first(paths[:1], root, "corral"))
-                theirs_f.append(_first(paths[:1], root, "direct"))
+                ours_f.append(first_start(paths[:1], root, "off"))
+                theirs_f.append(first_start(paths[:1], root, "direct"))
             _ratio_rows(
                 rows,
                 "ready1_first",
