@@ -66,7 +66,8 @@ def where() -> str:
     names it; else the user's runtime directory (``XDG_RUNTIME_DIR``: a directory of
     ours no one else may enter, in memory on systemd's machines); else ``/dev/shm``
     (in memory, open to all with the sticky bit, as ``/tmp``); else the temporary
-    directory. No grant ever reaches ``/dev`` or ``/run`` (:mod:`sandbox._forbidden`)."""
+    directory. A sandbox that may write it sees the pair read-only
+    (:func:`protected_base`); ``/dev`` and ``/run`` are never granted at all."""
     if os.environ.get("TMPDIR"):
         return tempfile.gettempdir()
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")

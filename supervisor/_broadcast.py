@@ -115,7 +115,7 @@ class Broadcast:
     def stopped(self, name: str) -> None:
         """``name`` was stopped and forgotten: a later start is a first one again."""
         self._announced.pop(name, None)
-        if self._subscribers:
+        if self.listened:
             self.publish(ExtensionStopped(extension=name))
 
     def close(self) -> None:
